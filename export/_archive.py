@@ -1,0 +1,287 @@
+"""Writing and reading whole archives: ``dumps`` / ``loads`` / ``save`` / ``load``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+
+from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport._version import __version__
+from jaxport.export import _compat, _container, _fb, _modules
+from jaxport.export._avals import AvalTables
+from jaxport.export._exported import (
+    check_calling_convention_version,
+    decode_exported,
+    encode_exported,
+)
+from jaxport.schema import FILE_IDENTIFIER, fb
+
+__all__ = ["ArchiveHeader", "dump_chunks", "dumps", "load", "loads", "read_header", "save"]
+
+PathLike = str | os.PathLike[str]
+
+
+def dumps(exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None) -> bytes:
+    """Serializes a ``jax.export.Exported`` into a jaxport archive.
+
+    The same Exported and arguments always give the same bytes (nothing time-dependent is
+    written), so archives can be deduplicated by digest.
+
+    Args:
+        exported: the Exported, from ``jax.export.export(...)(...)`` or ``jaxport.loads``.
+        vjp_order: how many orders of VJP to store with it: 1 lets ``jax.grad`` / ``jax.vjp``
+            work through ``loads(...).call``, 2 also second derivatives, ...
+        metadata: user key/value strings stored in the header, shown by ``inspect``.
+
+    Returns:
+        The archive bytes (layout: schema/FORMAT.md).
+
+    Raises:
+        UnsupportedFeatureError: ``exported`` has fewer VJP orders than ``vjp_order``, or a part
+            that cannot be stored (unregistered pytree node type, non-string dict key, ...).
+        UnsupportedVersionError: its calling convention version is outside the running jax's
+            supported range.
+    """
+    return b"".join(dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
+
+
+def dump_chunks(
+    exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
+) -> list[bytes]:
+    """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
+    if not isinstance(vjp_order, int) or vjp_order < 0:
+        raise ValueError(f"vjp_order must be a non-negative int, got {vjp_order!r}")
+    entries = _metadata_entries(metadata)
+    chain = _vjp_chain(exported, vjp_order)
+    for exp in chain:
+        check_calling_convention_version(exp.calling_convention_version)
+    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    chunks, section = _container.compress_section(modules)
+    refs, offset = [], 0
+    for m, targets in zip(modules, _modules.custom_call_targets(modules), strict=True):
+        refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
+        offset += len(m)
+    header = _encode_header(chain, refs, [section], vjp_order, entries)
+    return [_container.encode_preamble(header), header, *chunks]
+
+
+def _metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    entries = sorted((metadata or {}).items())
+    for k, v in entries:
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"metadata must map str to str, got {k!r}: {v!r}")
+    return entries
+
+
+def _vjp_chain(exported: Any, vjp_order: int) -> list[Any]:
+    chain = [exported]
+    for order in range(1, vjp_order + 1):
+        if not chain[-1].has_vjp():
+            raise UnsupportedFeatureError(
+                f"vjp_order={vjp_order} asked, but the Exported has VJPs only to order {order - 1}"
+            )
+        chain.append(chain[-1].vjp())
+    return chain
+
+
+def _encode_header(
+    chain: list[Any],
+    refs: list[_modules.ModuleRef],
+    sections: list[_container.Section],
+    vjp_order: int,
+    metadata: list[tuple[str, str]],
+) -> bytes:
+    builder = flatbuffers.Builder(4096)
+    exported = None
+    avals = AvalTables()
+    for exp, ref in reversed(list(zip(chain, refs, strict=True))):
+        exported = encode_exported(builder, exp, ref, exported, avals)
+    producer = _encode_producer(builder)
+    sections_off = _fb.table_vector(builder, _encode_section, sections)
+    metadata_off = _fb.table_vector(builder, _encode_metadata_entry, metadata)
+    fb.ArchiveStart(builder)
+    fb.ArchiveAddProducer(builder, producer)
+    fb.ArchiveAddExported(builder, exported)
+    fb.ArchiveAddVjpOrder(builder, vjp_order)
+    fb.ArchiveAddSections(builder, sections_off)
+    fb.ArchiveAddMetadata(builder, metadata_off)
+    builder.Finish(fb.ArchiveEnd(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def _encode_producer(builder: flatbuffers.Builder) -> int:
+    jax_version, jaxlib_version = _compat.jax_versions()
+    strings = [builder.CreateString(s) for s in (__version__, jax_version, jaxlib_version)]
+    fb.ProducerStart(builder)
+    fb.ProducerAddJaxportVersion(builder, strings[0])
+    fb.ProducerAddJaxVersion(builder, strings[1])
+    fb.ProducerAddJaxlibVersion(builder, strings[2])
+    return fb.ProducerEnd(builder)
+
+
+def _encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
+    digest = _fb.bytes_vector(builder, s.sha256)
+    fb.SectionStart(builder)
+    fb.SectionAddOffset(builder, s.offset)
+    fb.SectionAddLength(builder, s.length)
+    fb.SectionAddCompression(builder, s.compression)
+    fb.SectionAddUncompressedLength(builder, s.uncompressed_length)
+    fb.SectionAddSha256(builder, digest)
+    return fb.SectionEnd(builder)
+
+
+def _decode_section(table: fb.Section) -> _container.Section:
+    return _container.Section(
+        offset=table.Offset(),
+        length=table.Length(),
+        compression=table.Compression(),
+        uncompressed_length=table.UncompressedLength(),
+        sha256=_fb.read_bytes(table, "Sha256") or b"",
+    )
+
+
+def _encode_metadata_entry(builder: flatbuffers.Builder, entry: tuple[str, str]) -> int:
+    key, value = (builder.CreateString(s) for s in entry)
+    fb.MetadataEntryStart(builder)
+    fb.MetadataEntryAddKey(builder, key)
+    fb.MetadataEntryAddValue(builder, value)
+    return fb.MetadataEntryEnd(builder)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveHeader:
+    """A checked preamble and header, and the payload's place; read by ``read_header``."""
+
+    preamble: _container.Preamble
+    archive: fb.Archive
+    sections: list[_container.Section]
+    payload_start: int
+    total_length: int
+
+
+def read_header(head: bytes | memoryview, total_length: int, *, path: str | None) -> ArchiveHeader:
+    """Checks and parses the preamble and header at the start of an archive.
+
+    Args:
+        head: the archive's first bytes: at least the preamble and the header.
+        total_length: the archive's whole length in bytes, to check section ranges.
+        path: the file, for error messages.
+
+    Raises:
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError: see ``loads``.
+    """
+    preamble = _container.decode_preamble(head, path=path)
+    payload_start = _container.PREAMBLE_LENGTH + preamble.header_length
+    header = bytes(head[_container.PREAMBLE_LENGTH : payload_start])
+    _container.check_header(header, preamble, path=path)
+    with _fb.translating_read_errors(path):
+        archive = fb.Archive.GetRootAs(header, 0)
+        sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
+    _container.check_sections(
+        sections, total_length - payload_start, payload_start=payload_start, path=path
+    )
+    return ArchiveHeader(preamble, archive, sections, payload_start, total_length)
+
+
+def loads(
+    data: bytes | bytearray | memoryview,
+    *,
+    allow_unsupported_calling_convention: bool = False,
+    path: str | None = None,
+) -> Any:
+    """Deserializes a jaxport archive into a ``jax.export.Exported``.
+
+    Checks, in order: magic, format version, header length, header digest, the FlatBuffer,
+    every section's range and digest, and decompressed sizes against those declared. The
+    primal module is read now; the VJPs when ``.vjp()`` first asks for them. Nothing in the
+    archive is executed.
+
+    Args:
+        data: the archive bytes.
+        allow_unsupported_calling_convention: load an archive whose calling convention version
+            the running jax cannot run, for inspection only.
+        path: the file the bytes came from, for error messages.
+
+    Raises:
+        CorruptArchiveError: the bytes are not a well-formed archive (truncated, wrong magic,
+            oversized header, malformed FlatBuffer, out-of-range section, bad zstd frame).
+        IntegrityError: a header or section digest does not match (a bit flip, say).
+        UnsupportedVersionError: a format version outside ``MIN_SUPPORTED_FORMAT_VERSION`` ..
+            ``MAX_SUPPORTED_FORMAT_VERSION``, or a calling convention version the running jax
+            does not support.
+        UnsupportedFeatureError: the archive needs a dtype, effect or custom pytree node that
+            this program does not have (register custom nodes before loading).
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"loads expects bytes, got {type(data).__name__}")
+    view = memoryview(data).cast("B")
+    head = read_header(view, len(view), path=path)
+    reader = _container.SectionReader(
+        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
+    )
+
+    def read_module(ref: _modules.ModuleRef) -> bytes:
+        return reader.read(ref.section, ref.offset, ref.length)
+
+    with _fb.translating_read_errors(path):
+        table = head.archive.Exported()
+        if table is None:
+            raise CorruptArchiveError("the archive holds no Exported", path=path)
+        return decode_exported(
+            table,
+            read_module,
+            check_calling_convention=not allow_unsupported_calling_convention,
+        )
+
+
+def save(
+    exported: Any,
+    path: PathLike,
+    *,
+    vjp_order: int = 0,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Writes ``dumps(exported, ...)`` to ``path`` atomically.
+
+    The bytes go to a unique temporary file in the same directory, which is flushed, fsynced
+    and renamed over ``path``: a reader sees the old file or the whole new one, never a part.
+
+    Raises:
+        OSError: the directory is missing or not writable.
+        UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
+    """
+    chunks = dump_chunks(exported, vjp_order=vjp_order, metadata=metadata)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: PathLike, *, allow_unsupported_calling_convention: bool = False) -> Any:
+    """Reads the archive at ``path``; see ``loads`` for the checks and errors.
+
+    Raises:
+        OSError: the file cannot be read.
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError, UnsupportedFeatureError:
+            see ``loads``; their message names the file.
+    """
+    data = Path(path).read_bytes()
+    return loads(
+        data,
+        allow_unsupported_calling_convention=allow_unsupported_calling_convention,
+        path=str(path),
+    )

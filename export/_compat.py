@@ -1,0 +1,189 @@
+"""Every difference between the jax releases jaxport supports (0.7.0 to 0.10.x), in one place.
+
+The rest of jaxport reads and builds ``jax.export.Exported`` objects only through these
+functions. What changes across releases:
+
+- ``Exported`` gained ``_has_named_shardings`` / ``_in_named_shardings`` /
+  ``_out_named_shardings`` (named shardings over abstract meshes) in jax 0.9; before that only
+  ``in_shardings_hlo`` / ``out_shardings_hlo`` (HloSharding) exist.
+- ``AbstractMesh`` gained ``abstract_device`` (0.8); ``AbstractDevice`` gained ``platform``
+  (0.10).
+- ``jax._src.lib`` exposes the MLIR helpers as ``_jax`` (new) or ``xla_extension`` (old).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax import export as jax_export
+from jax._src import core
+from jax._src import mesh as mesh_lib
+from jax._src.export import _export
+from jax._src.lib import xla_client
+
+__all__ = [
+    "HAS_NAMED_SHARDINGS",
+    "calling_convention_range",
+    "exported_named_shardings",
+    "hlo_sharding_from_proto",
+    "hlo_sharding_to_proto",
+    "jax_versions",
+    "make_abstract_mesh",
+    "make_exported",
+    "make_shaped_array",
+    "memory_space_name",
+    "module_from_portable_artifact",
+    "named_to_hlo_sharding",
+    "np_dtype",
+    "vma_of",
+    "with_sharding",
+]
+
+_EXPORTED_FIELDS = frozenset(f.name for f in dataclasses.fields(_export.Exported))
+#: Whether the running jax's Exported carries named shardings (jax >= 0.9).
+HAS_NAMED_SHARDINGS = "_has_named_shardings" in _EXPORTED_FIELDS
+
+
+def jax_versions() -> tuple[str, str]:
+    """The running ``(jax, jaxlib)`` versions."""
+    import jaxlib
+
+    return jax.__version__, getattr(jaxlib, "__version__", "unknown")
+
+
+def calling_convention_range() -> tuple[int, int]:
+    """The running jax's supported calling convention versions, inclusive.
+
+    Source: https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions
+    """
+    return (
+        jax_export.minimum_supported_calling_convention_version,
+        jax_export.maximum_supported_calling_convention_version,
+    )
+
+
+def exported_named_shardings(exp: Any) -> tuple[bool, tuple[Any, ...], tuple[Any, ...]]:
+    """``(has_named_shardings, in_named, out_named)`` of an Exported; all None before jax 0.9."""
+    if not HAS_NAMED_SHARDINGS:
+        return False, (None,) * len(exp.in_avals), (None,) * len(exp.out_avals)
+    return exp._has_named_shardings, exp._in_named_shardings, exp._out_named_shardings
+
+
+def make_exported(**fields: Any) -> Any:
+    """Builds a ``jax.export.Exported`` from the fields the running jax knows.
+
+    Named-sharding fields are dropped on a jax without them (the HloSharding form is kept).
+    """
+    return _export.Exported(**{k: v for k, v in fields.items() if k in _EXPORTED_FIELDS})
+
+
+def named_to_hlo_sharding(sharding: Any, aval: Any) -> Any:
+    """The HloSharding of a NamedSharding over an abstract mesh, for an aval of its rank."""
+    convert = getattr(_export, "named_to_hlo_sharding", None)
+    if convert is not None:
+        return convert(sharding, aval)
+    return sharding._to_xla_hlo_sharding(aval.ndim)
+
+
+def with_sharding(aval: Any, sharding: Any) -> Any:
+    """``aval`` carrying ``sharding``, as jax's own deserializer builds in/out avals."""
+    if sharding is None:
+        return aval
+    return core.update_aval_with_sharding(aval, sharding)
+
+
+def hlo_sharding_to_proto(sharding: Any) -> bytes:
+    """Serializes an HloSharding as an ``xla.OpSharding`` protocol buffer."""
+    return bytes(sharding.to_proto().SerializeToString())
+
+
+def hlo_sharding_from_proto(data: bytes) -> Any:
+    """Parses an ``xla.OpSharding`` protocol buffer into an HloSharding."""
+    proto = xla_client.OpSharding()
+    proto.ParseFromString(data)
+    return xla_client.HloSharding.from_proto(proto)
+
+
+def make_abstract_mesh(
+    axis_sizes: tuple[int, ...],
+    axis_names: tuple[str, ...],
+    axis_types: tuple[Any, ...],
+    device: tuple[str, int | None, str | None] | None,
+) -> Any:
+    """Builds a ``jax.sharding.AbstractMesh``; ``device`` is ``(kind, num_cores, platform)``."""
+    kwargs: dict[str, Any] = {}
+    if device is not None and _accepts(mesh_lib.AbstractMesh, "abstract_device"):
+        kind, num_cores, platform = device
+        device_kwargs: dict[str, Any] = {"device_kind": kind, "num_cores": num_cores}
+        if platform is not None and _accepts(mesh_lib.AbstractDevice, "platform"):
+            device_kwargs["platform"] = platform
+        kwargs["abstract_device"] = mesh_lib.AbstractDevice(**device_kwargs)
+    return mesh_lib.AbstractMesh(axis_sizes, axis_names, axis_types, **kwargs)
+
+
+def make_shaped_array(
+    shape: tuple[Any, ...],
+    dtype: Any,
+    *,
+    weak_type: bool,
+    memory_space: str | None,
+    vma: frozenset[str],
+    sharding: Any = None,
+) -> Any:
+    """Builds a ``jax.core.ShapedArray`` with the attributes the running jax knows."""
+    kwargs: dict[str, Any] = {}
+    if sharding is not None:
+        kwargs["sharding"] = sharding
+    if memory_space is not None and hasattr(core, "MemorySpace"):
+        kwargs["memory_space"] = getattr(core.MemorySpace, memory_space)
+    if vma and _accepts(core.ShapedArray, "vma"):
+        kwargs["vma"] = vma
+    return core.ShapedArray(shape, dtype, weak_type=weak_type, **kwargs)
+
+
+def module_from_portable_artifact(data: bytes) -> Any:
+    """Deserializes a StableHLO portable artifact into an ``ir.Module`` (needs an ir.Context)."""
+    return _jax_lib().mlir.deserialize_portable_artifact(data)
+
+
+@functools.cache
+def _jax_lib() -> Any:
+    try:
+        from jax._src.lib import _jax
+
+        return _jax
+    except ImportError:  # jax < 0.7.1
+        from jax._src.lib import xla_extension  # type: ignore[attr-defined]
+
+        return xla_extension
+
+
+@functools.cache
+def _accepts(cls: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def memory_space_name(aval: Any) -> str | None:
+    """The name of an aval's memory space (``"Device"``, ``"Host"``, ``"Any"``), if it has one."""
+    space = getattr(aval, "memory_space", None)
+    return None if space is None else space.name
+
+
+def vma_of(aval: Any) -> Sequence[str]:
+    """The varying manual axes of an aval, sorted (empty before jax has them)."""
+    return sorted(str(a) for a in getattr(aval, "vma", ()))
+
+
+def np_dtype(name: str) -> np.dtype | None:
+    """The dtype named ``name`` in the running jax (``jnp.<name>``), or None if it has none."""
+    dt = getattr(jax.numpy, name, None)
+    return None if dt is None else np.dtype(dt)

@@ -1,0 +1,331 @@
+"""The container: preamble, header, payload sections (schema/FORMAT.md, "Byte layout").
+
+    offset  size  field
+    0       8     magic  b"\\x89JXP\\r\\n\\x1a\\n"
+    8       4     format version (uint32, little-endian)
+    12      4     flags (uint32, must be 0)
+    16      8     header length H in bytes (uint64)
+    24      32    sha256 of the header
+    56      H     header: a FlatBuffer, root ``jaxport.fb.Archive``, identifier "JXPA"
+    56+H    ...   payload: the sections, contiguous, in order, nothing after the last
+
+The reader checks, in this order: magic, version, flags, header length <= cap and inside the
+input, header digest, (then the FlatBuffer, by the caller), every section range, every section
+digest, and decompression bounded by the declared sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import struct
+from collections.abc import Sequence
+
+import zstandard
+
+from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
+from jaxport.export._versions import (
+    FORMAT_VERSION,
+    MAX_SUPPORTED_FORMAT_VERSION,
+    MIN_SUPPORTED_FORMAT_VERSION,
+)
+from jaxport.schema import fb
+
+__all__ = [
+    "MAGIC",
+    "MAX_HEADER_LENGTH",
+    "PREAMBLE_LENGTH",
+    "Preamble",
+    "Section",
+    "SectionReader",
+    "check_sections",
+    "compress_section",
+    "decode_preamble",
+    "encode_preamble",
+]
+
+MAGIC = b"\x89JXP\r\n\x1a\n"
+_PREAMBLE = struct.Struct("<8sIIQ32s")
+#: Bytes before the header.
+PREAMBLE_LENGTH = _PREAMBLE.size
+#: The largest header a reader accepts, in bytes (64 MiB).
+MAX_HEADER_LENGTH = 64 * 2**20
+_MAX_WINDOW_LOG = 31
+
+
+@dataclasses.dataclass(frozen=True)
+class Preamble:
+    """The fixed-size start of an archive."""
+
+    format_version: int
+    header_length: int
+    header_sha256: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A payload section: ``offset`` is from the start of the payload; sizes in bytes."""
+
+    offset: int
+    length: int
+    compression: int
+    uncompressed_length: int
+    sha256: bytes
+
+
+def encode_preamble(header: bytes) -> bytes:
+    """The 56-byte preamble for a FlatBuffer ``header``, at the current FORMAT_VERSION."""
+    return _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(header), hashlib.sha256(header).digest())
+
+
+def decode_preamble(buf: bytes | memoryview, *, path: str | None = None) -> Preamble:
+    """Checks and decodes the preamble of ``buf``, which holds at least the preamble.
+
+    Raises:
+        CorruptArchiveError: too short, wrong magic, non-zero flags, or a header length over
+            MAX_HEADER_LENGTH.
+        UnsupportedVersionError: a format version outside the supported range.
+    """
+    if len(buf) < PREAMBLE_LENGTH:
+        raise CorruptArchiveError(
+            f"truncated: {len(buf)} bytes, a jaxport archive has at least {PREAMBLE_LENGTH}",
+            path=path,
+        )
+    magic, version, flags, header_length, digest = _PREAMBLE.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CorruptArchiveError(
+            f"not a jaxport archive: magic bytes are {bytes(magic)!r}, expected {MAGIC!r}",
+            offset=0,
+            path=path,
+        )
+    if not MIN_SUPPORTED_FORMAT_VERSION <= version <= MAX_SUPPORTED_FORMAT_VERSION:
+        hint = (
+            "upgrade jaxport to read it"
+            if version > MAX_SUPPORTED_FORMAT_VERSION
+            else "it was written by a jaxport release this one no longer reads"
+        )
+        raise UnsupportedVersionError(
+            "archive format version",
+            version,
+            (MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION),
+            hint,
+        )
+    if flags != 0:
+        raise CorruptArchiveError(f"unknown flags {flags:#x} in the preamble", offset=12, path=path)
+    if header_length > MAX_HEADER_LENGTH:
+        raise CorruptArchiveError(
+            f"header length {header_length} bytes exceeds the limit of {MAX_HEADER_LENGTH}",
+            offset=16,
+            path=path,
+        )
+    return Preamble(version, header_length, bytes(digest))
+
+
+def check_header(header: bytes | memoryview, preamble: Preamble, *, path: str | None) -> None:
+    """Checks the header's length and sha256 against the preamble.
+
+    Raises:
+        CorruptArchiveError: the input ends inside the header.
+        IntegrityError: the header's digest does not match.
+    """
+    if len(header) != preamble.header_length:
+        raise CorruptArchiveError(
+            f"truncated: the header is {preamble.header_length} bytes, only {len(header)} present",
+            offset=PREAMBLE_LENGTH,
+            path=path,
+        )
+    found = hashlib.sha256(header).digest()
+    if found != preamble.header_sha256:
+        raise IntegrityError(
+            "header digest mismatch",
+            expected=preamble.header_sha256.hex(),
+            found=found.hex(),
+            offset=PREAMBLE_LENGTH,
+            path=path,
+        )
+    if not fb.Archive.ArchiveBufferHasIdentifier(header, 0):
+        raise CorruptArchiveError(
+            "the header is not a jaxport.fb.Archive FlatBuffer (identifier is not JXPA)",
+            offset=PREAMBLE_LENGTH,
+            path=path,
+        )
+
+
+def check_sections(
+    sections: Sequence[Section], payload_length: int, *, payload_start: int, path: str | None
+) -> None:
+    """Checks that the sections tile the payload exactly: in order, no holes, no trailing bytes.
+
+    Raises:
+        CorruptArchiveError: a section out of range, overlapping, leaving a hole, of an unknown
+            compression, or bytes after the last section (this prevents polyglot files).
+    """
+    position = 0
+    for i, s in enumerate(sections):
+        where = payload_start + s.offset
+        if s.offset != position:
+            raise CorruptArchiveError(
+                f"section {i} starts at payload offset {s.offset}, expected {position}",
+                offset=where,
+                path=path,
+            )
+        if s.offset + s.length > payload_length:
+            raise CorruptArchiveError(
+                f"truncated: section {i} ends at byte {payload_start + s.offset + s.length}, "
+                f"the archive has {payload_start + payload_length}",
+                offset=where,
+                path=path,
+            )
+        if s.compression not in (fb.Compression.none, fb.Compression.zstd):
+            raise CorruptArchiveError(
+                f"section {i} has unknown compression {s.compression}", offset=where, path=path
+            )
+        if s.compression == fb.Compression.none and s.length != s.uncompressed_length:
+            raise CorruptArchiveError(
+                f"section {i} is uncompressed but declares {s.uncompressed_length} bytes "
+                f"for {s.length} stored",
+                offset=where,
+                path=path,
+            )
+        if len(s.sha256) != 32:
+            raise CorruptArchiveError(f"section {i} has no sha256 digest", path=path)
+        position = s.offset + s.length
+    if position != payload_length:
+        raise CorruptArchiveError(
+            f"{payload_length - position} bytes after the last section",
+            offset=payload_start + position,
+            path=path,
+        )
+
+
+def compress_section(parts: Sequence[bytes]) -> tuple[list[bytes], Section]:
+    """zstd-compresses ``parts`` as one frame with long-distance matching.
+
+    Long-distance matching finds the constants that the primal and each VJP module repeat
+    across tens of MB, so they are stored about once. The parameters depend only on the
+    input's size, so the output is deterministic. Returns the stored chunks and the Section
+    (``offset`` 0, for the caller to place).
+    """
+    total = sum(len(p) for p in parts)
+    window_log = min(_MAX_WINDOW_LOG, max(10, math.ceil(math.log2(max(total, 1)))))
+    params = zstandard.ZstdCompressionParameters.from_level(
+        _level_for(total), window_log=window_log, enable_ldm=True, write_content_size=True
+    )
+    compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=total)
+    chunks = [c for c in (compressor.compress(p) for p in parts) if c]
+    chunks.append(compressor.flush())
+    digest = hashlib.sha256()
+    for c in chunks:
+        digest.update(c)
+    stored = sum(len(c) for c in chunks)
+    return chunks, Section(0, stored, fb.Compression.zstd, total, digest.digest())
+
+
+def _level_for(total: int) -> int:
+    # Below 1 MiB, modules are mostly code: entropy coding pays and costs little time.
+    # Above, they are mostly constants: fast mode keeps literals raw, so decompression runs at
+    # memory speed, and long-distance matching still removes the repeats.
+    return 3 if total < 2**20 else -1
+
+
+class SectionReader:
+    """Verifies and decompresses sections of one archive, on demand, with bounded output.
+
+    A section's digest is checked once, before its bytes reach the decompressor. A prefix of a
+    section can be decompressed alone, so loading the primal module does not pay for the VJPs.
+    """
+
+    def __init__(
+        self,
+        payload: memoryview,
+        sections: Sequence[Section],
+        *,
+        payload_start: int,
+        path: str | None,
+    ):
+        self._payload = payload
+        self._sections = sections
+        self._payload_start = payload_start
+        self._path = path
+        self._verified: set[int] = set()
+        self._decompressed: dict[int, bytes] = {}
+
+    def read(self, index: int, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of section ``index`` after decompression.
+
+        Raises:
+            CorruptArchiveError: no such section, a range outside it, or a zstd frame that does
+                not decompress to exactly its declared size.
+            IntegrityError: the section's stored bytes do not match its digest.
+        """
+        if not 0 <= index < len(self._sections):
+            raise CorruptArchiveError(f"module refers to section {index}, which does not exist")
+        s = self._sections[index]
+        if offset + length > s.uncompressed_length:
+            raise CorruptArchiveError(
+                f"range [{offset}, {offset + length}) outside section {index} "
+                f"of {s.uncompressed_length} bytes",
+                path=self._path,
+            )
+        stored = self._stored(index)
+        if s.compression == fb.Compression.none:
+            return bytes(stored[offset : offset + length])
+        data = self._decompressed.get(index, b"")
+        if len(data) < offset + length:
+            data = self._decompress(index, stored, offset + length)
+            self._decompressed[index] = data
+        return data[offset : offset + length] if (offset, length) != (0, len(data)) else data
+
+    def _stored(self, index: int) -> memoryview:
+        s = self._sections[index]
+        stored = self._payload[s.offset : s.offset + s.length]
+        if index not in self._verified:
+            found = hashlib.sha256(stored).digest()
+            if found != s.sha256:
+                raise IntegrityError(
+                    f"section {index} digest mismatch",
+                    expected=s.sha256.hex(),
+                    found=found.hex(),
+                    offset=self._payload_start + s.offset,
+                    path=self._path,
+                )
+            self._verified.add(index)
+        return stored
+
+    def _decompress(self, index: int, stored: memoryview, end: int) -> bytes:
+        s = self._sections[index]
+        where = self._payload_start + s.offset
+        try:
+            content_size = zstandard.frame_content_size(stored)
+        except zstandard.ZstdError as e:
+            raise CorruptArchiveError(
+                f"section {index} is not a zstd frame: {e}", offset=where, path=self._path
+            ) from None
+        if content_size != s.uncompressed_length:
+            raise CorruptArchiveError(
+                f"section {index}'s zstd frame holds {content_size} bytes, the header declares "
+                f"{s.uncompressed_length}",
+                offset=where,
+                path=self._path,
+            )
+        dctx = zstandard.ZstdDecompressor(max_window_size=2**_MAX_WINDOW_LOG)
+        try:
+            if end == s.uncompressed_length:
+                data = dctx.decompress(stored, max_output_size=s.uncompressed_length)
+            else:
+                with dctx.stream_reader(stored, read_size=2**20) as reader:
+                    data = reader.read(end)
+                    while len(data) < end and (more := reader.read(end - len(data))):
+                        data += more
+        except zstandard.ZstdError as e:
+            raise CorruptArchiveError(
+                f"section {index} does not decompress: {e}", offset=where, path=self._path
+            ) from None
+        if len(data) < end:
+            raise CorruptArchiveError(
+                f"section {index} decompresses to {len(data)} bytes, fewer than {end} declared",
+                offset=where,
+                path=self._path,
+            )
+        return data

@@ -1,0 +1,236 @@
+"""``inspect``: what an archive holds, from its header alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from jaxport.export import _archive, _container, _fb, _modules, _pytrees
+from jaxport.export._dtypes import dtype_name
+from jaxport.schema import fb
+
+__all__ = ["ArchiveInfo", "AvalInfo", "ModuleInfo", "SectionInfo", "inspect"]
+
+_COMPRESSION_NAMES = {fb.Compression.none: "none", fb.Compression.zstd: "zstd"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AvalInfo:
+    """One flat input or output.
+
+    Attributes:
+        path: its key path in the (args, kwargs) or result pytree, e.g. ``"[0][0]['w']"``.
+        shape: dimension sizes; a symbolic dimension is its expression, e.g. ``"2*b"``.
+        dtype: the dtype's name, e.g. ``"float32"``, ``"key<threefry2x32>"``.
+        weak_type: whether the aval is weakly typed.
+        sharding: ``"P('x', None) over {'x': 4, 'y': 2}"`` for a named sharding, ``"hlo"`` for
+            the HloSharding form only, None when unspecified.
+    """
+
+    path: str
+    shape: tuple[int | str, ...]
+    dtype: str
+    weak_type: bool
+    sharding: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleInfo:
+    """A StableHLO module: the primal (``vjp_order`` 0) or the VJP of that order.
+
+    ``length`` is in bytes, uncompressed.
+    """
+
+    vjp_order: int
+    length: int
+    stablehlo_version: str
+    custom_call_targets: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionInfo:
+    """A payload section; ``offset`` from the payload's start, sizes in bytes."""
+
+    offset: int
+    length: int
+    uncompressed_length: int
+    compression: str
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveInfo:
+    """What ``jaxport.inspect`` reads from an archive's header (sizes in bytes)."""
+
+    format_version: int
+    fun_name: str
+    platforms: tuple[str, ...]
+    nr_devices: int
+    calling_convention_version: int
+    in_avals: tuple[AvalInfo, ...]
+    out_avals: tuple[AvalInfo, ...]
+    symbolic_constraints: tuple[str, ...]
+    ordered_effects: tuple[str, ...]
+    unordered_effects: tuple[str, ...]
+    disabled_safety_checks: tuple[str, ...]
+    uses_global_constants: bool
+    vjp_order: int
+    modules: tuple[ModuleInfo, ...]
+    custom_call_targets: tuple[str, ...]
+    jaxport_version: str
+    jax_version: str
+    jaxlib_version: str
+    metadata: dict[str, str]
+    header_length: int
+    header_sha256: str
+    total_length: int
+    sections: tuple[SectionInfo, ...]
+
+
+def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> ArchiveInfo:
+    """Reads an archive's header: O(1) in the archive's size, nothing decompressed.
+
+    Only the preamble and header of a file are read, and the section ranges are checked
+    against the file size; section digests are not checked (``loads`` does that).
+
+    Args:
+        source: a path to an archive file, or the archive's bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError: a malformed preamble or
+            header; see ``jaxport.loads``.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        view = memoryview(source).cast("B")
+        head = _archive.read_header(view, len(view), path=None)
+        path = None
+    else:
+        path = str(source)
+        with Path(source).open("rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            start = f.read(_container.PREAMBLE_LENGTH)
+            preamble = _container.decode_preamble(start, path=path)
+            data = start + f.read(preamble.header_length)
+        head = _archive.read_header(data, total, path=path)
+    with _fb.translating_read_errors(path):
+        return _archive_info(head)
+
+
+def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
+    archive = head.archive
+    exported = archive.Exported()
+    producer = archive.Producer()
+    chain = []
+    while exported is not None:
+        chain.append(exported)
+        exported = exported.Vjp()
+    primal = chain[0]
+    modules = tuple(_module_info(order, e) for order, e in enumerate(chain))
+    metadata = {}
+    for entry in _fb.read_tables(archive, "Metadata"):
+        metadata[_fb.read_str(entry.Key())] = _fb.read_str(entry.Value())
+    return ArchiveInfo(
+        format_version=head.preamble.format_version,
+        fun_name=_fb.read_str(primal.FunName()),
+        platforms=_fb.read_strs(primal, "Platforms"),
+        nr_devices=primal.NrDevices(),
+        calling_convention_version=primal.CallingConventionVersion(),
+        in_avals=_aval_infos(primal, "In"),
+        out_avals=_aval_infos(primal, "Out"),
+        symbolic_constraints=_fb.read_strs(primal, "SymbolicConstraints"),
+        ordered_effects=_effect_names(primal, "OrderedEffects"),
+        unordered_effects=_effect_names(primal, "UnorderedEffects"),
+        disabled_safety_checks=tuple(
+            _disabled_check_name(c) for c in _fb.read_tables(primal, "DisabledSafetyChecks")
+        ),
+        uses_global_constants=primal.UsesGlobalConstants(),
+        vjp_order=archive.VjpOrder(),
+        modules=modules,
+        custom_call_targets=tuple(sorted({t for m in modules for t in m.custom_call_targets})),
+        jaxport_version=_fb.read_str(producer.JaxportVersion()) if producer else "",
+        jax_version=_fb.read_str(producer.JaxVersion()) if producer else "",
+        jaxlib_version=_fb.read_str(producer.JaxlibVersion()) if producer else "",
+        metadata=metadata,
+        header_length=head.preamble.header_length,
+        header_sha256=head.preamble.header_sha256.hex(),
+        total_length=head.total_length,
+        sections=tuple(
+            SectionInfo(
+                s.offset,
+                s.length,
+                s.uncompressed_length,
+                _COMPRESSION_NAMES.get(s.compression, str(s.compression)),
+                s.sha256.hex(),
+            )
+            for s in head.sections
+        ),
+    )
+
+
+def _module_info(order: int, table: fb.Exported) -> ModuleInfo:
+    module = table.Module()
+    ref = _modules.decode_module(module) if module is not None else None
+    if ref is None:
+        return ModuleInfo(order, 0, "", ())
+    return ModuleInfo(order, ref.length, ref.stablehlo_version, ref.custom_call_targets)
+
+
+def _aval_infos(table: fb.Exported, side: str) -> tuple[AvalInfo, ...]:
+    n = _fb.count(getattr(table, f"{side}AvalsLength")(), table)
+    tree = getattr(table, f"{side}Tree")()
+    paths = _pytrees.pytree_paths(tree) if tree is not None else []
+    if len(paths) != n:
+        paths = [f"[{i}]" for i in range(n)]
+    n_shardings = getattr(table, f"{side}ShardingsLength")()
+    infos = []
+    for i in range(n):
+        aval = getattr(table, f"{side}Avals")(i)
+        sharding = getattr(table, f"{side}Shardings")(i) if i < n_shardings else None
+        infos.append(
+            AvalInfo(
+                path=paths[i],
+                shape=_shape(aval),
+                dtype=dtype_name(aval.Dtype(), _fb.read_str(aval.PrngImpl())),
+                weak_type=aval.WeakType(),
+                sharding=_sharding_summary(table, sharding),
+            )
+        )
+    return tuple(infos)
+
+
+def _shape(aval: fb.AbstractValue) -> tuple[int | str, ...]:
+    dims = aval.ShapeAsNumpy().tolist() if not aval.ShapeIsNone() else []
+    exprs = _fb.read_strs(aval, "DimExprs")
+    return tuple(exprs[i] if d == -1 and i < len(exprs) else d for i, d in enumerate(dims))
+
+
+def _sharding_summary(exported: fb.Exported, sharding: Any) -> str | None:
+    if sharding is None:
+        return None
+    named = sharding.Named()
+    if named is None:
+        return None if sharding.HloShardingIsNone() else "hlo"
+    entries = []
+    for entry in _fb.read_tables(named, "Spec"):
+        axes = _fb.read_strs(entry, "Axes")
+        entries.append("None" if not axes else repr(axes[0]) if len(axes) == 1 else repr(axes))
+    mesh = exported.Meshes(named.Mesh()) if named.Mesh() < exported.MeshesLength() else None
+    axes_desc = ""
+    if mesh is not None:
+        names = _fb.read_strs(mesh, "AxisNames")
+        sizes = mesh.AxisSizesAsNumpy().tolist() if not mesh.AxisSizesIsNone() else []
+        axes_desc = ", ".join(f"{n!r}: {s}" for n, s in zip(names, sizes, strict=False))
+    return f"P({', '.join(entries)}) over {{{axes_desc}}}"
+
+
+def _effect_names(table: fb.Exported, field: str) -> tuple[str, ...]:
+    return tuple(_fb.read_str(e.TypeName()) for e in _fb.read_tables(table, field))
+
+
+def _disabled_check_name(table: fb.DisabledSafetyCheck) -> str:
+    if table.Kind() == fb.DisabledSafetyCheckKind.custom_call:
+        return f"custom_call:{_fb.read_str(table.CustomCallTarget())}"
+    return "platform" if table.Kind() == fb.DisabledSafetyCheckKind.platform else "unknown"

@@ -1,0 +1,96 @@
+"""The one exception hierarchy of jaxport.
+
+Every error jaxport raises on bad input is one of these; errors of the libraries underneath
+(struct, flatbuffers, zstandard, ...) are translated where they are raised and never reach a
+caller raw. Each class also inherits the matching built-in, so ``except ValueError`` keeps
+working for code that does not know jaxport::
+
+    JaxportError
+    ├── CorruptArchiveError (ValueError)       bytes that are not a well-formed archive
+    │   └── IntegrityError                     a sha256 digest does not match its bytes
+    ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
+    └── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
+                                               written or read by this jax / jaxport
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptArchiveError",
+    "IntegrityError",
+    "JaxportError",
+    "UnsupportedFeatureError",
+    "UnsupportedVersionError",
+]
+
+
+class JaxportError(Exception):
+    """Base class of every error raised by jaxport."""
+
+
+class CorruptArchiveError(JaxportError, ValueError):
+    """The bytes are not a well-formed jaxport archive.
+
+    Attributes:
+        offset: byte offset in the archive where the problem was found, when known.
+        path: the file read, when the archive came from a file.
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None, path: str | None = None):
+        self.offset = offset
+        self.path = path
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if offset is not None:
+            where.append(f"at byte {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class IntegrityError(CorruptArchiveError):
+    """A sha256 digest does not match the bytes it covers.
+
+    Attributes:
+        expected: the digest recorded (hex).
+        found: the digest of the bytes read (hex), or None when the bytes are missing.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: str | None = None,
+        found: str | None = None,
+        offset: int | None = None,
+        path: str | None = None,
+    ):
+        self.expected = expected
+        self.found = found
+        super().__init__(message, offset=offset, path=path)
+
+
+class UnsupportedVersionError(JaxportError, ValueError):
+    """A version is outside the range this reader or writer supports.
+
+    Attributes:
+        what: which version, e.g. ``"archive format version"`` or ``"calling convention version"``.
+        found_version: the version found.
+        supported: ``(minimum, maximum)`` supported, inclusive.
+    """
+
+    def __init__(self, what: str, found_version: int, supported: tuple[int, int], hint: str = ""):
+        self.what = what
+        self.found_version = found_version
+        self.supported = supported
+        lo, hi = supported
+        message = f"{what} {found_version} is not supported: this reader supports {lo} to {hi}"
+        super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class UnsupportedFeatureError(JaxportError, ValueError):
+    """An Exported, or a part of one, that this jax or jaxport cannot write or read.
+
+    For example a pytree node type that is not registered for serialization, an effect without
+    a nullary constructor, a dtype the running jax does not know, or a ``vjp_order`` higher than
+    the Exported has VJPs for.
+    """

@@ -1,0 +1,67 @@
+"""Cross-release check used by scripts/test_jax_versions.sh.
+
+    python scripts/cross_version.py write DIR   # export a few functions, save archives in DIR
+    python scripts/cross_version.py read DIR    # load each archive in DIR, run it, compare
+
+The expected outputs are computed with numpy, so a reader needs nothing from the writer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxport
+
+X = np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
+
+
+def cases():
+    (b,) = jax.export.symbolic_shape("b", constraints=["b >= 2"])
+    yield (
+        "poly",
+        jax.export.export(jax.jit(lambda x: jnp.sin(x) * 2))(
+            jax.ShapeDtypeStruct((b, 4), jnp.float32)
+        ),
+        lambda x: np.sin(x) * 2,
+    )
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
+    sharded = jax.jit(lambda x: x * 3, in_shardings=NamedSharding(mesh, P("x", "y")))
+    yield (
+        "sharded",
+        jax.export.export(sharded)(jax.ShapeDtypeStruct((8, 4), jnp.float32)),
+        lambda x: x * 3,
+    )
+
+
+def write(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, exp, _ in cases():
+        jaxport.save(exp, out / f"{name}.jaxport", vjp_order=1)
+
+
+def read(src: Path) -> None:
+    expected = {name: fn for name, _, fn in cases()}
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
+    for path in sorted(src.glob("*.jaxport")):
+        exp = jaxport.load(path)
+        x = jax.device_put(X, exp.in_shardings_jax(mesh)[0]) if exp.nr_devices > 1 else X
+        np.testing.assert_allclose(exp.call(x), expected[path.stem](X), rtol=1e-6)
+        g = jax.grad(lambda x, exp=exp: exp.call(x).sum())(x)
+        assert g.shape == X.shape
+        info = jaxport.inspect(path)
+        print(f"  ok {path.name}: written by jax {info.jax_version}, read by jax {jax.__version__}")
+
+
+if __name__ == "__main__":
+    mode, directory = sys.argv[1], Path(sys.argv[2])
+    write(directory) if mode == "write" else read(directory)

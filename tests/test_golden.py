@@ -1,0 +1,43 @@
+"""Golden archives of every released format version still load and run.
+
+They are made by tests/golden/make_golden.py (its docstring says when and how).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jaxport
+
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def test_golden_v1_is_read():
+    path = GOLDEN / "v1_poly_vjp1.jaxport"
+    info = jaxport.inspect(path)
+    assert info.format_version == 1
+    assert info.metadata == {"golden": "v1"}
+    assert info.platforms == ("cpu", "cuda", "tpu")
+    assert info.symbolic_constraints == ("b >= 1",)
+    assert [a.shape for a in info.in_avals] == [("b", 4), (4, 3)]
+    assert info.vjp_order == 1
+
+    exp = jaxport.load(path)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    y = np.arange(12, dtype=np.float32).reshape(4, 3)
+    out = exp.call(x, y)
+    np.testing.assert_allclose(out["out"], np.sin(x) @ y, rtol=1e-5)
+    np.testing.assert_allclose(out["sum"], x.sum(), atol=1e-5)
+    grad = jax.grad(lambda x: exp.call(x, y)["out"].sum())(x)
+    np.testing.assert_allclose(grad, np.cos(x) * y.sum(axis=1), rtol=1e-5)
+
+
+def test_every_released_version_has_a_golden_archive():
+    versions = range(jaxport.MIN_SUPPORTED_FORMAT_VERSION, jaxport.MAX_SUPPORTED_FORMAT_VERSION + 1)
+    for v in versions:
+        if not list(GOLDEN.glob(f"v{v}_*.jaxport")):
+            pytest.fail(f"no golden archive for format version {v}")
