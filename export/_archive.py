@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport._io import atomic_write
 from jaxport._version import __version__
 from jaxport.export import _compat, _container, _fb, _modules
 from jaxport.export._avals import AvalTables
@@ -256,19 +256,7 @@ def save(
         OSError: the directory is missing or not writable.
         UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
     """
-    chunks = dump_chunks(exported, vjp_order=vjp_order, metadata=metadata)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
 
 
 def load(path: PathLike, *, allow_unsupported_calling_convention: bool = False) -> Any:

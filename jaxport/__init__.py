@@ -21,9 +21,14 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
     __path__.append(_root)
 
 from jaxport._errors import (  # noqa: E402
+    ConflictError,
     CorruptArchiveError,
     IntegrityError,
+    InvalidNameError,
     JaxportError,
+    NotFoundError,
+    RegistryError,
+    SchemaVersionError,
     UnsupportedFeatureError,
     UnsupportedVersionError,
 )
@@ -42,6 +47,7 @@ from jaxport.export import (  # noqa: E402
     loads,
     save,
 )
+from jaxport.registry import Ref, Registry, Resolution, VariantInfo  # noqa: E402
 
 __all__ = [
     "FORMAT_VERSION",
@@ -49,13 +55,22 @@ __all__ = [
     "MIN_SUPPORTED_FORMAT_VERSION",
     "ArchiveInfo",
     "AvalInfo",
+    "ConflictError",
     "CorruptArchiveError",
     "IntegrityError",
+    "InvalidNameError",
     "JaxportError",
     "ModuleInfo",
+    "NotFoundError",
+    "Ref",
+    "Registry",
+    "RegistryError",
+    "Resolution",
+    "SchemaVersionError",
     "SectionInfo",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
+    "VariantInfo",
     "__version__",
     "dumps",
     "inspect",

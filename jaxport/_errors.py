@@ -9,16 +9,26 @@ working for code that does not know jaxport::
     ├── CorruptArchiveError (ValueError)       bytes that are not a well-formed archive
     │   └── IntegrityError                     a sha256 digest does not match its bytes
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
-    └── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
-                                               written or read by this jax / jaxport
+    ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
+    │                                          written or read by this jax / jaxport
+    └── RegistryError                          the registry cannot do what was asked
+        ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
+        ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
+        ├── ConflictError                      refused: e.g. deleting a version an alias points at
+        └── SchemaVersionError                 the database schema is older or newer than jaxport's
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ConflictError",
     "CorruptArchiveError",
     "IntegrityError",
+    "InvalidNameError",
     "JaxportError",
+    "NotFoundError",
+    "RegistryError",
+    "SchemaVersionError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
 ]
@@ -94,3 +104,33 @@ class UnsupportedFeatureError(JaxportError, ValueError):
     a nullary constructor, a dtype the running jax does not know, or a ``vjp_order`` higher than
     the Exported has VJPs for.
     """
+
+
+class RegistryError(JaxportError):
+    """The registry cannot do what was asked (also: a database error, translated)."""
+
+
+class NotFoundError(RegistryError, LookupError):
+    """No such name, version or alias, or no variant matches; the message lists what exists."""
+
+
+class InvalidNameError(RegistryError, ValueError):
+    """A name, alias or reference that is not allowed (the message says which rule it breaks)."""
+
+
+class ConflictError(RegistryError):
+    """Refused because of the registry's state, e.g. deleting a version an alias points at."""
+
+
+class SchemaVersionError(RegistryError):
+    """The database's schema revision does not match this jaxport's.
+
+    Attributes:
+        found: the database's alembic revision (None for an unknown one).
+        expected: the revision this jaxport writes.
+    """
+
+    def __init__(self, message: str, *, found: str | None, expected: str):
+        self.found = found
+        self.expected = expected
+        super().__init__(message)

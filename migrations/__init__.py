@@ -1,3 +1,36 @@
-"""alembic migrations of the registry database (issue #3)."""
+"""alembic migrations of the registry database, shipped inside the package.
 
-__all__: list[str] = []
+``alembic_config(connection)`` gives a Config whose ``env.py`` runs on that connection;
+``HEAD`` is the revision this jaxport writes. Add a migration with
+``alembic -c <(python -m jaxport.migrations) revision --autogenerate -m "..."`` or by hand in
+``versions/``, and keep ``tests/test_migrations.py``'s revision-1 fixture upgrading.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+__all__ = ["HEAD", "SCRIPT_LOCATION", "alembic_config", "known_revisions"]
+
+SCRIPT_LOCATION = str(Path(__file__).parent)
+#: The schema revision this jaxport writes.
+HEAD = "0001"
+
+
+def alembic_config(connection: Any = None) -> Config:
+    """An alembic Config for this package's migrations, bound to ``connection`` if given."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def known_revisions() -> set[str]:
+    """Every revision this jaxport knows (older ones can be upgraded from)."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}

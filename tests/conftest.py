@@ -19,3 +19,47 @@ def x64():
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+#: PostgreSQL for the registry tests; .ci/run sets it, without it those tests skip.
+POSTGRES_URL_ENV = "JAXPORT_TEST_POSTGRES_URL"
+
+
+def _postgres_url(schema: str) -> str:
+    base = os.environ[POSTGRES_URL_ENV]
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh, empty registry database on each backend (PostgreSQL: a schema of its own)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'registry.db'}"
+        return
+    if not os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
+    import uuid
+
+    import sqlalchemy as sa
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(os.environ[POSTGRES_URL_ENV])
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield _postgres_url(schema)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture
+def registry(db_url, tmp_path):
+    """A Registry on each backend, with a local blob directory."""
+    from jaxport import Registry
+
+    reg = Registry(db_url, blobs=tmp_path / "blobs")
+    yield reg
+    reg.close()

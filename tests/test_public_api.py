@@ -12,13 +12,22 @@ def test_public_names():
         "MIN_SUPPORTED_FORMAT_VERSION",
         "ArchiveInfo",
         "AvalInfo",
+        "ConflictError",
         "CorruptArchiveError",
         "IntegrityError",
+        "InvalidNameError",
         "JaxportError",
         "ModuleInfo",
+        "NotFoundError",
+        "Ref",
+        "Registry",
+        "RegistryError",
+        "Resolution",
+        "SchemaVersionError",
         "SectionInfo",
         "UnsupportedFeatureError",
         "UnsupportedVersionError",
+        "VariantInfo",
         "__version__",
         "dumps",
         "inspect",
@@ -37,6 +46,10 @@ def test_error_hierarchy():
     assert issubclass(jaxport.UnsupportedVersionError, jaxport.JaxportError)
     assert issubclass(jaxport.UnsupportedVersionError, ValueError)
     assert issubclass(jaxport.UnsupportedFeatureError, jaxport.JaxportError)
+    assert issubclass(jaxport.NotFoundError, jaxport.RegistryError)
+    assert issubclass(jaxport.NotFoundError, LookupError)
+    assert issubclass(jaxport.InvalidNameError, ValueError)
+    assert issubclass(jaxport.RegistryError, jaxport.JaxportError)
 
 
 def test_versions():

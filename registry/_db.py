@@ -1,0 +1,145 @@
+"""Database engines and schema revisions; everything that differs per backend is here.
+
+- SQLite: WAL journal, a 30 s busy timeout, foreign keys on, and write transactions opened
+  with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing to upgrade a lock.
+  Safe for several processes on one machine.
+- PostgreSQL (psycopg 3): version numbers are allocated under the ``models`` row's lock;
+  schema creation is serialized with an advisory lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from alembic import command
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from jaxport._errors import RegistryError, SchemaVersionError
+from jaxport.migrations import HEAD, alembic_config, known_revisions
+from jaxport.registry._models import Base
+
+__all__ = [
+    "create_registry_engine",
+    "current_revision",
+    "ensure_schema",
+    "insert_ignoring_duplicates",
+    "translating_db_errors",
+    "upgrade",
+    "write_transaction",
+]
+
+_WRITE = "jaxport_write"
+_PG_SCHEMA_LOCK = 0x6A78706F  # "jxpo"
+
+
+def create_registry_engine(url: str) -> Engine:
+    """An Engine for ``url`` with jaxport's per-backend settings."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _sqlite_on_begin(connection: Connection) -> None:
+    immediate = connection.get_execution_options().get(_WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a write transaction: committed on success, rolled back on any error."""
+    with engine.connect().execution_options(**{_WRITE: True}) as conn, conn.begin():
+        yield conn
+
+
+@contextlib.contextmanager
+def translating_db_errors() -> Iterator[None]:
+    """Turns SQLAlchemy's errors into ``RegistryError`` (jaxport's own pass through)."""
+    try:
+        yield
+    except SQLAlchemyError as e:
+        raise RegistryError(
+            f"database error: {type(e).__name__}: {e.args[0] if e.args else e}"
+        ) from e
+
+
+def insert_ignoring_duplicates(
+    conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[str]
+) -> None:
+    """INSERT ``rows``, skipping those whose ``keys`` already exist (per-backend syntax)."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        conn.execute(pg_insert(table).on_conflict_do_nothing(index_elements=keys), rows)
+    elif conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        conn.execute(sqlite_insert(table).on_conflict_do_nothing(index_elements=keys), rows)
+    else:
+        from sqlalchemy import insert
+
+        conn.execute(insert(table).prefix_with("IGNORE"), rows)
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The database's alembic revision, or None for a database without one."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
+    """Creates the schema in an empty database; checks the revision of an existing one.
+
+    Returns:
+        Whether this jaxport may write to the database (False: it is newer than this jaxport).
+
+    Raises:
+        SchemaVersionError: the database is older than this jaxport and ``upgrade_db`` is False.
+    """
+    with write_transaction(engine) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+        revision = current_revision(conn)
+        if revision is None and not inspect(conn).has_table("models"):
+            Base.metadata.create_all(conn)
+            command.stamp(alembic_config(conn), HEAD)
+            return True
+        if revision == HEAD:
+            return True
+        if revision in known_revisions():
+            if not upgrade_db:
+                raise SchemaVersionError(
+                    f"the registry database is at schema revision {revision}, this jaxport "
+                    f"uses {HEAD}: upgrade it with Registry(..., upgrade=True) or "
+                    "`jaxport db upgrade` (back it up first)",
+                    found=revision,
+                    expected=HEAD,
+                )
+            command.upgrade(alembic_config(conn), HEAD)
+            return True
+        return False
+
+
+def upgrade(engine: Engine) -> str | None:
+    """Upgrades the database to this jaxport's head revision; returns the revision it had."""
+    with write_transaction(engine) as conn:
+        before = current_revision(conn)
+        command.upgrade(alembic_config(conn), HEAD)
+        return before

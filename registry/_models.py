@@ -1,0 +1,133 @@
+"""The registry's tables (SQLAlchemy 2 declarative models).
+
+    models ─< versions ─< variants >─ blobs
+       │                     └─< variant_platforms
+       └─< aliases, alias_history
+
+A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
+each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. Times are
+unix seconds (float). Constraint names follow one naming convention so migrations are stable.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Alias", "AliasMove", "Base", "Blob", "Model", "Variant", "VariantPlatform", "Version"]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Model(Base):
+    """A name; ``last_version`` is the last version number handed out (0: none yet)."""
+
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    last_version: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Version(Base):
+    __tablename__ = "versions"
+    __table_args__ = (UniqueConstraint("model_id", "version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+    metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class Blob(Base):
+    """An archive in the blob store, by sha256 digest (hex); ``size`` in bytes."""
+
+    __tablename__ = "blobs"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Variant(Base):
+    """One archive of a version, with what ``resolve`` and ``search`` filter on."""
+
+    __tablename__ = "variants"
+    __table_args__ = (
+        Index("ix_variants_version_id", "version_id"),
+        Index("ix_variants_digest", "digest"),
+        Index("ix_variants_nr_devices", "nr_devices"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    fun_name: Mapped[str] = mapped_column(Text)
+    platforms: Mapped[str] = mapped_column(Text)  # comma-separated, in the Exported's order
+    nr_devices: Mapped[int] = mapped_column(Integer)
+    sharded: Mapped[bool] = mapped_column(Boolean)
+    calling_convention_version: Mapped[int] = mapped_column(Integer)
+    format_version: Mapped[int] = mapped_column(Integer)
+    jax_version: Mapped[str] = mapped_column(String(40))
+    jaxlib_version: Mapped[str] = mapped_column(String(40))
+    vjp_order: Mapped[int] = mapped_column(Integer)
+    shape_polymorphic: Mapped[bool] = mapped_column(Boolean)
+    custom_call_targets: Mapped[str] = mapped_column(Text)  # JSON list
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    in_signature: Mapped[str] = mapped_column(Text)
+    out_signature: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class VariantPlatform(Base):
+    """The set of platforms of a variant, one row each, for indexed lookups."""
+
+    __tablename__ = "variant_platforms"
+    __table_args__ = (Index("ix_variant_platforms_platform", "platform", "variant_id"),)
+    variant_id: Mapped[int] = mapped_column(
+        ForeignKey("variants.id", ondelete="CASCADE"), primary_key=True
+    )
+    platform: Mapped[str] = mapped_column(String(40), primary_key=True)
+
+
+class Alias(Base):
+    __tablename__ = "aliases"
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    alias: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AliasMove(Base):
+    """The history of alias moves; ``to_version`` None: the alias was removed."""
+
+    __tablename__ = "alias_history"
+    __table_args__ = (Index("ix_alias_history_model_id_alias", "model_id", "alias"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    alias: Mapped[str] = mapped_column(String(200))
+    from_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    to_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    moved_at: Mapped[float] = mapped_column(Float)

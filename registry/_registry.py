@@ -1,0 +1,750 @@
+"""``Registry``: push and pull ``Exported`` artifacts by name, version, platform and devices."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, exists, insert, or_, select, update
+
+from jaxport._errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidNameError,
+    NotFoundError,
+    SchemaVersionError,
+)
+from jaxport.export import dumps, inspect, loads
+from jaxport.export._info import ArchiveInfo
+from jaxport.migrations import HEAD
+from jaxport.registry import _db
+from jaxport.registry._blobs import BlobStore, open_blob_store, verify
+from jaxport.registry._models import (
+    Alias,
+    AliasMove,
+    Blob,
+    Model,
+    Variant,
+    VariantPlatform,
+    Version,
+)
+from jaxport.registry._refs import (
+    Ref,
+    Rejection,
+    Resolution,
+    VariantInfo,
+    check_name,
+    parse_reference,
+)
+
+__all__ = ["DEFAULT_HOME_ENV", "DEFAULT_URL_ENV", "GcReport", "Registry", "default_home"]
+
+#: Environment variable: the directory of the embedded default registry.
+DEFAULT_HOME_ENV = "JAXPORT_HOME"
+#: Environment variable: the database URL of the default registry.
+DEFAULT_URL_ENV = "JAXPORT_REGISTRY"
+_LOCAL = object()  # "the local jax backend", the default platform of pull / resolve
+_MAX_REJECTIONS = 100
+
+
+def default_home() -> Path:
+    """``$JAXPORT_HOME``, else ``$XDG_DATA_HOME/jaxport``, else ``~/.local/share/jaxport``."""
+    if home := os.environ.get(DEFAULT_HOME_ENV):
+        return Path(home)
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "jaxport"
+
+
+def local_platform() -> str:
+    """The local jax backend's platform name as exports use it: cpu, cuda, rocm or tpu."""
+    import jax
+
+    backend = jax.default_backend()
+    if backend == "gpu":
+        version = str(getattr(jax.devices()[0].client, "platform_version", "")).lower()
+        return "rocm" if "rocm" in version else "cuda"
+    return backend
+
+
+@dataclasses.dataclass(frozen=True)
+class GcReport:
+    """What ``gc`` removed (or, on a dry run, would remove); ``bytes`` in bytes."""
+
+    digests: tuple[str, ...]
+    bytes: int
+    dry_run: bool
+
+
+class Registry:
+    """A registry of exported JAX functions: a SQL database and a content-addressed blob store.
+
+    Examples::
+
+        reg = jaxport.Registry()                                     # embedded default
+        reg = jaxport.Registry("sqlite:///reg.db", blobs="blobs/")
+        reg = jaxport.Registry("postgresql+psycopg://host/db", blobs="s3://bucket/prefix")
+        ref = reg.push(exp, "mlp", aliases=["prod"])
+        exp = reg.pull("mlp@prod")
+
+    Args:
+        url: a SQLAlchemy database URL. Default: ``$JAXPORT_REGISTRY``, else SQLite at
+            ``default_home() / "registry.db"``.
+        blobs: a directory or fsspec URL for the archives. Default: ``blobs/`` beside a SQLite
+            database file; required for other databases.
+        upgrade: upgrade an older database schema to this jaxport's (alembic).
+
+    Raises:
+        SchemaVersionError: the database's schema is older and ``upgrade`` is False.
+        RegistryError: the database cannot be reached.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        blobs: str | os.PathLike[str] | BlobStore | None = None,
+        upgrade: bool = False,
+    ):
+        if url is None:
+            url = os.environ.get(DEFAULT_URL_ENV)
+        if url is None:
+            home = default_home()
+            home.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{home / 'registry.db'}"
+        if blobs is None:
+            blobs = _default_blobs(url)
+        self.url = url
+        self.blobs = open_blob_store(blobs)
+        self._engine = _db.create_registry_engine(url)
+        with _db.translating_db_errors():
+            self._writable = _db.ensure_schema(self._engine, upgrade_db=upgrade)
+
+    def close(self) -> None:
+        """Releases the database connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        url = self._engine.url.render_as_string(hide_password=True)
+        return f"Registry({url!r}, blobs={self.blobs.url!r})"
+
+    # -- writing --------------------------------------------------------------------------
+
+    def push(
+        self,
+        exported: Any,
+        name: str | None = None,
+        *,
+        vjp_order: int = 0,
+        aliases: Iterable[str] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> Ref:
+        """Stores one ``Exported`` (or a list: the variants of one version) as a new version.
+
+        Blobs are written durably before the database row is committed: a failed push leaves
+        the registry as it was (at most an orphan blob, which ``gc`` removes) and consumes no
+        version number. Pushing the same archives again returns the existing version.
+
+        Args:
+            exported: a ``jax.export.Exported``, or a list of them (e.g. one per platform or
+                device count).
+            name: defaults to the first Exported's ``fun_name``.
+            vjp_order: VJP orders stored with each (see ``jaxport.dumps``).
+            aliases: aliases to point at the new version, e.g. ``["prod"]``.
+            metadata: user strings, stored in each archive and on the version.
+
+        Returns:
+            The version's ``Ref`` (name, version, variants with their digests).
+
+        Raises:
+            InvalidNameError: a bad name or alias (``check_name``'s rules).
+            SchemaVersionError: the database is newer than this jaxport.
+            UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
+        """
+        items = list(exported) if isinstance(exported, list | tuple) else [exported]
+        if not items:
+            raise ValueError("push needs at least one Exported")
+        name = self._push_name(name, items[0])
+        aliases = [check_name(a, "alias") for a in aliases]
+        archives = [dumps(e, vjp_order=vjp_order, metadata=metadata) for e in items]
+        digests = [hashlib.sha256(a).hexdigest() for a in archives]
+        self._check_writable()
+        with _db.translating_db_errors():
+            existing = self._find_version_with(name, digests)
+            if existing is not None:
+                for alias in aliases:
+                    self.alias(name, alias, existing.version)
+                return existing
+            for digest, data in zip(digests, archives, strict=True):
+                self.blobs.put(digest, data)
+            infos = [inspect(a) for a in archives]
+            with _db.write_transaction(self._engine) as conn:
+                version = self._insert_version(conn, name, digests, archives, infos, metadata)
+                for alias in aliases:
+                    self._move_alias(conn, name, alias, version)
+            return self._ref(name, version)
+
+    @staticmethod
+    def _push_name(name: str | None, first: Any) -> str:
+        if name is not None:
+            return check_name(name)
+        try:
+            return check_name(first.fun_name)
+        except InvalidNameError as e:
+            raise InvalidNameError(f"{e}; pass name= to push") from None
+
+    def _check_writable(self) -> None:
+        if not self._writable:
+            raise SchemaVersionError(
+                "the registry database was written by a newer jaxport (schema revision not "
+                f"known to this one, which writes {HEAD}): upgrade jaxport to write to it",
+                found=None,
+                expected=HEAD,
+            )
+
+    def _find_version_with(self, name: str, digests: Sequence[str]) -> Ref | None:
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                select(Version.version, Variant.digest)
+                .join(Model, Model.id == Version.model_id)
+                .join(Variant, Variant.version_id == Version.id)
+                .where(Model.name == name, Variant.digest == digests[0])
+                .order_by(Version.version.desc())
+            ).all()
+            for version, _ in rows:
+                found = (
+                    conn.execute(
+                        select(Variant.digest)
+                        .join(Version, Variant.version_id == Version.id)
+                        .join(Model, Model.id == Version.model_id)
+                        .where(Model.name == name, Version.version == version)
+                        .order_by(Variant.id)
+                    )
+                    .scalars()
+                    .all()
+                )
+                if list(found) == list(digests):
+                    return self._ref(name, version)
+        return None
+
+    def _insert_version(
+        self,
+        conn: Connection,
+        name: str,
+        digests: Sequence[str],
+        archives: Sequence[bytes],
+        infos: Sequence[ArchiveInfo],
+        metadata: Mapping[str, str] | None,
+    ) -> int:
+        now = time.time()
+        _db.insert_ignoring_duplicates(
+            conn, Model.__table__, [{"name": name, "last_version": 0, "created_at": now}], ["name"]
+        )
+        model_id, version = conn.execute(
+            update(Model)
+            .where(Model.name == name)
+            .values(last_version=Model.last_version + 1)
+            .returning(Model.id, Model.last_version)
+        ).one()
+        meta_json = json.dumps(dict(metadata or {}), sort_keys=True)
+        version_id = conn.execute(
+            insert(Version)
+            .values(model_id=model_id, version=version, created_at=now, metadata_json=meta_json)
+            .returning(Version.id)
+        ).scalar_one()
+        _db.insert_ignoring_duplicates(
+            conn,
+            Blob.__table__,
+            [
+                {"digest": d, "size": len(a), "created_at": now}
+                for d, a in zip(digests, archives, strict=True)
+            ],
+            ["digest"],
+        )
+        for digest, data, info in zip(digests, archives, infos, strict=True):
+            variant_id = conn.execute(
+                insert(Variant)
+                .values(_variant_row(version_id, digest, len(data), info, now, meta_json))
+                .returning(Variant.id)
+            ).scalar_one()
+            conn.execute(
+                insert(VariantPlatform),
+                [{"variant_id": variant_id, "platform": p} for p in dict.fromkeys(info.platforms)],
+            )
+        return int(version)
+
+    def alias(self, name: str, alias: str, version: int | None) -> None:
+        """Points ``name@alias`` at ``version`` (None: removes the alias), in one transaction.
+
+        Every move is kept in the history (``alias_history``).
+
+        Raises:
+            NotFoundError: no such name or version.
+            InvalidNameError: a bad alias.
+        """
+        check_name(name)
+        check_name(alias, "alias")
+        self._check_writable()
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            self._move_alias(conn, name, alias, version)
+
+    def _move_alias(self, conn: Connection, name: str, alias: str, version: int | None) -> None:
+        model_id = self._model_id(conn, name, lock=True)  # alias moves of a name queue here
+        if version is not None:
+            self._version_id(conn, model_id, name, version)
+        old = conn.execute(
+            select(Alias.version).where(Alias.model_id == model_id, Alias.alias == alias)
+        ).scalar_one_or_none()
+        if old == version:
+            return
+        now = time.time()
+        conn.execute(delete(Alias).where(Alias.model_id == model_id, Alias.alias == alias))
+        if version is not None:
+            conn.execute(
+                insert(Alias).values(
+                    model_id=model_id, alias=alias, version=version, updated_at=now
+                )
+            )
+        conn.execute(
+            insert(AliasMove).values(
+                model_id=model_id, alias=alias, from_version=old, to_version=version, moved_at=now
+            )
+        )
+
+    def alias_history(
+        self, name: str, alias: str | None = None
+    ) -> list[tuple[str, int | None, int | None, float]]:
+        """The moves of ``name``'s aliases, oldest first: ``(alias, from, to, unix seconds)``."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = self._model_id(conn, name)
+            q = select(AliasMove).where(AliasMove.model_id == model_id).order_by(AliasMove.id)
+            if alias is not None:
+                q = q.where(AliasMove.alias == alias)
+            return [(r.alias, r.from_version, r.to_version, r.moved_at) for r in conn.execute(q)]
+
+    def delete(self, name: str, version: int, *, force: bool = False) -> None:
+        """Deletes a version and its variants; their blobs stay until ``gc``.
+
+        Raises:
+            NotFoundError: no such name or version.
+            ConflictError: aliases point at the version and ``force`` is False (with ``force``,
+                those aliases are removed, and the removal kept in their history).
+        """
+        self._check_writable()
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            model_id = self._model_id(conn, name)
+            version_id = self._version_id(conn, model_id, name, version)
+            pointing = (
+                conn.execute(
+                    select(Alias.alias).where(Alias.model_id == model_id, Alias.version == version)
+                )
+                .scalars()
+                .all()
+            )
+            if pointing and not force:
+                raise ConflictError(
+                    f"{name}:{version} is aliased as {', '.join(sorted(pointing))}: move the "
+                    "aliases first, or delete with force=True"
+                )
+            for alias in pointing:
+                self._move_alias(conn, name, alias, None)
+            conn.execute(delete(Version).where(Version.id == version_id))
+
+    def gc(self, *, dry_run: bool = False, min_age: float = 3600.0) -> GcReport:
+        """Removes blobs no variant refers to; ``dry_run`` only reports them.
+
+        Args:
+            dry_run: report what would be removed, remove nothing.
+            min_age: keep unreferenced blobs younger than this, in seconds, which may belong to
+                a push in progress (its blob is written before its row is committed).
+
+        Returns:
+            The digests removed (or to remove) and their total size in bytes.
+        """
+        if not dry_run:
+            self._check_writable()
+        with _db.translating_db_errors():
+            with self._engine.connect() as conn:
+                referenced = set(conn.execute(select(Variant.digest).distinct()).scalars())
+            candidates = [d for d in self.blobs.digests() if d not in referenced]
+            doomed = [d for d in candidates if self.blobs.age(d) >= min_age]
+            total = sum(self.blobs.size(d) for d in doomed)
+            if not dry_run:
+                with _db.write_transaction(self._engine) as conn:
+                    for digest in doomed:
+                        still = conn.execute(
+                            select(exists().where(Variant.digest == digest))
+                        ).scalar()
+                        if not still:
+                            conn.execute(delete(Blob).where(Blob.digest == digest))
+                            self.blobs.delete(digest)
+        return GcReport(tuple(doomed), total, dry_run)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> Resolution:
+        """Chooses the variant ``pull`` would return, without downloading anything.
+
+        The newest version (or the one asked for, by ``version``, ``NAME:N`` or ``NAME@ALIAS``)
+        with a variant that runs on ``platform`` with ``nr_devices``; within it, an exact device
+        count beats a 1-device unsharded export. Every variant not chosen, in that version and
+        newer ones, is listed with the reason.
+
+        Args:
+            reference: ``NAME``, ``NAME:VERSION`` or ``NAME@ALIAS``.
+            version: a version number (instead of one in ``reference``).
+            platform: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``; default the local jax
+                backend; None: any.
+            nr_devices: the device count to run on; None: any.
+
+        Raises:
+            NotFoundError: no such name, version or alias.
+            InvalidNameError: a malformed reference.
+        """
+        name, ref_version, alias = parse_reference(reference)
+        version = version if version is not None else ref_version
+        platform = local_platform() if platform is _LOCAL else platform
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = self._model_id(conn, name)
+            if alias is not None:
+                version = self._alias_version(conn, model_id, name, alias)
+            if version is not None:
+                self._version_id(conn, model_id, name, version)
+            chosen = self._best_variant(conn, model_id, name, version, platform, nr_devices)
+            rejected = self._rejections(conn, model_id, name, version, chosen, platform, nr_devices)
+        return Resolution(name, platform, nr_devices, chosen, tuple(rejected))
+
+    def pull(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> Any:
+        """The ``jax.export.Exported`` that ``resolve`` chooses, digest verified.
+
+        Raises:
+            NotFoundError: nothing matches; the message lists the versions, platforms and
+                device counts that exist.
+            IntegrityError: the blob is missing or does not match its digest; nothing is returned.
+            (and see ``resolve`` and ``jaxport.loads``)
+        """
+        return loads(
+            self.pull_bytes(reference, version=version, platform=platform, nr_devices=nr_devices)
+        )
+
+    def pull_bytes(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> bytes:
+        """The archive bytes of the variant ``resolve`` chooses, digest verified (see ``pull``)."""
+        resolution = self.resolve(
+            reference, version=version, platform=platform, nr_devices=nr_devices
+        )
+        if resolution.chosen is None:
+            raise NotFoundError(self._nothing_matches(resolution))
+        return self.read_blob(resolution.chosen.digest)
+
+    def read_blob(self, digest: str) -> bytes:
+        """A blob's bytes, verified against its digest.
+
+        Raises:
+            IntegrityError: the blob is missing or corrupt.
+        """
+        try:
+            data = self.blobs.get(digest)
+        except FileNotFoundError:
+            raise IntegrityError(
+                f"blob {digest} is missing from {self.blobs.url}", expected=digest
+            ) from None
+        return verify(digest, data)
+
+    def list(
+        self, name: str | None = None, *, limit: int = 100, after: tuple[str, int] | None = None
+    ) -> builtins.list[Ref]:
+        """Versions in ``(name, version)`` order, one page (keyset pagination).
+
+        Args:
+            name: only this name's versions.
+            limit: page size.
+            after: the ``(name, version)`` of the last item of the previous page.
+        """
+        q = (
+            select(Model.name, Version.version)
+            .join(Version, Version.model_id == Model.id)
+            .order_by(Model.name, Version.version)
+            .limit(limit)
+        )
+        if name is not None:
+            q = q.where(Model.name == check_name(name))
+        if after is not None:
+            a_name, a_version = after
+            q = q.where(
+                or_(Model.name > a_name, and_(Model.name == a_name, Version.version > a_version))
+            )
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            pairs = conn.execute(q).all()
+            return [self._ref_on(conn, n, v) for n, v in pairs]
+
+    def search(
+        self,
+        *,
+        name: str | None = None,
+        platform: str | None = None,
+        nr_devices: int | None = None,
+        jax_version: str | None = None,
+        calling_convention_version: int | None = None,
+        fun_name: str | None = None,
+        shape_polymorphic: bool | None = None,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> builtins.list[VariantInfo]:
+        """Variants matching every filter given, oldest first, one page (keyset pagination).
+
+        ``nr_devices`` follows the device rule of ``resolve``. ``after`` is the
+        ``variant_id`` of the last item of the previous page.
+        """
+        q = (
+            select(Variant.__table__, Version.version.label("v_number"), Model.name.label("m_name"))
+            .join(Version, Variant.version_id == Version.id)
+            .join(Model, Model.id == Version.model_id)
+            .order_by(Variant.id)
+            .limit(limit)
+        )
+        if name is not None:
+            q = q.where(Model.name == name)
+        if platform is not None:
+            q = q.where(_has_platform(platform))
+        if nr_devices is not None:
+            q = q.where(_runs_on_devices(nr_devices))
+        for column, value in (
+            (Variant.jax_version, jax_version),
+            (Variant.calling_convention_version, calling_convention_version),
+            (Variant.fun_name, fun_name),
+            (Variant.shape_polymorphic, shape_polymorphic),
+        ):
+            if value is not None:
+                q = q.where(column == value)
+        if after is not None:
+            q = q.where(Variant.id > after)
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
+
+    def names(self) -> builtins.list[str]:
+        """Every name, sorted."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return list(conn.execute(select(Model.name).order_by(Model.name)).scalars())
+
+    def aliases(self, name: str) -> dict[str, int]:
+        """``name``'s aliases and the versions they point at."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = self._model_id(conn, name)
+            rows = conn.execute(
+                select(Alias.alias, Alias.version).where(Alias.model_id == model_id)
+            )
+            return {a: v for a, v in rows}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _ref(self, name: str, version: int) -> Ref:
+        with self._engine.connect() as conn:
+            return self._ref_on(conn, name, version)
+
+    @staticmethod
+    def _ref_on(conn: Connection, name: str, version: int) -> Ref:
+        rows = conn.execute(
+            select(Variant.__table__)
+            .join(Version, Variant.version_id == Version.id)
+            .join(Model, Model.id == Version.model_id)
+            .where(Model.name == name, Version.version == version)
+            .order_by(Variant.id)
+        )
+        return Ref(name, version, tuple(VariantInfo.from_row(name, version, r) for r in rows))
+
+    def _model_id(self, conn: Connection, name: str, *, lock: bool = False) -> int:
+        q = select(Model.id).where(Model.name == check_name(name))
+        # FOR UPDATE on PostgreSQL; SQLite's write transactions (BEGIN IMMEDIATE) already queue.
+        model_id = conn.execute(q.with_for_update() if lock else q).scalar_one_or_none()
+        if model_id is None:
+            known = conn.execute(select(Model.name).order_by(Model.name).limit(20)).scalars().all()
+            raise NotFoundError(f"no artifact named {name!r}; names: {', '.join(known) or 'none'}")
+        return int(model_id)
+
+    def _version_id(self, conn: Connection, model_id: int, name: str, version: int) -> int:
+        version_id = conn.execute(
+            select(Version.id).where(Version.model_id == model_id, Version.version == version)
+        ).scalar_one_or_none()
+        if version_id is None:
+            raise NotFoundError(
+                f"{name} has no version {version}; versions: {self._versions_text(conn, model_id)}"
+            )
+        return int(version_id)
+
+    @staticmethod
+    def _versions_text(conn: Connection, model_id: int) -> str:
+        versions = (
+            conn.execute(
+                select(Version.version)
+                .where(Version.model_id == model_id)
+                .order_by(Version.version)
+            )
+            .scalars()
+            .all()
+        )
+        return ", ".join(map(str, versions)) or "none"
+
+    def _alias_version(self, conn: Connection, model_id: int, name: str, alias: str) -> int:
+        version = conn.execute(
+            select(Alias.version).where(Alias.model_id == model_id, Alias.alias == alias)
+        ).scalar_one_or_none()
+        if version is None:
+            known = (
+                conn.execute(select(Alias.alias).where(Alias.model_id == model_id)).scalars().all()
+            )
+            raise NotFoundError(
+                f"{name} has no alias {alias!r}; aliases: {', '.join(sorted(known)) or 'none'}"
+            )
+        return int(version)
+
+    @staticmethod
+    def _variants_query(model_id: int, version: int | None) -> Any:
+        q = (
+            select(Variant.__table__, Version.version.label("v_number"))
+            .join(Version, Variant.version_id == Version.id)
+            .where(Version.model_id == model_id)
+        )
+        return q if version is None else q.where(Version.version == version)
+
+    def _best_variant(
+        self,
+        conn: Connection,
+        model_id: int,
+        name: str,
+        version: int | None,
+        platform: str | None,
+        nr_devices: int | None,
+    ) -> VariantInfo | None:
+        q = self._variants_query(model_id, version)
+        if platform is not None:
+            q = q.where(_has_platform(platform))
+        order: list[Any] = [Version.version.desc()]
+        if nr_devices is not None:
+            q = q.where(_runs_on_devices(nr_devices))
+            order.append((Variant.nr_devices == nr_devices).desc())
+        row = conn.execute(q.order_by(*order, Variant.id).limit(1)).first()
+        return None if row is None else VariantInfo.from_row(name, row.v_number, row)
+
+    def _rejections(
+        self,
+        conn: Connection,
+        model_id: int,
+        name: str,
+        version: int | None,
+        chosen: VariantInfo | None,
+        platform: str | None,
+        nr_devices: int | None,
+    ) -> builtins.list[Rejection]:
+        q = self._variants_query(model_id, version)
+        if chosen is not None:
+            q = q.where(Version.version >= chosen.version, Variant.id != chosen.variant_id)
+        rows = conn.execute(q.order_by(Version.version.desc(), Variant.id).limit(_MAX_REJECTIONS))
+        out = []
+        for row in rows:
+            v = row.v_number
+            info = VariantInfo.from_row(name, v, row)
+            reason = info.runs_on(platform, nr_devices)
+            if reason is None:
+                reason = "an earlier variant of the same version matched first"
+                if chosen is not None and v > chosen.version:  # pragma: no cover - defensive
+                    reason = "not chosen"
+            out.append(Rejection(info, reason))
+        return out
+
+    def _nothing_matches(self, r: Resolution) -> str:
+        wanted = f"platform {r.platform or 'any'}"
+        if r.nr_devices is not None:
+            wanted += f" with {r.nr_devices} devices"
+        versions = sorted({x.variant.version for x in r.rejected})
+        platforms = sorted({p for x in r.rejected for p in x.variant.platforms})
+        devices = sorted({x.variant.nr_devices for x in r.rejected})
+        return (
+            f"no variant of {r.name!r} runs on {wanted}; it has versions "
+            f"{', '.join(map(str, versions)) or 'none'}, "
+            f"platforms {', '.join(platforms) or 'none'}, "
+            f"device counts {', '.join(map(str, devices)) or 'none'}"
+        )
+
+
+def _has_platform(platform: str) -> Any:
+    return exists().where(
+        VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform
+    )
+
+
+def _runs_on_devices(nr_devices: int) -> Any:
+    # jax's call-time rule: exactly N devices, or 1 device with no shardings (runs on any count).
+    return or_(
+        Variant.nr_devices == nr_devices, and_(Variant.nr_devices == 1, Variant.sharded.is_(False))
+    )
+
+
+def _default_blobs(url: str) -> Path:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url.removeprefix("sqlite:///")).resolve().parent / "blobs"
+    if url.startswith("sqlite"):
+        return default_home() / "blobs"
+    raise ValueError(f"blobs= is required for a registry on {url.split(':', 1)[0]}")
+
+
+def _signature(avals: Any) -> str:
+    return "; ".join(f"{a.path or '.'}: {a.dtype}[{', '.join(map(str, a.shape))}]" for a in avals)
+
+
+def _variant_row(
+    version_id: int, digest: str, size: int, info: ArchiveInfo, now: float, meta_json: str
+) -> dict[str, Any]:
+    avals = (*info.in_avals, *info.out_avals)
+    return {
+        "version_id": version_id,
+        "digest": digest,
+        "fun_name": info.fun_name,
+        "platforms": ",".join(info.platforms),
+        "nr_devices": info.nr_devices,
+        "sharded": any(a.sharding is not None for a in avals),
+        "calling_convention_version": info.calling_convention_version,
+        "format_version": info.format_version,
+        "jax_version": info.jax_version,
+        "jaxlib_version": info.jaxlib_version,
+        "vjp_order": info.vjp_order,
+        "shape_polymorphic": any(isinstance(d, str) for a in avals for d in a.shape),
+        "custom_call_targets": json.dumps(list(info.custom_call_targets)),
+        "size_bytes": size,
+        "in_signature": _signature(info.in_avals),
+        "out_signature": _signature(info.out_avals),
+        "created_at": now,
+        "metadata_json": meta_json,
+    }

@@ -1,0 +1,93 @@
+"""Schema migrations, on SQLite and PostgreSQL.
+
+- A database created by upgrading from empty matches the models (what ``alembic check`` does).
+- A database made at revision 1, with data in it, upgrades to head with its data intact. When
+  a migration is added, keep the revision-1 fixture (``_fill_revision_1``) and add checks here.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+import jaxport
+from jaxport.migrations import HEAD, alembic_config
+from jaxport.registry._db import create_registry_engine, current_revision
+from jaxport.registry._models import Base
+
+
+def test_upgrade_from_empty_matches_the_models(db_url):
+    engine = create_registry_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "head")
+    with engine.connect() as conn:
+        assert current_revision(conn) == HEAD
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == [], diff
+
+
+def _fill_revision_1(conn: sa.Connection) -> None:
+    """Rows as jaxport at schema revision 0001 wrote them."""
+    conn.execute(
+        sa.text("INSERT INTO models (id, name, last_version, created_at) VALUES (1, 'm', 1, 1.0)")
+    )
+    conn.execute(
+        sa.text(
+            "INSERT INTO versions (id, model_id, version, created_at, metadata_json) "
+            "VALUES (1, 1, 1, 1.0, '{}')"
+        )
+    )
+    conn.execute(
+        sa.text(f"INSERT INTO blobs (digest, size, created_at) VALUES ('{'a' * 64}', 3, 1.0)")
+    )
+    conn.execute(
+        sa.text(
+            "INSERT INTO variants (id, version_id, digest, fun_name, platforms, nr_devices, "
+            "sharded, calling_convention_version, format_version, jax_version, jaxlib_version, "
+            "vjp_order, "
+            "shape_polymorphic, custom_call_targets, size_bytes, in_signature, out_signature, "
+            f"created_at, metadata_json) VALUES (1, 1, '{'a' * 64}', 'f', 'cpu', 1, false, 10, 1, "
+            "'0.10.2', '0.10.2', 0, false, '[]', 3, 'x', 'y', 1.0, '{}')"
+        )
+    )
+    conn.execute(sa.text("INSERT INTO variant_platforms (variant_id, platform) VALUES (1, 'cpu')"))
+    conn.execute(
+        sa.text(
+            "INSERT INTO aliases (model_id, alias, version, updated_at) VALUES (1, 'prod', 1, 1.0)"
+        )
+    )
+
+
+def test_revision_1_database_with_data_upgrades_intact(db_url, tmp_path):
+    engine = create_registry_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        _fill_revision_1(conn)
+    engine.dispose()
+    reg = jaxport.Registry(db_url, blobs=tmp_path / "b", upgrade=True)
+    ref = reg.list("m")[0]
+    assert (ref.name, ref.version, ref.digests) == ("m", 1, ("a" * 64,))
+    assert reg.aliases("m") == {"prod": 1}
+    assert reg.resolve("m@prod", platform="cpu").chosen.digest == "a" * 64
+    reg.close()
+
+
+def test_older_database_needs_an_explicit_upgrade(db_url, tmp_path, monkeypatch):
+    engine = create_registry_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    engine.dispose()
+    # Pretend this jaxport's head is a later revision that 0001 must be upgraded to.
+    from jaxport.registry import _db
+
+    monkeypatch.setattr(_db, "HEAD", "0002")
+    monkeypatch.setattr(_db, "known_revisions", lambda: {"0001", "0002"})
+    try:
+        jaxport.Registry(db_url, blobs=tmp_path / "b")
+    except jaxport.SchemaVersionError as e:
+        assert e.found == "0001" and "upgrade=True" in str(e) and "jaxport db upgrade" in str(e)
+    else:
+        raise AssertionError("an older schema must not be opened without upgrade=True")
