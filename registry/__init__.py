@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, open_blob_store
 from jaxport.registry._refs import Ref, Rejection, Resolution, VariantInfo
-from jaxport.registry._registry import DEFAULT_HOME_ENV, GcReport, Registry
+from jaxport.registry._registry import (
+    DEFAULT_HOME_ENV,
+    DEFAULT_URL_ENV,
+    GcReport,
+    Registry,
+    default_home,
+    schema_revision,
+    upgrade_database,
+)
 
 __all__ = [
     "DEFAULT_HOME_ENV",
+    "DEFAULT_URL_ENV",
     "BlobStore",
     "FsspecBlobStore",
     "GcReport",
@@ -17,5 +26,8 @@ __all__ = [
     "Rejection",
     "Resolution",
     "VariantInfo",
+    "default_home",
     "open_blob_store",
+    "schema_revision",
+    "upgrade_database",
 ]

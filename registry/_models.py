@@ -76,7 +76,8 @@ class Variant(Base):
     __table_args__ = (
         Index("ix_variants_version_id", "version_id"),
         Index("ix_variants_digest", "digest"),
-        Index("ix_variants_nr_devices", "nr_devices"),
+        # No index on nr_devices: it has few distinct values, and SQLite would pick it (an
+        # OR over two device counts) over the selective model -> versions -> variants path.
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))

@@ -8,11 +8,12 @@ import hashlib
 import json
 import os
 import time
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, exists, insert, or_, select, update
 
 from jaxport._errors import (
     ConflictError,
@@ -44,13 +45,30 @@ from jaxport.registry._refs import (
     parse_reference,
 )
 
-__all__ = ["DEFAULT_HOME_ENV", "DEFAULT_URL_ENV", "GcReport", "Registry", "default_home"]
+__all__ = [
+    "DEFAULT_HOME_ENV",
+    "DEFAULT_URL_ENV",
+    "GcReport",
+    "Registry",
+    "default_home",
+    "schema_revision",
+    "upgrade_database",
+]
 
 #: Environment variable: the directory of the embedded default registry.
 DEFAULT_HOME_ENV = "JAXPORT_HOME"
 #: Environment variable: the database URL of the default registry.
 DEFAULT_URL_ENV = "JAXPORT_REGISTRY"
 _LOCAL = object()  # "the local jax backend", the default platform of pull / resolve
+# Statements built once, so SQLAlchemy's compiled cache is hit on every push.
+_NEXT_VERSION = (
+    update(Model)
+    .where(Model.name == bindparam("model_name"))
+    .values(last_version=Model.last_version + 1)
+    .returning(Model.id, Model.last_version)
+)
+_INSERT_VERSION = insert(Version).returning(Version.id)
+_INSERT_VARIANT = insert(Variant).returning(Variant.id)
 _MAX_REJECTIONS = 100
 
 
@@ -182,19 +200,21 @@ class Registry:
         digests = [hashlib.sha256(a).hexdigest() for a in archives]
         self._check_writable()
         with _db.translating_db_errors():
-            existing = self._find_version_with(name, digests)
-            if existing is not None:
-                for alias in aliases:
-                    self.alias(name, alias, existing.version)
-                return existing
+            # New content cannot be an existing version: skip the lookup when a blob is new.
+            if all(self.blobs.exists(d) for d in digests):
+                existing = self._find_version_with(name, digests)
+                if existing is not None:
+                    for alias in aliases:
+                        self.alias(name, alias, existing.version)
+                    return existing
             for digest, data in zip(digests, archives, strict=True):
                 self.blobs.put(digest, data)
             infos = [inspect(a) for a in archives]
             with _db.write_transaction(self._engine) as conn:
-                version = self._insert_version(conn, name, digests, archives, infos, metadata)
+                version, rows = self._insert_version(conn, name, digests, archives, infos, metadata)
                 for alias in aliases:
                     self._move_alias(conn, name, alias, version)
-            return self._ref(name, version)
+            return Ref(name, version, tuple(VariantInfo.from_row(name, version, r) for r in rows))
 
     @staticmethod
     def _push_name(name: str | None, first: Any) -> str:
@@ -247,43 +267,39 @@ class Registry:
         archives: Sequence[bytes],
         infos: Sequence[ArchiveInfo],
         metadata: Mapping[str, str] | None,
-    ) -> int:
+    ) -> tuple[int, builtins.list[Any]]:
+        """Allocates the next version of ``name`` and inserts it; returns it and its rows."""
         now = time.time()
         _db.insert_ignoring_duplicates(
             conn, Model.__table__, [{"name": name, "last_version": 0, "created_at": now}], ["name"]
         )
-        model_id, version = conn.execute(
-            update(Model)
-            .where(Model.name == name)
-            .values(last_version=Model.last_version + 1)
-            .returning(Model.id, Model.last_version)
-        ).one()
+        # The row lock taken here queues concurrent pushes to one name until commit.
+        model_id, version = conn.execute(_NEXT_VERSION, {"model_name": name}).one()
         meta_json = json.dumps(dict(metadata or {}), sort_keys=True)
         version_id = conn.execute(
-            insert(Version)
-            .values(model_id=model_id, version=version, created_at=now, metadata_json=meta_json)
-            .returning(Version.id)
+            _INSERT_VERSION,
+            {
+                "model_id": model_id,
+                "version": version,
+                "created_at": now,
+                "metadata_json": meta_json,
+            },
         ).scalar_one()
-        _db.insert_ignoring_duplicates(
-            conn,
-            Blob.__table__,
-            [
-                {"digest": d, "size": len(a), "created_at": now}
-                for d, a in zip(digests, archives, strict=True)
-            ],
-            ["digest"],
-        )
+        blobs = [
+            {"digest": d, "size": len(a), "created_at": now}
+            for d, a in zip(digests, archives, strict=True)
+        ]
+        _db.insert_ignoring_duplicates(conn, Blob.__table__, blobs, ["digest"])
+        rows = []
         for digest, data, info in zip(digests, archives, infos, strict=True):
-            variant_id = conn.execute(
-                insert(Variant)
-                .values(_variant_row(version_id, digest, len(data), info, now, meta_json))
-                .returning(Variant.id)
-            ).scalar_one()
-            conn.execute(
-                insert(VariantPlatform),
-                [{"variant_id": variant_id, "platform": p} for p in dict.fromkeys(info.platforms)],
-            )
-        return int(version)
+            row = _variant_row(version_id, digest, len(data), info, now, meta_json)
+            row["id"] = conn.execute(_INSERT_VARIANT, row).scalar_one()
+            platforms = [
+                {"variant_id": row["id"], "platform": p} for p in dict.fromkeys(info.platforms)
+            ]
+            conn.execute(insert(VariantPlatform), platforms)
+            rows.append(types.SimpleNamespace(**row))
+        return int(version), rows
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         """Points ``name@alias`` at ``version`` (None: removes the alias), in one transaction.
@@ -697,6 +713,29 @@ class Registry:
             f"platforms {', '.join(platforms) or 'none'}, "
             f"device counts {', '.join(map(str, devices)) or 'none'}"
         )
+
+
+def schema_revision(url: str) -> tuple[str | None, str]:
+    """``(the database's alembic revision or None, the revision this jaxport writes)``."""
+    engine = _db.create_registry_engine(url)
+    try:
+        with _db.translating_db_errors(), engine.connect() as conn:
+            return _db.current_revision(conn), HEAD
+    finally:
+        engine.dispose()
+
+
+def upgrade_database(url: str) -> tuple[str | None, str]:
+    """Upgrades a registry database to this jaxport's schema: ``(revision before, after)``.
+
+    An empty database is created at head.
+    """
+    engine = _db.create_registry_engine(url)
+    try:
+        with _db.translating_db_errors():
+            return _db.upgrade(engine), HEAD
+    finally:
+        engine.dispose()
 
 
 def _has_platform(platform: str) -> Any:

@@ -91,3 +91,21 @@ def test_older_database_needs_an_explicit_upgrade(db_url, tmp_path, monkeypatch)
         assert e.found == "0001" and "upgrade=True" in str(e) and "jaxport db upgrade" in str(e)
     else:
         raise AssertionError("an older schema must not be opened without upgrade=True")
+
+
+def test_cli_db_current_and_upgrade(db_url):
+    from click.testing import CliRunner
+
+    from jaxport._cli import main
+
+    runner = CliRunner()
+    result = runner.invoke(main, ["--registry", db_url, "db", "current"])
+    assert result.exit_code == 0 and "database: none" in result.output
+    result = runner.invoke(main, ["--registry", db_url, "db", "upgrade"])
+    assert result.exit_code == 0 and f"to {HEAD}" in result.output
+    result = runner.invoke(main, ["--registry", db_url, "db", "current"])
+    assert f"database: {HEAD}" in result.output
+    result = runner.invoke(
+        main, ["--registry", "postgresql+psycopg://nobody@127.0.0.1:1/x", "db", "current"]
+    )
+    assert result.exit_code == 1 and "RegistryError: database error" in result.output

@@ -116,7 +116,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("variants", schema=None) as batch_op:
         batch_op.create_index("ix_variants_digest", ["digest"], unique=False)
-        batch_op.create_index("ix_variants_nr_devices", ["nr_devices"], unique=False)
         batch_op.create_index("ix_variants_version_id", ["version_id"], unique=False)
 
     op.create_table(
@@ -147,7 +146,6 @@ def downgrade() -> None:
     op.drop_table("variant_platforms")
     with op.batch_alter_table("variants", schema=None) as batch_op:
         batch_op.drop_index("ix_variants_version_id")
-        batch_op.drop_index("ix_variants_nr_devices")
         batch_op.drop_index("ix_variants_digest")
 
     op.drop_table("variants")
