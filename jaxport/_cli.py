@@ -6,8 +6,10 @@ exit 2 (click's own). Issue #4 adds the artifact commands; this module has the d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -67,17 +69,14 @@ def db_upgrade(registry_url: str | None) -> None:
         click.echo(f"upgraded from {before or 'empty'} to {after}")
 
 
-class _errors:
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
     """Prints a JaxportError as ``Type: message`` and exits 1."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
-        if isinstance(exc, JaxportError):
-            click.echo(f"{type(exc).__name__}: {exc}", err=True)
-            sys.exit(1)
-        return False
+    try:
+        yield
+    except JaxportError as e:
+        click.echo(f"{type(e).__name__}: {e}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,23 @@ _PG_SCHEMA_LOCK = 0x6A78706F  # "jxpo"
 
 
 def create_registry_engine(url: str) -> Engine:
-    """An Engine for ``url`` with jaxport's per-backend settings."""
+    """An Engine for ``url`` with jaxport's per-backend settings.
+
+    Raises:
+        RegistryError: a malformed URL, or its database driver is not installed.
+    """
+    try:
+        return _create_engine(url)
+    except ImportError as e:
+        raise RegistryError(
+            f"the database driver for {url.split(':', 1)[0]} is not installed ({e}); "
+            "for PostgreSQL: pip install 'jaxport[postgres]'"
+        ) from None
+    except SQLAlchemyError as e:
+        raise RegistryError(f"bad database URL {url!r}: {e}") from None
+
+
+def _create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_on_connect)

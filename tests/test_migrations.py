@@ -105,7 +105,8 @@ def test_cli_db_current_and_upgrade(db_url):
     assert result.exit_code == 0 and f"to {HEAD}" in result.output
     result = runner.invoke(main, ["--registry", db_url, "db", "current"])
     assert f"database: {HEAD}" in result.output
-    result = runner.invoke(
-        main, ["--registry", "postgresql+psycopg://nobody@127.0.0.1:1/x", "db", "current"]
-    )
+    bad = "sqlite:////nonexistent-dir/x.db"
+    result = runner.invoke(main, ["--registry", bad, "db", "current"])
     assert result.exit_code == 1 and "RegistryError: database error" in result.output
+    result = runner.invoke(main, ["--registry", "nosuchdb://x", "db", "current"])
+    assert result.exit_code == 1 and "RegistryError" in result.output
