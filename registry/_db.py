@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from jaxport._errors import RegistryError, SchemaVersionError
+from jaxport._version import __version__
 from jaxport.migrations import HEAD, alembic_config, known_revisions
 from jaxport.registry._models import Base
 
@@ -27,6 +28,7 @@ __all__ = [
     "current_revision",
     "ensure_schema",
     "insert_ignoring_duplicates",
+    "schema_writer",
     "translating_db_errors",
     "upgrade",
     "write_transaction",
@@ -136,6 +138,7 @@ def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
         if revision is None and not inspect(conn).has_table("models"):
             Base.metadata.create_all(conn)
             command.stamp(alembic_config(conn), HEAD)
+            _record_writer(conn)
             return True
         if revision == HEAD:
             return True
@@ -149,8 +152,26 @@ def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
                     expected=HEAD,
                 )
             command.upgrade(alembic_config(conn), HEAD)
+            _record_writer(conn)
             return True
         return False
+
+
+def schema_writer(conn: Connection) -> str | None:
+    """The jaxport release that last created or upgraded the schema, if recorded."""
+    if not inspect(conn).has_table("registry_info"):
+        return None
+    return conn.execute(
+        text("SELECT value FROM registry_info WHERE key = 'jaxport_version'")
+    ).scalar_one_or_none()
+
+
+def _record_writer(conn: Connection) -> None:
+    conn.execute(text("DELETE FROM registry_info WHERE key = 'jaxport_version'"))
+    conn.execute(
+        text("INSERT INTO registry_info (key, value) VALUES ('jaxport_version', :v)"),
+        {"v": __version__},
+    )
 
 
 def upgrade(engine: Engine) -> str | None:
@@ -158,4 +179,5 @@ def upgrade(engine: Engine) -> str | None:
     with write_transaction(engine) as conn:
         before = current_revision(conn)
         command.upgrade(alembic_config(conn), HEAD)
+        _record_writer(conn)
         return before

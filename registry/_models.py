@@ -25,7 +25,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Alias", "AliasMove", "Base", "Blob", "Model", "Variant", "VariantPlatform", "Version"]
+__all__ = [
+    "Alias",
+    "AliasMove",
+    "Base",
+    "Blob",
+    "Model",
+    "RegistryInfo",
+    "Variant",
+    "VariantPlatform",
+    "Version",
+]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -132,3 +142,12 @@ class AliasMove(Base):
     from_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     to_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     moved_at: Mapped[float] = mapped_column(Float)
+
+
+class RegistryInfo(Base):
+    """Facts about the database itself, e.g. ``jaxport_version``: the release that last created
+    or upgraded its schema (named in the error an older jaxport gives)."""
+
+    __tablename__ = "registry_info"
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

@@ -22,6 +22,7 @@ from jaxport._errors import (
     NotFoundError,
     SchemaVersionError,
 )
+from jaxport._version import __version__
 from jaxport.export import dumps, inspect, loads
 from jaxport.export._info import ArchiveInfo
 from jaxport.migrations import HEAD
@@ -226,13 +227,19 @@ class Registry:
             raise InvalidNameError(f"{e}; pass name= to push") from None
 
     def _check_writable(self) -> None:
-        if not self._writable:
-            raise SchemaVersionError(
-                "the registry database was written by a newer jaxport (schema revision not "
-                f"known to this one, which writes {HEAD}): upgrade jaxport to write to it",
-                found=None,
-                expected=HEAD,
-            )
+        if self._writable:
+            return
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            writer = _db.schema_writer(conn)
+            revision = _db.current_revision(conn)
+        use = f"jaxport {writer} or newer" if writer else "a newer jaxport"
+        raise SchemaVersionError(
+            f"the registry database is at schema revision {revision}, which this jaxport "
+            f"({__version__}, revision {HEAD}) does not know: it was written by {use}; "
+            f"use {use} to write to it (reading works)",
+            found=revision,
+            expected=HEAD,
+        )
 
     def _find_version_with(self, name: str, digests: Sequence[str]) -> Ref | None:
         with self._engine.connect() as conn:

@@ -201,10 +201,11 @@ def test_registry_reopens_and_newer_schema_is_read_only(db_url, tmp_path):
     engine = create_registry_engine(db_url)
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+        conn.execute(sa.text("UPDATE registry_info SET value = '7.1.0'"))
     engine.dispose()
     reg = Registry(db_url, blobs=tmp_path / "b")
     assert reg.pull("r") is not None  # reads still work
-    with pytest.raises(jaxport.SchemaVersionError, match="newer jaxport"):
+    with pytest.raises(jaxport.SchemaVersionError, match=r"use jaxport 7\.1\.0 or newer"):
         reg.push(_exp(jnp.cos), "r")
     reg.close()
 
