@@ -197,9 +197,9 @@ class Registry:
             raise ValueError("push needs at least one Exported")
         name = self._push_name(name, items[0])
         aliases = [check_name(a, "alias") for a in aliases]
+        self._check_writable()
         archives = [dumps(e, vjp_order=vjp_order, metadata=metadata) for e in items]
         digests = [hashlib.sha256(a).hexdigest() for a in archives]
-        self._check_writable()
         with _db.translating_db_errors():
             # New content cannot be an existing version: skip the lookup when a blob is new.
             if all(self.blobs.exists(d) for d in digests):
@@ -235,8 +235,8 @@ class Registry:
         use = f"jaxport {writer} or newer" if writer else "a newer jaxport"
         raise SchemaVersionError(
             f"the registry database is at schema revision {revision}, which this jaxport "
-            f"({__version__}, revision {HEAD}) does not know: it was written by {use}; "
-            f"use {use} to write to it (reading works)",
+            f"({__version__}, revision {HEAD}) does not know: use {use} to write to it "
+            "(reading works)",
             found=revision,
             expected=HEAD,
         )
