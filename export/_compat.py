@@ -121,8 +121,9 @@ def make_abstract_mesh(
     if device is not None and _accepts(mesh_lib.AbstractMesh, "abstract_device"):
         kind, num_cores, platform = device
         device_kwargs: dict[str, Any] = {"device_kind": kind, "num_cores": num_cores}
-        if platform is not None and _accepts(mesh_lib.AbstractDevice, "platform"):
-            device_kwargs["platform"] = platform
+        if _accepts(mesh_lib.AbstractDevice, "platform"):
+            # Archives from jax < 0.10 have no platform: derive it as jax's own reader does.
+            device_kwargs["platform"] = platform or _platform_of_device_kind(kind)
         kwargs["abstract_device"] = mesh_lib.AbstractDevice(**device_kwargs)
     return mesh_lib.AbstractMesh(axis_sizes, axis_names, axis_types, **kwargs)
 
@@ -150,6 +151,20 @@ def make_shaped_array(
 def module_from_portable_artifact(data: bytes) -> Any:
     """Deserializes a StableHLO portable artifact into an ``ir.Module`` (needs an ir.Context)."""
     return _jax_lib().mlir.deserialize_portable_artifact(data)
+
+
+def _platform_of_device_kind(kind: str) -> str:
+    from jax._src.export import serialization
+
+    derive = getattr(serialization, "get_platform_from_device_kind", None)
+    if derive is not None:
+        return str(derive(kind))
+    kind = kind.lower()
+    if "cpu" in kind:
+        return "cpu"
+    if "tpu" in kind:
+        return "tpu"
+    return "gpu"
 
 
 @functools.cache

@@ -272,3 +272,28 @@ def test_calling_convention_out_of_range_is_refused_by_the_writer():
     bad = dataclasses.replace(exp, calling_convention_version=999)
     with pytest.raises(jaxport.UnsupportedVersionError, match="calling convention version 999"):
         jaxport.dumps(bad)
+
+
+def test_abstract_device_without_platform_as_jax_before_0_10_writes_it():
+    """jax 0.8/0.9 abstract devices have no platform; a newer reader derives it."""
+    import types
+
+    import flatbuffers
+
+    from jaxport.export import _shardings
+    from jaxport.schema import fb
+
+    device = types.SimpleNamespace(device_kind="cpu", num_cores=None, platform=None)
+    mesh = types.SimpleNamespace(
+        axis_sizes=(2,),
+        axis_names=("x",),
+        axis_types=(jax.sharding.AxisType.Auto,),
+        abstract_device=device,
+    )
+    builder = flatbuffers.Builder(256)
+    builder.Finish(_shardings.encode_abstract_mesh(builder, mesh))
+    table = fb.AbstractMesh.GetRootAs(builder.Output(), 0)
+    decoded = _shardings.decode_abstract_mesh(table)
+    assert decoded.axis_names == ("x",) and decoded.axis_sizes == (2,)
+    if getattr(decoded, "abstract_device", None) is not None:
+        assert getattr(decoded.abstract_device, "platform", "cpu") == "cpu"
