@@ -27,7 +27,6 @@ __all__ = [
     "decode_aval",
     "decode_symbolic_scope",
     "encode_aval",
-    "encode_symbolic_constraints",
     "symbolic_constraints",
 ]
 
@@ -164,11 +163,6 @@ def symbolic_constraints(avals: Iterable[Any]) -> tuple[bool, tuple[str, ...]]:
                 scope = d.scope
                 return True, tuple(c.debug_str for c in scope._explicit_constraints)
     return False, ()
-
-
-def encode_symbolic_constraints(builder: flatbuffers.Builder, constraints: Sequence[str]) -> int:
-    """The vector of constraint strings."""
-    return _fb.str_vector(builder, constraints)
 
 
 def decode_symbolic_scope(table: fb.Exported) -> Any:

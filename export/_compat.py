@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from jax import export as jax_export
 from jax._src import core
 from jax._src import mesh as mesh_lib
@@ -40,7 +39,6 @@ __all__ = [
     "memory_space_name",
     "module_from_portable_artifact",
     "named_to_hlo_sharding",
-    "np_dtype",
     "vma_of",
     "with_sharding",
 ]
@@ -196,9 +194,3 @@ def memory_space_name(aval: Any) -> str | None:
 def vma_of(aval: Any) -> Sequence[str]:
     """The varying manual axes of an aval, sorted (empty before jax has them)."""
     return sorted(str(a) for a in getattr(aval, "vma", ()))
-
-
-def np_dtype(name: str) -> np.dtype | None:
-    """The dtype named ``name`` in the running jax (``jnp.<name>``), or None if it has none."""
-    dt = getattr(jax.numpy, name, None)
-    return None if dt is None else np.dtype(dt)

@@ -39,6 +39,7 @@ __all__ = [
     "Preamble",
     "Section",
     "SectionReader",
+    "check_header",
     "check_sections",
     "compress_section",
     "decode_preamble",

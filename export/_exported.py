@@ -59,7 +59,7 @@ def encode_exported(
         "OutTree": _pytrees.encode_pytreedef(builder, exp.out_tree),
         "InAvals": _fb.table_vector(builder, encode_aval, exp.in_avals),
         "OutAvals": _fb.table_vector(builder, encode_aval, exp.out_avals),
-        "SymbolicConstraints": _avals.encode_symbolic_constraints(builder, constraints),
+        "SymbolicConstraints": _fb.str_vector(builder, constraints),
         "Meshes": _fb.table_vector(builder, _shardings.encode_abstract_mesh, meshes.meshes),
         "InShardings": _fb._offsets_vector(builder, in_shardings),
         "OutShardings": _fb._offsets_vector(builder, out_shardings),
