@@ -13,7 +13,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, exists, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from jaxport._errors import (
     ConflictError,
@@ -51,6 +62,7 @@ __all__ = [
     "DEFAULT_URL_ENV",
     "GcReport",
     "Registry",
+    "VerifyReport",
     "default_home",
     "schema_revision",
     "upgrade_database",
@@ -99,6 +111,28 @@ class GcReport:
     digests: tuple[str, ...]
     bytes: int
     dry_run: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify`` found: every digest the database refers to, checked against the store.
+
+    Attributes:
+        checked: digests read and hashed.
+        missing: digests the database refers to that the store lacks.
+        corrupt: digests whose stored bytes do not hash to them.
+        unreferenced: digests in the store that no variant refers to (``gc`` removes them).
+    """
+
+    checked: int
+    missing: tuple[str, ...]
+    corrupt: tuple[str, ...]
+    unreferenced: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """No blob missing or corrupt (unreferenced ones are harmless)."""
+        return not self.missing and not self.corrupt
 
 
 class Registry:
@@ -415,6 +449,21 @@ class Registry:
                             self.blobs.delete(digest)
         return GcReport(tuple(doomed), total, dry_run)
 
+    def verify(self) -> VerifyReport:
+        """Recomputes the digest of every blob the database refers to; lists the differences."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            referenced = sorted(set(conn.execute(select(Variant.digest)).scalars()))
+        missing: builtins.list[str] = []
+        corrupt: builtins.list[str] = []
+        for digest in referenced:
+            try:
+                self.read_blob(digest)
+            except IntegrityError as e:
+                (missing if e.found is None else corrupt).append(digest)
+        stored = set(self.blobs.digests())
+        unreferenced = tuple(sorted(stored - set(referenced)))
+        return VerifyReport(len(referenced), tuple(missing), tuple(corrupt), unreferenced)
+
     # -- reading --------------------------------------------------------------------------
 
     def resolve(
@@ -576,6 +625,27 @@ class Registry:
             q = q.where(Variant.id > after)
         with _db.translating_db_errors(), self._engine.connect() as conn:
             return [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
+
+    def get(self, reference: str) -> Ref:
+        """The version ``NAME:VERSION`` or ``NAME@ALIAS`` names; the newest for a bare ``NAME``.
+
+        Raises:
+            NotFoundError: no such name, version or alias, or a name without versions.
+            InvalidNameError: a malformed reference.
+        """
+        name, version, alias = parse_reference(reference)
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = self._model_id(conn, name)
+            if alias is not None:
+                version = self._alias_version(conn, model_id, name, alias)
+            if version is None:
+                version = conn.execute(
+                    select(func.max(Version.version)).where(Version.model_id == model_id)
+                ).scalar()
+                if version is None:
+                    raise NotFoundError(f"{name} has no versions")
+            self._version_id(conn, model_id, name, version)
+            return self._ref_on(conn, name, version)
 
     def names(self) -> builtins.list[str]:
         """Every name, sorted."""
