@@ -350,14 +350,19 @@ def _url(ctx: _Context) -> str:
 
 
 @db.command("current")
+@json_option
 @pass_ctx
-def db_current(ctx: _Context) -> None:
+def db_current(ctx: _Context, as_json: bool) -> None:
     """Print the database's schema revision and the one this jaxport writes."""
     from jaxport.registry import schema_revision
 
     with _errors():
         found, head = schema_revision(_url(ctx))
-    click.echo(f"database: {found or 'none'}\njaxport:  {head}")
+    _emit(
+        as_json,
+        {"database": found, "jaxport": head},
+        lambda d: f"database: {d['database'] or 'none'}\njaxport:  {d['jaxport']}",
+    )
 
 
 @db.command("upgrade")

@@ -88,6 +88,7 @@ def test_maintenance_commands(cli, files):
     verified = json.loads(cli("verify", "--json").output)
     assert verified["checked"] == 1 and verified["missing"] == [] and verified["corrupt"] == []
     assert "database:" in cli("db", "current").output
+    assert json.loads(cli("db", "current", "--json").output)["database"] is not None
 
 
 def test_verify_fails_on_a_corrupt_blob(cli, files, tmp_path):
