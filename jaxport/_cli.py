@@ -267,6 +267,115 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     _emit(as_json, info, info_tables)
 
 
+# -- audits ---------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("reference", required=False)
+@click.option("--platform", help="Platform to audit for (default: the local jax backend).")
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(exists=True),
+    help="Audit with the jax of another environment (an interpreter with jaxport installed).",
+)
+@click.option("--matrix", is_flag=True, help="Print stored findings: variants x jax releases.")
+@click.option(
+    "--upgrade-to", help="Compare stored findings of this jax release with the running one's."
+)
+@json_option
+@pass_ctx
+def audit(
+    ctx: _Context,
+    reference: str | None,
+    platform: str | None,
+    python: str | None,
+    matrix: bool,
+    upgrade_to: str | None,
+    as_json: bool,
+) -> None:
+    """Audit REFERENCE (NAME[:V|@ALIAS]; default: everything): load, compile, with this jax."""
+    from jaxport._cli_render import findings_table, matrix_table, upgrade_table
+
+    with _errors(), ctx.registry() as reg:
+        if matrix or upgrade_to:
+            name = reference.split(":")[0].split("@")[0] if reference else None
+            findings = reg.audit_results(name=name, platform=platform)
+            if upgrade_to:
+                import jax
+
+                rows = _upgrade_rows(findings, jax.__version__, upgrade_to)
+                _emit(as_json, rows, upgrade_table)
+            else:
+                _emit(as_json, findings, matrix_table)
+            return
+        if python:
+            _audit_elsewhere(ctx, python, reference, platform, as_json)
+            return
+        kwargs = {} if platform is None else {"platform": platform}
+        findings = reg.audit(reference, **kwargs)
+    _emit(as_json, findings, findings_table)
+    if any(f.status != "ok" for f in findings):
+        sys.exit(1)
+
+
+def _upgrade_rows(findings: list[Any], current: str, target: str) -> list[dict[str, Any]]:
+    latest: dict[tuple[str, str], Any] = {}
+    for f in findings:  # newest first: keep the first seen per (digest, jax)
+        latest.setdefault((f.digest, f.jax_version), f)
+    rows = []
+    for (digest, jax_version), f in sorted(
+        latest.items(), key=lambda kv: (kv[1].name, kv[1].version)
+    ):
+        if jax_version != current:
+            continue
+        after = latest.get((digest, target))
+        rows.append(
+            {
+                "name": f.name,
+                "version": f.version,
+                "digest": digest,
+                "now": f.status,
+                "after": after.status if after else "not audited",
+                "reason": after.reason if after and after.status != "ok" else "",
+                "breaks": bool(after and f.status == "ok" and after.status != "ok"),
+            }
+        )
+    return rows
+
+
+def _audit_elsewhere(
+    ctx: _Context, python: str, reference: str | None, platform: str | None, as_json: bool
+) -> None:
+    import subprocess
+
+    from jaxport.registry._registry import default_home
+
+    url = ctx.url or f"sqlite:///{default_home() / 'registry.db'}"
+    args = [python, "-m", "jaxport._cli", "--registry", url]
+    if ctx.blobs:
+        args += ["--blobs", ctx.blobs]
+    args += ["audit", *([reference] if reference else [])]
+    args += [*(["--platform", platform] if platform else []), *(["--json"] if as_json else [])]
+    sys.exit(subprocess.run(args, check=False).returncode)
+
+
+@main.command()
+@click.argument("old")
+@click.argument("new")
+@json_option
+@pass_ctx
+def diff(ctx: _Context, old: str, new: str, as_json: bool) -> None:
+    """What changed from OLD to NEW (NAME:V or NAME@ALIAS); exit 1 if anything breaks."""
+    from jaxport._cli_render import changes_table
+
+    with _errors(), ctx.registry() as reg:
+        changes = reg.diff(old, new)
+    _emit(as_json, changes, changes_table)
+    if any(c.breaking for c in changes):
+        sys.exit(1)
+
+
 # -- registry maintenance -------------------------------------------------------------------
 
 

@@ -9,7 +9,16 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["info_tables", "ref_panel", "refs_table", "variants_table"]
+__all__ = [
+    "changes_table",
+    "findings_table",
+    "info_tables",
+    "matrix_table",
+    "ref_panel",
+    "refs_table",
+    "upgrade_table",
+    "variants_table",
+]
 
 
 def _row(table: Table, *cells: str) -> None:
@@ -151,3 +160,62 @@ def info_tables(info: Any) -> Group:
             ", ".join(m.custom_call_targets),
         )
     return Group(head, sig, modules, sections)
+
+
+_STATUS_STYLE = {
+    "ok": "green",
+    "incompatible": "yellow",
+    "compile-error": "red",
+    "mismatch": "red",
+    "error": "red",
+}
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=_STATUS_STYLE.get(status, ""))
+
+
+def findings_table(findings: list[Any]) -> Table:
+    table = Table("name", "version", "digest", "jax", "platform", "status", "reason", "s")
+    for f in findings:
+        table.add_row(
+            escape(f.name), str(f.version), f.digest[:12], f.jax_version, f.platform,
+            _status(f.status), Text(f.reason), f"{f.seconds:.2f}",
+        )  # fmt: skip
+    return table
+
+
+def matrix_table(findings: list[Any]) -> Table:
+    releases = sorted({f.jax_version for f in findings})
+    latest: dict[tuple[str, str], Any] = {}
+    for f in findings:  # newest first
+        latest.setdefault((f.digest, f.jax_version), f)
+    table = Table("name:version", "digest", *releases, title="variants x jax releases")
+    rows = sorted({(f.name, f.version, f.digest) for f in findings})
+    for name, version, digest in rows:
+        cells = [latest.get((digest, r)) for r in releases]
+        table.add_row(
+            escape(f"{name}:{version}"), digest[:12],
+            *(_status(c.status) if c else Text("-") for c in cells),
+        )  # fmt: skip
+    return table
+
+
+def upgrade_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("name:version", "digest", "now", "after", "breaks", "reason", title="upgrade")
+    for r in rows:
+        table.add_row(
+            escape(f"{r['name']}:{r['version']}"), r["digest"][:12], _status(r["now"]),
+            _status(r["after"]), "BREAKS" if r["breaks"] else "", Text(r["reason"]),
+        )  # fmt: skip
+    return table
+
+
+def changes_table(changes: list[Any]) -> Table:
+    table = Table("", "change", "where", "before", "after", title="diff")
+    for c in changes:
+        table.add_row(
+            Text("breaking", style="red") if c.breaking else Text("compatible", style="green"),
+            c.what, Text(c.where), Text(str(c.before)), Text(str(c.after)),
+        )  # fmt: skip
+    return table

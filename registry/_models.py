@@ -1,6 +1,6 @@
 """The registry's tables (SQLAlchemy 2 declarative models).
 
-    models ─< versions ─< variants >─ blobs
+    models ─< versions ─< variants >─ blobs ─< audits (by digest)
        │                     └─< variant_platforms
        └─< aliases, alias_history
 
@@ -27,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "Alias",
+    "Audit",
     "AliasMove",
     "Base",
     "Blob",
@@ -151,3 +152,24 @@ class RegistryInfo(Base):
     __tablename__ = "registry_info"
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class Audit(Base):
+    """An audit of one variant's archive by one jax / jaxlib on one platform (``jaxport audit``).
+
+    ``status``: ok, incompatible, compile-error, mismatch or error; ``seconds``: how long the
+    audit took; ``details_json``: each check's outcome.
+    """
+
+    __tablename__ = "audits"
+    __table_args__ = (Index("ix_audits_digest", "digest", "jax_version", "platform"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    jax_version: Mapped[str] = mapped_column(String(40))
+    jaxlib_version: Mapped[str] = mapped_column(String(40))
+    platform: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text)
+    details_json: Mapped[str] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)

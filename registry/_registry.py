@@ -34,14 +34,17 @@ from jaxport._errors import (
     SchemaVersionError,
 )
 from jaxport._version import __version__
-from jaxport.export import dumps, inspect, loads
+from jaxport.export import _compat, dumps, inspect, loads
 from jaxport.export._info import ArchiveInfo
 from jaxport.migrations import HEAD
 from jaxport.registry import _db
+from jaxport.registry._audit import AuditResult, Finding, audit_archive
 from jaxport.registry._blobs import BlobStore, open_blob_store, verify
+from jaxport.registry._diff import Change, diff_variant_sets
 from jaxport.registry._models import (
     Alias,
     AliasMove,
+    Audit,
     Blob,
     Model,
     Variant,
@@ -464,6 +467,85 @@ class Registry:
         unreferenced = tuple(sorted(stored - set(referenced)))
         return VerifyReport(len(referenced), tuple(missing), tuple(corrupt), unreferenced)
 
+    def audit(
+        self, reference: str | None = None, *, platform: Any = _LOCAL, store: bool = True
+    ) -> builtins.list[Finding]:
+        """Audits variants with the running jax: load, compile, (golden) — see ``_audit``.
+
+        Args:
+            reference: ``NAME:VERSION`` / ``NAME@ALIAS`` (that version), ``NAME`` (all its
+                versions) or None (every version in the registry).
+            platform: the platform to audit for; default the local jax backend.
+            store: record the findings in the registry (``audit_results``).
+
+        Returns:
+            One Finding per variant.
+        """
+        import jax
+
+        platform = local_platform() if platform is _LOCAL else platform
+        jax_version, jaxlib_version = _compat.jax_versions()
+        findings = []
+        for ref in self._audit_targets(reference):
+            for v in ref.variants:
+                try:
+                    result = audit_archive(
+                        self.read_blob(v.digest), platform=platform, nr_devices=jax.device_count()
+                    )
+                except IntegrityError as e:
+                    result = AuditResult("error", f"IntegrityError: {e}", {}, 0.0)
+                where = (ref.name, ref.version, v.digest, jax_version, jaxlib_version, platform)
+                findings.append(Finding(*where, *dataclasses.astuple(result), time.time()))
+        if store and findings:
+            self._check_writable()
+            with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+                conn.execute(insert(Audit), [_audit_row(f) for f in findings])
+        return findings
+
+    def _audit_targets(self, reference: str | None) -> builtins.list[Ref]:
+        if reference is None:
+            return [r for n in self.names() for r in self.list(n, limit=1_000_000)]
+        name, version, alias = parse_reference(reference)
+        if version is None and alias is None:
+            return self.list(name, limit=1_000_000)
+        return [self.get(reference)]
+
+    def audit_results(
+        self,
+        *,
+        name: str | None = None,
+        jax_version: str | None = None,
+        platform: str | None = None,
+        limit: int = 10_000,
+    ) -> builtins.list[Finding]:
+        """Stored findings, newest first, joined to the versions that hold each digest."""
+        q = (
+            select(Audit.__table__, Model.name.label("m_name"), Version.version.label("v_number"))
+            .join(Variant, Variant.digest == Audit.digest)
+            .join(Version, Variant.version_id == Version.id)
+            .join(Model, Model.id == Version.model_id)
+            .order_by(Audit.id.desc())
+            .limit(limit)
+        )
+        for column, value in (
+            (Model.name, name),
+            (Audit.jax_version, jax_version),
+            (Audit.platform, platform),
+        ):
+            if value is not None:
+                q = q.where(column == value)
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return [_finding(r) for r in conn.execute(q)]
+
+    def diff(self, a: str, b: str) -> builtins.list[Change]:
+        """The changes from version ``a`` to version ``b`` (``NAME:V`` / ``NAME@ALIAS``),
+        each classified breaking or compatible (see ``registry/_diff.py``)."""
+        pairs = []
+        for reference in (a, b):
+            ref = self.get(reference)
+            pairs.append([(v, inspect(self.read_blob(v.digest))) for v in ref.variants])
+        return diff_variant_sets(pairs[0], pairs[1])
+
     # -- reading --------------------------------------------------------------------------
 
     def resolve(
@@ -813,6 +895,28 @@ def upgrade_database(url: str) -> tuple[str | None, str]:
             return _db.upgrade(engine), HEAD
     finally:
         engine.dispose()
+
+
+def _audit_row(f: Finding) -> dict[str, Any]:
+    return {
+        "digest": f.digest,
+        "jax_version": f.jax_version,
+        "jaxlib_version": f.jaxlib_version,
+        "platform": f.platform,
+        "status": f.status,
+        "reason": f.reason,
+        "details_json": json.dumps(f.checks, sort_keys=True),
+        "seconds": f.seconds,
+        "created_at": f.created_at,
+    }
+
+
+def _finding(audit: Any) -> Finding:
+    return Finding(
+        audit.m_name, audit.v_number, audit.digest, audit.jax_version, audit.jaxlib_version,
+        audit.platform, audit.status, audit.reason, json.loads(audit.details_json),
+        audit.seconds, audit.created_at,
+    )  # fmt: skip
 
 
 def _has_platform(platform: str) -> Any:

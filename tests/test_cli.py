@@ -132,3 +132,43 @@ def test_symbolic_shapes_are_printed_literally(cli, tmp_path):
     out = cli("show", "poly").output
     assert "float32[b, 8]" in out and "['y']" in out
     assert "(b, 8)" in cli("inspect", str(path)).output
+
+
+def test_audit_and_diff_commands(cli, files, db_url, tmp_path):
+    import sys
+
+    archive, native = files
+    cli("push", str(archive), "--name", "a")
+    cli("push", str(native), "--name", "a")
+    findings = json.loads(cli("audit", "a", "--platform", "cpu", "--json").output)
+    assert [f["status"] for f in findings] == ["ok", "ok"]
+    assert "ok" in cli("audit", "a:1", "--platform", "cpu").output
+
+    # Another environment (here: the same interpreter, in a subprocess) audits and stores.
+    out = cli("audit", "a:2", "--platform", "cpu", "--python", sys.executable)
+    assert out.exit_code == 0
+
+    # Findings of another jax release, as `jaxport audit` run under it would store them.
+    from jaxport.registry import _db
+    from jaxport.registry._models import Audit
+
+    with jaxport.Registry(db_url, blobs=tmp_path / "blobs") as reg:
+        digest = reg.get("a:2").digests[0]
+        with _db.write_transaction(reg._engine) as conn:
+            conn.execute(
+                Audit.__table__.insert().values(
+                    digest=digest, jax_version="9.9.9", jaxlib_version="9.9.9", platform="cpu",
+                    status="compile-error", reason="custom call gone", details_json="{}",
+                    seconds=0.1, created_at=0.0,
+                )
+            )  # fmt: skip
+    matrix = cli("audit", "--matrix", "--platform", "cpu").output
+    assert "9.9.9" in matrix and jax.__version__ in matrix
+    rows = json.loads(cli("audit", "--upgrade-to", "9.9.9", "--json").output)
+    breaking = [r for r in rows if r["breaks"]]
+    assert [(r["version"], r["after"]) for r in breaking] == [(2, "compile-error")]
+
+    changes = json.loads(cli("diff", "a:1", "a:1", "--json").output)
+    assert changes == []
+    out = cli("diff", "a:1", "a:2", code=1)  # platforms removed (cpu+tpu -> cpu): breaking
+    assert "breaking" in out.output

@@ -1,0 +1,106 @@
+"""Audits (load, compile) with the running jax, and diffs between versions; both backends."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxport
+from jaxport.registry._audit import audit_archive
+
+
+def _exp(fun=jnp.sin, *shapes, platforms=None, **kwargs):
+    specs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in (shapes or [(4,)])]
+    return jax.export.export(jax.jit(fun), platforms=platforms, **kwargs)(*specs)
+
+
+def _missing_custom_call():
+    target = "jaxport_no_such_target"
+
+    def fun(x):
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    return _exp(fun, disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)])
+
+
+def test_audit_statuses(registry):
+    registry.push(_exp(jnp.sin), "ok")
+    registry.push(_exp(jnp.sin, platforms=("tpu",)), "tpu-only")
+    registry.push(_missing_custom_call(), "missing-target")
+    (b,) = jax.export.symbolic_shape("b", constraints=["b >= 5"])
+    poly = jax.export.export(jax.jit(jnp.cos))(jax.ShapeDtypeStruct((b, 2), jnp.float32))
+    registry.push(poly, "poly")
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
+    sharded = jax.export.export(
+        jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("x", "y")))
+    )(jax.ShapeDtypeStruct((8, 4), jnp.float32))
+    registry.push(sharded, "sharded")
+
+    findings = {f.name: f for f in registry.audit(platform="cpu")}
+    assert findings["ok"].status == "ok"
+    assert findings["tpu-only"].status == "incompatible" and "tpu" in findings["tpu-only"].reason
+    assert findings["missing-target"].status == "compile-error"
+    assert "jaxport_no_such_target" in findings["missing-target"].reason
+    assert "not guaranteed stable" in findings["missing-target"].checks["custom calls"]
+    assert (
+        findings["poly"].status == "ok"
+        and "symbolic dims = 8" in findings["poly"].checks["compile"]
+    )
+    assert findings["sharded"].status == "ok", findings["sharded"].reason
+
+    stored = registry.audit_results(jax_version=jax.__version__)
+    assert {f.name for f in stored} == set(findings)
+    assert all(f.platform == "cpu" and f.seconds >= 0 for f in stored)
+    assert registry.audit_results(name="ok")[0].status == "ok"
+
+
+def test_audit_calling_convention_out_of_range(monkeypatch):
+    data = jaxport.dumps(_exp())
+    from jaxport.export import _compat
+
+    monkeypatch.setattr(_compat, "calling_convention_range", lambda: (99, 100))
+    result = audit_archive(data, platform="cpu", nr_devices=1)
+    assert result.status == "incompatible" and "calling convention version" in result.reason
+
+
+def test_audit_of_too_few_devices():
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    exp = jax.export.export(jax.jit(lambda x: x + 1, in_shardings=NamedSharding(mesh, P("x"))))(
+        jax.ShapeDtypeStruct((8,), jnp.float32)
+    )
+    result = audit_archive(jaxport.dumps(exp), platform="cpu", nr_devices=2)
+    assert result.status == "incompatible" and "8 devices" in result.reason
+
+
+def test_audit_of_garbage_is_an_error_finding():
+    assert audit_archive(b"garbage", platform="cpu", nr_devices=1).status == "error"
+
+
+def test_diff_classifies_changes(registry):
+    registry.push(_exp(lambda x: x * 2, (4,)), "d")
+    registry.push(_exp(lambda x: x * 2, (5,)), "d")  # input shape changed: breaking
+    (b,) = jax.export.symbolic_shape("b")
+    poly = jax.export.export(jax.jit(lambda x: x * 2))(jax.ShapeDtypeStruct((b,), jnp.float32))
+    registry.push(poly, "d")
+    registry.push(_exp(lambda x: (x * 2, x), (4,)), "d")  # outputs changed
+
+    shape = registry.diff("d:1", "d:2")
+    assert [(c.what, c.breaking) for c in shape if c.what == "input shape"] == [
+        ("input shape", True)
+    ]
+    general = registry.diff("d:1", "d:3")
+    inputs = [c for c in general if c.what == "input shape"]
+    assert inputs and not inputs[0].breaking  # static -> symbolic is compatible
+    outputs = registry.diff("d:1", "d:4")
+    assert any(c.what == "output added" and c.breaking for c in outputs)
+    assert registry.diff("d:1", "d:1") == []
+
+    registry.push(_exp(lambda x: x * 2, (4,), platforms=("cpu", "tpu")), "e")
+    registry.push(_exp(lambda x: x * 2, (4,), platforms=("cpu",)), "e")
+    removed = [c for c in registry.diff("e:1", "e:2") if c.what == "platforms"]
+    assert removed and removed[0].breaking
+    added = [c for c in registry.diff("e:2", "e:1") if c.what == "platforms"]
+    assert added and not added[0].breaking
