@@ -47,7 +47,7 @@ from jaxport.export import (  # noqa: E402
     loads,
     save,
 )
-from jaxport.registry import Ref, Registry, Resolution, VariantInfo  # noqa: E402
+from jaxport.registry import Example, Ref, Registry, Resolution, VariantInfo  # noqa: E402
 
 __all__ = [
     "FORMAT_VERSION",
@@ -57,6 +57,7 @@ __all__ = [
     "AvalInfo",
     "ConflictError",
     "CorruptArchiveError",
+    "Example",
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",

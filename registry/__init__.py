@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from jaxport.registry._audit import Finding
 from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, open_blob_store
+from jaxport.registry._diff import Change
+from jaxport.registry._examples import Example
 from jaxport.registry._refs import Ref, Rejection, Resolution, VariantInfo
 from jaxport.registry._registry import (
     DEFAULT_HOME_ENV,
@@ -17,6 +20,9 @@ from jaxport.registry._registry import (
 
 __all__ = [
     "DEFAULT_HOME_ENV",
+    "Change",
+    "Example",
+    "Finding",
     "DEFAULT_URL_ENV",
     "BlobStore",
     "FsspecBlobStore",

@@ -11,7 +11,9 @@ Each variant is checked in three steps, and the first that fails gives the statu
    disabled safety checks are reported, not failed on.
 2. compile (``compile-error``): deserialize and lower + compile for the local platform from the
    avals alone (symbolic dimensions take the first small size that satisfies the constraints).
-3. golden (``mismatch``): re-running stored example inputs — not stored yet (issue #5 is open).
+3. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
+   and compare with the producer's outputs, with dtype-aware tolerances
+   (``_examples.tolerance``); the largest absolute and relative errors are reported.
 
 Anything else that goes wrong is ``error``, with the exception's type and message.
 """
@@ -30,6 +32,7 @@ from jaxport.export import (
     inspect,
     loads,
 )
+from jaxport.registry._examples import Comparison, compare, decode_examples
 
 __all__ = ["AuditResult", "Finding", "audit_archive"]
 
@@ -63,18 +66,23 @@ class Finding:
     created_at: float
 
 
-def audit_archive(data: bytes, *, platform: str, nr_devices: int) -> AuditResult:
-    """Audits archive bytes for ``platform`` with ``nr_devices`` devices available."""
+def audit_archive(
+    data: bytes, *, platform: str, nr_devices: int, examples: bytes | None = None
+) -> AuditResult:
+    """Audits archive bytes for ``platform`` with ``nr_devices`` devices available;
+    ``examples`` is a golden-examples blob (``_examples``) to re-run, if any."""
     start = time.perf_counter()
     checks: dict[str, str] = {}
     try:
-        status, reason = _audit(data, platform, nr_devices, checks)
+        status, reason = _audit(data, platform, nr_devices, examples, checks)
     except Exception as e:  # an audit reports failures; it does not raise them
         status, reason = "error", f"{type(e).__name__}: {e}"
     return AuditResult(status, reason, checks, time.perf_counter() - start)
 
 
-def _audit(data: bytes, platform: str, nr_devices: int, checks: dict[str, str]) -> tuple[str, str]:
+def _audit(
+    data: bytes, platform: str, nr_devices: int, examples: bytes | None, checks: dict[str, str]
+) -> tuple[str, str]:
     try:
         info = inspect(data)
     except UnsupportedVersionError as e:
@@ -94,8 +102,41 @@ def _audit(data: bytes, platform: str, nr_devices: int, checks: dict[str, str]) 
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
-    checks["golden"] = "no stored examples"
-    return "ok", "loads and compiles"
+    if examples is None:
+        checks["golden"] = "no stored examples"
+        return "ok", "loads and compiles"
+    try:
+        comparison, count = _run_examples(exp, examples)
+    except Exception as e:  # running may fail where compiling did not
+        checks["golden"] = f"{type(e).__name__}: {_first_line(e)}"
+        return "error", f"running the examples failed: {checks['golden']}"
+    checks["golden"] = (
+        f"{count} example(s): max abs error {comparison.max_abs:.3g}, "
+        f"max rel error {comparison.max_rel:.3g}"
+    )
+    if not comparison.ok:
+        return "mismatch", f"{comparison.worst} (beyond the dtype's tolerance)"
+    return "ok", f"loads, compiles and matches {count} example(s)"
+
+
+def _run_examples(exp: Any, blob: bytes) -> tuple[Comparison, int]:
+    import jax
+
+    pairs = decode_examples(blob)
+    shardings = _in_shardings(exp)
+    worst = Comparison(0.0, 0.0, True, "")
+    for ins, outs in pairs:
+        placed = [
+            a if s is None else jax.device_put(a, s) for a, s in zip(ins, shardings, strict=True)
+        ]
+        args, kwargs = jax.tree.unflatten(exp.in_tree, placed)
+        got = jax.tree.leaves(exp.call(*args, **kwargs))
+        c = compare(got, outs)
+        worst = Comparison(
+            max(worst.max_abs, c.max_abs), max(worst.max_rel, c.max_rel),
+            worst.ok and c.ok, worst.worst or c.worst,
+        )  # fmt: skip
+    return worst, len(pairs)
 
 
 def _static(info: Any, platform: str, nr_devices: int, checks: dict[str, str]) -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "Variant",
     "VariantPlatform",
     "Version",
+    "VersionExamples",
 ]
 
 NAMING_CONVENTION = {
@@ -173,3 +174,14 @@ class Audit(Base):
     details_json: Mapped[str] = mapped_column(Text)
     seconds: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class VersionExamples(Base):
+    """The golden examples of a version: a blob (see ``_examples``) of ``count`` calls."""
+
+    __tablename__ = "examples"
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    count: Mapped[int] = mapped_column(Integer)

@@ -32,6 +32,7 @@ from jaxport._errors import (
     InvalidNameError,
     NotFoundError,
     SchemaVersionError,
+    UnsupportedFeatureError,
 )
 from jaxport._version import __version__
 from jaxport.export import _compat, dumps, inspect, loads
@@ -41,6 +42,7 @@ from jaxport.registry import _db
 from jaxport.registry._audit import AuditResult, Finding, audit_archive
 from jaxport.registry._blobs import BlobStore, open_blob_store, verify
 from jaxport.registry._diff import Change, diff_variant_sets
+from jaxport.registry._examples import Example, encode_examples
 from jaxport.registry._models import (
     Alias,
     AliasMove,
@@ -50,6 +52,7 @@ from jaxport.registry._models import (
     Variant,
     VariantPlatform,
     Version,
+    VersionExamples,
 )
 from jaxport.registry._refs import (
     Ref,
@@ -206,6 +209,7 @@ class Registry:
         vjp_order: int = 0,
         aliases: Iterable[str] = (),
         metadata: Mapping[str, str] | None = None,
+        examples: Sequence[Example | tuple[Any, ...]] | None = None,
     ) -> Ref:
         """Stores one ``Exported`` (or a list: the variants of one version) as a new version.
 
@@ -220,6 +224,10 @@ class Registry:
             vjp_order: VJP orders stored with each (see ``jaxport.dumps``).
             aliases: aliases to point at the new version, e.g. ``["prod"]``.
             metadata: user strings, stored in each archive and on the version.
+            examples: golden examples that audits re-run: ``Example(args, kwargs, outputs)``
+                or ``(args, kwargs)`` tuples. Outputs left None are computed now, by the first
+                variant that runs here; give them for an artifact whose producer's outputs
+                are known (e.g. imported from another jax release).
 
         Returns:
             The version's ``Ref`` (name, version, variants with their digests).
@@ -237,9 +245,10 @@ class Registry:
         self._check_writable()
         archives = [dumps(e, vjp_order=vjp_order, metadata=metadata) for e in items]
         digests = [hashlib.sha256(a).hexdigest() for a in archives]
+        golden = _golden_blob(items, examples) if examples else None
         with _db.translating_db_errors():
             # New content cannot be an existing version: skip the lookup when a blob is new.
-            if all(self.blobs.exists(d) for d in digests):
+            if golden is None and all(self.blobs.exists(d) for d in digests):
                 existing = self._find_version_with(name, digests)
                 if existing is not None:
                     for alias in aliases:
@@ -247,9 +256,13 @@ class Registry:
                     return existing
             for digest, data in zip(digests, archives, strict=True):
                 self.blobs.put(digest, data)
+            if golden is not None:
+                self.blobs.put(golden[0], golden[1])
             infos = [inspect(a) for a in archives]
             with _db.write_transaction(self._engine) as conn:
                 version, rows = self._insert_version(conn, name, digests, archives, infos, metadata)
+                if golden is not None:
+                    self._insert_examples(conn, rows[0].version_id, golden, len(examples or ()))
                 for alias in aliases:
                     self._move_alias(conn, name, alias, version)
             return Ref(name, version, tuple(VariantInfo.from_row(name, version, r) for r in rows))
@@ -345,6 +358,17 @@ class Registry:
             rows.append(types.SimpleNamespace(**row))
         return int(version), rows
 
+    @staticmethod
+    def _insert_examples(
+        conn: Connection, version_id: int, golden: tuple[str, bytes], count: int
+    ) -> None:
+        digest, data = golden
+        row = {"digest": digest, "size": len(data), "created_at": time.time()}
+        _db.insert_ignoring_duplicates(conn, Blob.__table__, [row], ["digest"])
+        conn.execute(
+            insert(VersionExamples), {"version_id": version_id, "digest": digest, "count": count}
+        )
+
     def alias(self, name: str, alias: str, version: int | None) -> None:
         """Points ``name@alias`` at ``version`` (None: removes the alias), in one transaction.
 
@@ -437,16 +461,14 @@ class Registry:
             self._check_writable()
         with _db.translating_db_errors():
             with self._engine.connect() as conn:
-                referenced = set(conn.execute(select(Variant.digest).distinct()).scalars())
+                referenced = _referenced_digests(conn)
             candidates = [d for d in self.blobs.digests() if d not in referenced]
             doomed = [d for d in candidates if self.blobs.age(d) >= min_age]
             total = sum(self.blobs.size(d) for d in doomed)
             if not dry_run:
                 with _db.write_transaction(self._engine) as conn:
                     for digest in doomed:
-                        still = conn.execute(
-                            select(exists().where(Variant.digest == digest))
-                        ).scalar()
+                        still = digest in _referenced_digests(conn)
                         if not still:
                             conn.execute(delete(Blob).where(Blob.digest == digest))
                             self.blobs.delete(digest)
@@ -455,7 +477,7 @@ class Registry:
     def verify(self) -> VerifyReport:
         """Recomputes the digest of every blob the database refers to; lists the differences."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
-            referenced = sorted(set(conn.execute(select(Variant.digest)).scalars()))
+            referenced = sorted(_referenced_digests(conn))
         missing: builtins.list[str] = []
         corrupt: builtins.list[str] = []
         for digest in referenced:
@@ -487,10 +509,13 @@ class Registry:
         jax_version, jaxlib_version = _compat.jax_versions()
         findings = []
         for ref in self._audit_targets(reference):
+            golden_digest = self._examples_digest(ref.name, ref.version)
             for v in ref.variants:
                 try:
+                    data = self.read_blob(v.digest)
+                    golden = self.read_blob(golden_digest) if golden_digest else None
                     result = audit_archive(
-                        self.read_blob(v.digest), platform=platform, nr_devices=jax.device_count()
+                        data, platform=platform, nr_devices=jax.device_count(), examples=golden
                     )
                 except IntegrityError as e:
                     result = AuditResult("error", f"IntegrityError: {e}", {}, 0.0)
@@ -501,6 +526,15 @@ class Registry:
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
                 conn.execute(insert(Audit), [_audit_row(f) for f in findings])
         return findings
+
+    def _examples_digest(self, name: str, version: int) -> str | None:
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return conn.execute(
+                select(VersionExamples.digest)
+                .join(Version, Version.id == VersionExamples.version_id)
+                .join(Model, Model.id == Version.model_id)
+                .where(Model.name == name, Version.version == version)
+            ).scalar_one_or_none()
 
     def _audit_targets(self, reference: str | None) -> builtins.list[Ref]:
         if reference is None:
@@ -895,6 +929,34 @@ def upgrade_database(url: str) -> tuple[str | None, str]:
             return _db.upgrade(engine), HEAD
     finally:
         engine.dispose()
+
+
+def _referenced_digests(conn: Connection) -> set[str]:
+    variants = conn.execute(select(Variant.digest).distinct()).scalars()
+    examples = conn.execute(select(VersionExamples.digest).distinct()).scalars()
+    return set(variants) | set(examples)
+
+
+def _golden_blob(items: Sequence[Any], examples: Sequence[Any]) -> tuple[str, bytes]:
+    """``(digest, npz bytes)`` of the examples, with outputs computed where not given."""
+    import jax
+
+    runner = next((e for e in items if local_platform() in e.platforms and e.nr_devices == 1), None)
+    flat = []
+    for example in examples:
+        ex = example if isinstance(example, Example) else Example(*example)
+        ins = jax.tree.leaves((tuple(ex.args), dict(ex.kwargs)))
+        outputs = ex.outputs
+        if outputs is None:
+            if runner is None:
+                raise UnsupportedFeatureError(
+                    "no variant runs here to compute the examples' outputs: pass "
+                    "jaxport.Example(args, kwargs, outputs) with the producer's outputs"
+                )
+            outputs = runner.call(*ex.args, **ex.kwargs)
+        flat.append((ins, jax.tree.leaves(outputs)))
+    data = encode_examples(flat)
+    return hashlib.sha256(data).hexdigest(), data
 
 
 def _audit_row(f: Finding) -> dict[str, Any]:

@@ -104,3 +104,41 @@ def test_diff_classifies_changes(registry):
     assert removed and removed[0].breaking
     added = [c for c in registry.diff("e:2", "e:1") if c.what == "platforms"]
     assert added and not added[0].breaking
+
+
+def test_golden_examples_ok_and_mismatch(registry):
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    registry.push(_exp(jnp.sin), "g", examples=[((x,), {})])
+    ok = registry.audit("g:1", platform="cpu")[0]
+    assert ok.status == "ok" and "matches 1 example(s)" in ok.reason
+    assert "max abs error 0" in ok.checks["golden"]
+
+    wrong = np.sin(x) + np.float32(0.01)  # what a producer with other numerics computed
+    registry.push(_exp(jnp.sin), "g", examples=[jaxport.Example((x,), {}, wrong)])
+    bad = registry.audit("g:2", platform="cpu")[0]
+    assert bad.status == "mismatch" and "float32" in bad.reason
+    assert "max abs error 0.01" in bad.checks["golden"]
+
+
+def test_golden_tolerance_is_dtype_aware(registry):
+    x = np.linspace(-1, 1, 8).astype(jnp.bfloat16)
+    exp = jax.export.export(jax.jit(lambda v: v * 3))(jax.ShapeDtypeStruct((8,), jnp.bfloat16))
+    near = (np.asarray(x, np.float32) * 3 * 1.004).astype(jnp.bfloat16)  # within bf16 precision
+    registry.push(exp, "b", examples=[jaxport.Example((x,), {}, near)])
+    assert registry.audit("b", platform="cpu")[0].status == "ok"
+
+
+def test_examples_need_outputs_when_nothing_runs_here(registry):
+    import pytest
+
+    with pytest.raises(jaxport.UnsupportedFeatureError, match="Example"):
+        registry.push(
+            _exp(jnp.sin, platforms=("tpu",)), "t", examples=[((np.zeros(4, np.float32),), {})]
+        )
+
+
+def test_gc_and_verify_keep_example_blobs(registry):
+    registry.push(_exp(jnp.sin), "k", examples=[((np.ones(4, np.float32),), {})])
+    assert registry.gc(dry_run=True, min_age=0).digests == ()
+    report = registry.verify()
+    assert report.checked == 2 and report.ok

@@ -14,6 +14,7 @@ def test_public_names():
         "AvalInfo",
         "ConflictError",
         "CorruptArchiveError",
+        "Example",
         "IntegrityError",
         "InvalidNameError",
         "JaxportError",

@@ -1,4 +1,4 @@
-"""audit results
+"""audit results and golden examples
 
 Revision ID: 0002
 Revises: 0001
@@ -36,8 +36,26 @@ def upgrade() -> None:
             "ix_audits_digest", ["digest", "jax_version", "platform"], unique=False
         )
 
+    op.create_table(
+        "examples",
+        sa.Column("version_id", sa.Integer(), nullable=False),
+        sa.Column("digest", sa.String(length=64), nullable=False),
+        sa.Column("count", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["digest"], ["blobs.digest"], name=op.f("fk_examples_digest_blobs")
+        ),
+        sa.ForeignKeyConstraint(
+            ["version_id"],
+            ["versions.id"],
+            name=op.f("fk_examples_version_id_versions"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("version_id", name=op.f("pk_examples")),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("examples")
     with op.batch_alter_table("audits", schema=None) as batch_op:
         batch_op.drop_index("ix_audits_digest")
     op.drop_table("audits")

@@ -1,0 +1,125 @@
+"""Golden examples: inputs of an exported function with the outputs its producer computed.
+
+Stored as one blob per version (content-addressed like archives): an ``.npz`` file, read with
+``allow_pickle=False``, holding the flat input leaves ``in_0..``, the flat output leaves
+``out_0..`` (each as raw bytes in a uint8 array) and ``meta``, a JSON list of
+``[key, dtype name, shape]``, so every jax dtype (bfloat16, float8, ...) round-trips.
+Audits re-run the inputs and compare outputs with dtype-aware tolerances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxport._errors import CorruptArchiveError
+
+__all__ = ["Comparison", "Example", "compare", "decode_examples", "encode_examples", "tolerance"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One call: ``fn(*args, **kwargs)``; ``outputs`` as the producer computed them (None:
+    computed at push time by the pushed Exported)."""
+
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    outputs: Any = None
+
+
+def encode_examples(flat: Sequence[tuple[list[Any], list[Any]]]) -> bytes:
+    """An npz blob of examples given as ``(flat inputs, flat outputs)`` pairs."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = []
+    for i, (ins, outs) in enumerate(flat):
+        for side, leaves in (("in", ins), ("out", outs)):
+            for j, leaf in enumerate(leaves):
+                a = np.asarray(leaf)
+                key = f"{i}_{side}_{j}"
+                arrays[key] = np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=np.uint8)
+                meta.append([key, a.dtype.name, list(a.shape)])
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def decode_examples(data: bytes) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """The ``(flat inputs, flat outputs)`` pairs of an npz blob.
+
+    Raises:
+        CorruptArchiveError: not an examples blob.
+    """
+    import jax.numpy as jnp
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            meta = json.loads(npz["meta"].tobytes())
+            pairs: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+            for key, dtype_name, shape in meta:
+                i, side, _ = key.split("_")
+                dtype = np.dtype(getattr(jnp, dtype_name, dtype_name))
+                leaf = np.frombuffer(npz[key].tobytes(), dtype=dtype).reshape(shape)
+                pairs.setdefault(int(i), ([], []))[0 if side == "in" else 1].append(leaf)
+    except (ValueError, KeyError, OSError, TypeError) as e:
+        raise CorruptArchiveError(f"not a golden-examples blob: {e}") from None
+    return [pairs[i] for i in sorted(pairs)]
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing outputs of ``dtype``: 0 for integers and bool."""
+    name = np.dtype(dtype).name
+    if name.startswith(("int", "uint", "bool")):
+        return 0.0, 0.0
+    if "float8" in name or "float4" in name or "float6" in name:
+        return 1.25e-1, 1e-1
+    if name == "bfloat16":
+        return 1.6e-2, 1e-2
+    if name == "float16":
+        return 2e-3, 1e-3
+    if name in ("float64", "complex128"):
+        return 1e-10, 1e-12
+    return 1e-5, 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Largest absolute and relative errors over all outputs, and whether they are within
+    tolerance."""
+
+    max_abs: float
+    max_rel: float
+    ok: bool
+    worst: str
+
+
+def compare(got: Sequence[Any], want: Sequence[Any]) -> Comparison:
+    """Compares flat outputs leaf by leaf with ``tolerance`` of each leaf's dtype."""
+    max_abs = max_rel = 0.0
+    ok, worst = True, ""
+    if len(got) != len(want):
+        return Comparison(
+            float("inf"), float("inf"), False, f"{len(got)} outputs, expected {len(want)}"
+        )
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g64 = np.asarray(g).astype(np.float64) if np.asarray(g).dtype.kind != "c" else np.asarray(g)
+        w64 = np.asarray(w).astype(np.float64) if np.asarray(w).dtype.kind != "c" else np.asarray(w)
+        if g64.shape != w64.shape:
+            return Comparison(
+                float("inf"), float("inf"), False, f"output {i}: shape {g64.shape} != {w64.shape}"
+            )
+        err = np.abs(g64 - w64)
+        abs_err = float(err.max()) if err.size else 0.0
+        rel_err = float((err / np.maximum(np.abs(w64), 1e-30)).max()) if err.size else 0.0
+        rtol, atol = tolerance(np.asarray(w).dtype)
+        if err.size and not bool(np.all(err <= atol + rtol * np.abs(w64))):
+            ok = False
+            name = np.asarray(w).dtype.name
+            worst = worst or f"output {i} ({name}): max abs {abs_err:.3g}, max rel {rel_err:.3g}"
+        max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
+    return Comparison(max_abs, max_rel, ok, worst)
