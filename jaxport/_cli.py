@@ -275,14 +275,15 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 @click.option("--platform", help="Platform to audit for (default: the local jax backend).")
 @click.option(
     "--python",
-    "python",
     type=click.Path(exists=True),
     help="Audit with the jax of another environment (an interpreter with jaxport installed).",
 )
 @click.option("--matrix", is_flag=True, help="Print stored findings: variants x jax releases.")
 @click.option(
-    "--upgrade-to", help="Compare stored findings of this jax release with the running one's."
+    "--upgrade-to",
+    help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
+@click.option("--no-store", is_flag=True, help="Do not record the findings.")
 @json_option
 @pass_ctx
 def audit(
@@ -292,31 +293,44 @@ def audit(
     python: str | None,
     matrix: bool,
     upgrade_to: str | None,
+    no_store: bool,
     as_json: bool,
 ) -> None:
-    """Audit REFERENCE (NAME[:V|@ALIAS]; default: everything): load, compile, with this jax."""
+    """Audit REFERENCE (NAME[:V|@ALIAS]; default: everything): load, compile, run examples.
+
+    Exit 1 when a variant is not ok (or, with --upgrade-to, when one would break).
+    """
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
+    kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
     with _errors(), ctx.registry() as reg:
-        if matrix or upgrade_to:
-            name = reference.split(":")[0].split("@")[0] if reference else None
-            findings = reg.audit_results(name=name, platform=platform)
-            if upgrade_to:
-                import jax
-
-                rows = _upgrade_rows(findings, jax.__version__, upgrade_to)
-                _emit(as_json, rows, upgrade_table)
-            else:
-                _emit(as_json, findings, matrix_table)
+        if upgrade_to:
+            rows = _upgrade(reg, reference, upgrade_to, kwargs)
+            _emit(as_json, rows, upgrade_table)
+            sys.exit(1 if any(r["breaks"] for r in rows) else 0)
+        if matrix:
+            findings = reg.audit_results(name=_name_of(reference), platform=platform)
+            _emit(as_json, findings, matrix_table)
             return
-        if python:
-            _audit_elsewhere(ctx, python, reference, platform, as_json)
-            return
-        kwargs = {} if platform is None else {"platform": platform}
-        findings = reg.audit(reference, **kwargs)
+        findings = reg.audit(reference, python=python, store=not no_store, **kwargs)
     _emit(as_json, findings, findings_table)
     if any(f.status != "ok" for f in findings):
         sys.exit(1)
+
+
+def _name_of(reference: str | None) -> str | None:
+    return reference.split(":")[0].split("@")[0] if reference else None
+
+
+def _upgrade(reg: Any, reference: str | None, target: str, kwargs: dict[str, Any]) -> list[Any]:
+    import jax
+
+    if Path(target).exists():  # an interpreter: audit there and here, then compare
+        elsewhere = reg.audit(reference, python=target, **kwargs)
+        reg.audit(reference, **kwargs)
+        target = elsewhere[0].jax_version if elsewhere else target
+    findings = reg.audit_results(name=_name_of(reference), platform=kwargs.get("platform"))
+    return _upgrade_rows(findings, jax.__version__, target)
 
 
 def _upgrade_rows(findings: list[Any], current: str, target: str) -> list[dict[str, Any]]:
@@ -342,22 +356,6 @@ def _upgrade_rows(findings: list[Any], current: str, target: str) -> list[dict[s
             }
         )
     return rows
-
-
-def _audit_elsewhere(
-    ctx: _Context, python: str, reference: str | None, platform: str | None, as_json: bool
-) -> None:
-    import subprocess
-
-    from jaxport.registry._registry import default_home
-
-    url = ctx.url or f"sqlite:///{default_home() / 'registry.db'}"
-    args = [python, "-m", "jaxport._cli", "--registry", url]
-    if ctx.blobs:
-        args += ["--blobs", ctx.blobs]
-    args += ["audit", *([reference] if reference else [])]
-    args += [*(["--platform", platform] if platform else []), *(["--json"] if as_json else [])]
-    sys.exit(subprocess.run(args, check=False).returncode)
 
 
 @main.command()

@@ -31,6 +31,7 @@ from jaxport._errors import (
     IntegrityError,
     InvalidNameError,
     NotFoundError,
+    RegistryError,
     SchemaVersionError,
     UnsupportedFeatureError,
 )
@@ -490,7 +491,12 @@ class Registry:
         return VerifyReport(len(referenced), tuple(missing), tuple(corrupt), unreferenced)
 
     def audit(
-        self, reference: str | None = None, *, platform: Any = _LOCAL, store: bool = True
+        self,
+        reference: str | None = None,
+        *,
+        platform: Any = _LOCAL,
+        store: bool = True,
+        python: str | os.PathLike[str] | None = None,
     ) -> builtins.list[Finding]:
         """Audits variants with the running jax: load, compile, (golden) — see ``_audit``.
 
@@ -499,10 +505,18 @@ class Registry:
                 versions) or None (every version in the registry).
             platform: the platform to audit for; default the local jax backend.
             store: record the findings in the registry (``audit_results``).
+            python: audit with the jax of another Python environment: an interpreter where
+                jaxport and another jax release are installed. It opens this registry (its
+                URL and blob store) itself and stores its findings there.
 
         Returns:
             One Finding per variant.
+
+        Raises:
+            RegistryError: the other interpreter could not run the audit.
         """
+        if python is not None:
+            return self._audit_in(os.fspath(python), reference, platform, store)
         import jax
 
         platform = local_platform() if platform is _LOCAL else platform
@@ -526,6 +540,21 @@ class Registry:
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
                 conn.execute(insert(Audit), [_audit_row(f) for f in findings])
         return findings
+
+    def _audit_in(
+        self, python: str, reference: str | None, platform: Any, store: bool
+    ) -> builtins.list[Finding]:
+        import subprocess
+
+        args = [python, "-m", "jaxport._cli", "--registry", self.url, "--blobs", self.blobs.url]
+        args += ["audit", *([reference] if reference else []), "--json"]
+        args += [] if platform is _LOCAL or platform is None else ["--platform", platform]
+        args += [] if store else ["--no-store"]
+        proc = subprocess.run(args, capture_output=True, text=True, check=False)
+        if proc.returncode not in (0, 1) or not proc.stdout.strip().startswith("["):
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise RegistryError(f"audit with {python} failed: {' | '.join(tail)}")
+        return [Finding(**f) for f in json.loads(proc.stdout)]
 
     def _examples_digest(self, name: str, version: int) -> str | None:
         with _db.translating_db_errors(), self._engine.connect() as conn:

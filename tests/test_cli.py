@@ -145,8 +145,10 @@ def test_audit_and_diff_commands(cli, files, db_url, tmp_path):
     assert "ok" in cli("audit", "a:1", "--platform", "cpu").output
 
     # Another environment (here: the same interpreter, in a subprocess) audits and stores.
-    out = cli("audit", "a:2", "--platform", "cpu", "--python", sys.executable)
-    assert out.exit_code == 0
+    out = cli("audit", "a:2", "--platform", "cpu", "--python", sys.executable, "--json")
+    assert [f["status"] for f in json.loads(out.output)] == ["ok"]
+    rows = json.loads(cli("audit", "a", "--upgrade-to", sys.executable, "--json").output)
+    assert {r["after"] for r in rows} == {"ok"} and not any(r["breaks"] for r in rows)
 
     # Findings of another jax release, as `jaxport audit` run under it would store them.
     from jaxport.registry import _db
@@ -164,7 +166,7 @@ def test_audit_and_diff_commands(cli, files, db_url, tmp_path):
             )  # fmt: skip
     matrix = cli("audit", "--matrix", "--platform", "cpu").output
     assert "9.9.9" in matrix and jax.__version__ in matrix
-    rows = json.loads(cli("audit", "--upgrade-to", "9.9.9", "--json").output)
+    rows = json.loads(cli("audit", "--upgrade-to", "9.9.9", "--json", code=1).output)
     breaking = [r for r in rows if r["breaks"]]
     assert [(r["version"], r["after"]) for r in breaking] == [(2, "compile-error")]
 
