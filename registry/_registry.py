@@ -533,8 +533,21 @@ class Registry:
                     )
                 except IntegrityError as e:
                     result = AuditResult("error", f"IntegrityError: {e}", {}, 0.0)
-                where = (ref.name, ref.version, v.digest, jax_version, jaxlib_version, platform)
-                findings.append(Finding(*where, *dataclasses.astuple(result), time.time()))
+                findings.append(
+                    Finding(
+                        name=ref.name,
+                        version=ref.version,
+                        digest=v.digest,
+                        jax_version=jax_version,
+                        jaxlib_version=jaxlib_version,
+                        platform=platform,
+                        status=result.status,
+                        reason=result.reason,
+                        checks=result.checks,
+                        seconds=result.seconds,
+                        created_at=time.time(),
+                    )
+                )
         if store and findings:
             self._check_writable()
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
