@@ -32,6 +32,7 @@ __all__ = [
     "exported_named_shardings",
     "hlo_sharding_from_proto",
     "hlo_sharding_to_proto",
+    "hlo_shardings_on",
     "jax_versions",
     "make_abstract_mesh",
     "make_exported",
@@ -94,6 +95,19 @@ def with_sharding(aval: Any, sharding: Any) -> Any:
     if sharding is None:
         return aval
     return core.update_aval_with_sharding(aval, sharding)
+
+
+def hlo_shardings_on(shardings: Sequence[Any], devices: Sequence[Any]) -> list[Any]:
+    """Concrete shardings on ``devices`` for HloShardings (None: replicated)."""
+    from jax._src import sharding_impls
+
+    devs = tuple(devices)
+    return [
+        sharding_impls.GSPMDSharding(devs, h)
+        if h is not None
+        else sharding_impls.GSPMDSharding.get_replicated(devs)
+        for h in shardings
+    ]
 
 
 def hlo_sharding_to_proto(sharding: Any) -> bytes:

@@ -199,19 +199,18 @@ def _compile(exp: Any, checks: dict[str, str]) -> None:
 
 
 def _in_shardings(exp: Any) -> list[Any]:
+    """Shardings over this machine's first ``nr_devices`` devices for a sharded export's inputs."""
     if exp.nr_devices <= 1:
         return [None] * len(exp.in_avals)
     import jax
     import numpy as np
 
+    devices = jax.devices()[: exp.nr_devices]
     _, named, _ = _compat.exported_named_shardings(exp)
-    mesh_shape = next((s.mesh for s in named if s is not None), None)
-    if mesh_shape is None:
-        devices = np.array(jax.devices()[: exp.nr_devices])
-        mesh = jax.sharding.Mesh(devices, ("_audit",))
-    else:
-        devices = np.array(jax.devices()[: exp.nr_devices]).reshape(mesh_shape.axis_sizes)
-        mesh = jax.sharding.Mesh(devices, mesh_shape.axis_names)
+    abstract = next((s.mesh for s in named if s is not None), None)
+    if abstract is None:  # jax < 0.9: only the HloSharding form
+        return _compat.hlo_shardings_on(exp.in_shardings_hlo, devices)
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(abstract.axis_sizes), abstract.axis_names)
     return list(exp.in_shardings_jax(mesh))
 
 
