@@ -305,9 +305,9 @@ def audit(
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
     with _errors(), ctx.registry() as reg:
         if upgrade_to:
-            rows = _upgrade(reg, reference, upgrade_to, kwargs)
+            rows = reg.upgrade_report(upgrade_to, reference, platform=platform)
             _emit(as_json, rows, upgrade_table)
-            sys.exit(1 if any(r["breaks"] for r in rows) else 0)
+            sys.exit(1 if any(r.breaks for r in rows) else 0)
         if matrix:
             findings = reg.audit_results(name=_name_of(reference), platform=platform)
             _emit(as_json, findings, matrix_table)
@@ -320,42 +320,6 @@ def audit(
 
 def _name_of(reference: str | None) -> str | None:
     return reference.split(":")[0].split("@")[0] if reference else None
-
-
-def _upgrade(reg: Any, reference: str | None, target: str, kwargs: dict[str, Any]) -> list[Any]:
-    import jax
-
-    if Path(target).exists():  # an interpreter: audit there and here, then compare
-        elsewhere = reg.audit(reference, python=target, **kwargs)
-        reg.audit(reference, **kwargs)
-        target = elsewhere[0].jax_version if elsewhere else target
-    findings = reg.audit_results(name=_name_of(reference), platform=kwargs.get("platform"))
-    return _upgrade_rows(findings, jax.__version__, target)
-
-
-def _upgrade_rows(findings: list[Any], current: str, target: str) -> list[dict[str, Any]]:
-    latest: dict[tuple[str, str], Any] = {}
-    for f in findings:  # newest first: keep the first seen per (digest, jax)
-        latest.setdefault((f.digest, f.jax_version), f)
-    rows = []
-    for (digest, jax_version), f in sorted(
-        latest.items(), key=lambda kv: (kv[1].name, kv[1].version)
-    ):
-        if jax_version != current:
-            continue
-        after = latest.get((digest, target))
-        rows.append(
-            {
-                "name": f.name,
-                "version": f.version,
-                "digest": digest,
-                "now": f.status,
-                "after": after.status if after else "not audited",
-                "reason": after.reason if after and after.status != "ok" else "",
-                "breaks": bool(after and f.status == "ok" and after.status != "ok"),
-            }
-        )
-    return rows
 
 
 @main.command()

@@ -205,12 +205,12 @@ def matrix_table(findings: list[Any]) -> Table:
     return table
 
 
-def upgrade_table(rows: list[dict[str, Any]]) -> Table:
+def upgrade_table(rows: list[Any]) -> Table:
     table = Table("name:version", "digest", "now", "after", "breaks", "reason", title="upgrade")
     for r in rows:
         table.add_row(
-            escape(f"{r['name']}:{r['version']}"), r["digest"][:12], _status(r["now"]),
-            _status(r["after"]), "BREAKS" if r["breaks"] else "", Text(r["reason"]),
+            escape(f"{r.name}:{r.version}"), r.digest[:12], _status(r.now),
+            _status(r.after), "BREAKS" if r.breaks else "", Text(r.reason),
         )  # fmt: skip
     return table
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxport.registry._audit import Finding
+from jaxport.registry._audit import Finding, UpgradeRow
 from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, open_blob_store
 from jaxport.registry._diff import Change
 from jaxport.registry._examples import Example
@@ -32,6 +32,7 @@ __all__ = [
     "Registry",
     "Rejection",
     "Resolution",
+    "UpgradeRow",
     "VariantInfo",
     "VerifyReport",
     "default_home",

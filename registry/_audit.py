@@ -35,7 +35,7 @@ from jaxport.export import (
 )
 from jaxport.registry._examples import Comparison, compare, decode_examples
 
-__all__ = ["AuditResult", "Finding", "audit_archive"]
+__all__ = ["AuditResult", "Finding", "UpgradeRow", "audit_archive", "compare_findings"]
 
 _DIM_CANDIDATES = (2, 3, 4, 8, 16, 1, 32, 64)
 
@@ -65,6 +65,47 @@ class Finding:
     checks: dict[str, str]
     seconds: float
     created_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class UpgradeRow:
+    """One variant's status under the running jax (``now``) and a target release (``after``)."""
+
+    name: str
+    version: int
+    digest: str
+    now: str
+    after: str
+    reason: str
+    breaks: bool
+
+
+def compare_findings(findings: list[Finding], current: str, target: str) -> list[UpgradeRow]:
+    """What moving from jax ``current`` to ``target`` breaks, from stored findings (newest
+    first; the newest per digest and release counts). ``after`` is "not audited" where the
+    target has no finding; ``breaks``: ok now, not ok after."""
+    latest: dict[tuple[str, str], Finding] = {}
+    for f in findings:
+        latest.setdefault((f.digest, f.jax_version), f)
+    rows = []
+    for (digest, jax_version), f in sorted(
+        latest.items(), key=lambda kv: (kv[1].name, kv[1].version)
+    ):
+        if jax_version != current:
+            continue
+        after = latest.get((digest, target))
+        rows.append(
+            UpgradeRow(
+                name=f.name,
+                version=f.version,
+                digest=digest,
+                now=f.status,
+                after=after.status if after else "not audited",
+                reason=after.reason if after and after.status != "ok" else "",
+                breaks=bool(after and f.status == "ok" and after.status != "ok"),
+            )
+        )
+    return rows
 
 
 def audit_archive(

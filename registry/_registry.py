@@ -40,7 +40,13 @@ from jaxport.export import _compat, dumps, inspect, loads
 from jaxport.export._info import ArchiveInfo
 from jaxport.migrations import HEAD
 from jaxport.registry import _db
-from jaxport.registry._audit import AuditResult, Finding, audit_archive
+from jaxport.registry._audit import (
+    AuditResult,
+    Finding,
+    UpgradeRow,
+    audit_archive,
+    compare_findings,
+)
 from jaxport.registry._blobs import BlobStore, open_blob_store, verify
 from jaxport.registry._diff import Change, diff_variant_sets
 from jaxport.registry._examples import Example, encode_examples
@@ -612,6 +618,33 @@ class Registry:
                 q = q.where(column == value)
         with _db.translating_db_errors(), self._engine.connect() as conn:
             return [_finding(r) for r in conn.execute(q)]
+
+    def upgrade_report(
+        self,
+        target: str | os.PathLike[str],
+        reference: str | None = None,
+        *,
+        platform: str | None = None,
+    ) -> builtins.list[UpgradeRow]:
+        """What breaks if the running jax is replaced by ``target``.
+
+        Args:
+            target: a jax release whose findings are stored (``"0.7.0"``), or an interpreter
+                path: then ``reference`` is audited there and here first.
+            reference: limit to a name (``NAME``, ``NAME:V``, ``NAME@ALIAS`` use its name).
+            platform: limit to findings for this platform.
+        """
+        import jax
+
+        kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
+        target = os.fspath(target)
+        if Path(target).exists():
+            elsewhere = self.audit(reference, python=target, **kwargs)
+            self.audit(reference, **kwargs)
+            target = elsewhere[0].jax_version if elsewhere else target
+        name = parse_reference(reference)[0] if reference else None
+        findings = self.audit_results(name=name, platform=platform)
+        return compare_findings(findings, jax.__version__, target)
 
     def diff(self, a: str, b: str) -> builtins.list[Change]:
         """The changes from version ``a`` to version ``b`` (``NAME:V`` / ``NAME@ALIAS``),
