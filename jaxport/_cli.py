@@ -411,13 +411,9 @@ def db() -> None:
 
 
 def _url(ctx: _Context) -> str:
-    from jaxport.registry._registry import default_home
+    from jaxport.registry._registry import default_url
 
-    if ctx.url:
-        return ctx.url
-    home = default_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'registry.db'}"
+    return ctx.url or default_url()
 
 
 @db.command("current")

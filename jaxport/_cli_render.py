@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from jaxport.registry._audit import release_key
+
 __all__ = [
     "changes_table",
     "findings_table",
@@ -175,10 +177,6 @@ def _status(status: str) -> Text:
     return Text(status, style=_STATUS_STYLE.get(status, ""))
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
-
-
 def findings_table(findings: list[Any]) -> Table:
     table = Table("name", "version", "digest", "jax", "platform", "status", "reason", "s")
     for f in findings:
@@ -190,7 +188,7 @@ def findings_table(findings: list[Any]) -> Table:
 
 
 def matrix_table(findings: list[Any]) -> Table:
-    releases = sorted({f.jax_version for f in findings}, key=_version_key)
+    releases = sorted({f.jax_version for f in findings}, key=release_key)
     latest: dict[tuple[str, str], Any] = {}
     for f in findings:  # newest first
         latest.setdefault((f.digest, f.jax_version), f)

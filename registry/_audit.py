@@ -35,7 +35,14 @@ from jaxport.export import (
 )
 from jaxport.registry._examples import Comparison, compare, decode_examples
 
-__all__ = ["AuditResult", "Finding", "UpgradeRow", "audit_archive", "compare_findings"]
+__all__ = [
+    "AuditResult",
+    "Finding",
+    "UpgradeRow",
+    "audit_archive",
+    "compare_findings",
+    "release_key",
+]
 
 _DIM_CANDIDATES = (2, 3, 4, 8, 16, 1, 32, 64)
 
@@ -297,11 +304,13 @@ def _stablehlo_range() -> tuple[str, str]:
     return str(hlo.get_minimum_version()), str(hlo.get_current_version())
 
 
-def _version_in(version: str, lo: str, hi: str) -> bool:
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in v.split(".") if p.isdigit())
+def release_key(version: str) -> tuple[int, ...]:
+    """A sort key for dotted release strings ("0.10.2" > "0.9.2"); non-numeric parts sort first."""
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
-    return key(lo) <= key(version) <= key(hi)
+
+def _version_in(version: str, lo: str, hi: str) -> bool:
+    return release_key(lo) <= release_key(version) <= release_key(hi)
 
 
 def _stable_targets() -> set[str]:

@@ -77,6 +77,7 @@ __all__ = [
     "Registry",
     "VerifyReport",
     "default_home",
+    "default_url",
     "schema_revision",
     "upgrade_database",
 ]
@@ -104,6 +105,15 @@ def default_home() -> Path:
         return Path(home)
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "jaxport"
+
+
+def default_url() -> str:
+    """``$JAXPORT_REGISTRY``, else SQLite at ``default_home() / "registry.db"`` (created)."""
+    if url := os.environ.get(DEFAULT_URL_ENV):
+        return url
+    home = default_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'registry.db'}"
 
 
 def local_platform() -> str:
@@ -178,12 +188,7 @@ class Registry:
         blobs: str | os.PathLike[str] | BlobStore | None = None,
         upgrade: bool = False,
     ):
-        if url is None:
-            url = os.environ.get(DEFAULT_URL_ENV)
-        if url is None:
-            home = default_home()
-            home.mkdir(parents=True, exist_ok=True)
-            url = f"sqlite:///{home / 'registry.db'}"
+        url = url or default_url()
         if blobs is None:
             blobs = _default_blobs(url)
         self.url = url
