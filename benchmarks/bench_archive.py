@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
+import jax.export  # older jax releases do not import it with jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.export  # older jax releases do not import it with jax
 import jax.numpy as jnp
 from sqlalchemy import insert
 

@@ -22,6 +22,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
+import jax.export  # older jax releases do not import it with jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -87,7 +88,7 @@ def run(registry: jaxport.Registry, small: bool = False) -> None:
     key = jax.random.key(0)
     t_params = init_transformer(key, cfg)
     c_params = init_convnet(jax.random.fold_in(key, 1), channels=8 if small else 32)
-    local = jaxport.registry._registry.local_platform()
+    local = jax.default_backend()
     print(f"jax {jax.__version__}, local platform {local}, {jax.device_count()} devices")
 
     multi, sharded, mesh = export_transformer(cfg, t_params, seq)

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 from jaxport.export._archive import dumps, load, loads, save
-from jaxport.export._info import ArchiveInfo, AvalInfo, ModuleInfo, SectionInfo, inspect
+from jaxport.export._custom_calls import (
+    HOST_CALLBACK_TARGETS,
+    is_host_callback,
+    stable_custom_call_targets,
+)
+from jaxport.export._info import (
+    ArchiveInfo,
+    AvalInfo,
+    ModuleInfo,
+    SectionInfo,
+    inspect,
+    module_custom_calls,
+)
 from jaxport.export._versions import (
     FORMAT_VERSION,
     MAX_SUPPORTED_FORMAT_VERSION,
@@ -12,6 +24,7 @@ from jaxport.export._versions import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "HOST_CALLBACK_TARGETS",
     "MAX_SUPPORTED_FORMAT_VERSION",
     "MIN_SUPPORTED_FORMAT_VERSION",
     "ArchiveInfo",
@@ -20,7 +33,10 @@ __all__ = [
     "SectionInfo",
     "dumps",
     "inspect",
+    "is_host_callback",
     "load",
     "loads",
+    "module_custom_calls",
     "save",
+    "stable_custom_call_targets",
 ]

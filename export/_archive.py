@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport._io import atomic_write
 from jaxport._version import __version__
-from jaxport.export import _compat, _container, _fb, _modules
+from jaxport.export import _compat, _container, _custom_calls, _fb, _modules
 from jaxport.export._avals import AvalTables
 from jaxport.export._exported import (
     check_calling_convention_version,
@@ -22,16 +22,33 @@ from jaxport.export._exported import (
 )
 from jaxport.schema import FILE_IDENTIFIER, fb
 
-__all__ = ["ArchiveHeader", "dump_chunks", "dumps", "load", "loads", "read_header", "save"]
+if TYPE_CHECKING:
+    from jax.export import Exported
+
+__all__ = [
+    "ArchiveHeader",
+    "dump_chunks",
+    "dumps",
+    "exported_tables",
+    "load",
+    "loads",
+    "read_header",
+    "save",
+    "stored_vjp",
+]
 
 PathLike = str | os.PathLike[str]
 
 
-def dumps(exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None) -> bytes:
+def dumps(
+    exported: Exported, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
+) -> bytes:
     """Serializes a ``jax.export.Exported`` into a jaxport archive.
 
     The same Exported and arguments always give the same bytes (nothing time-dependent is
-    written), so archives can be deduplicated by digest.
+    written), so archives can be deduplicated by digest. That holds wherever ``dumps`` is
+    called: the VJP modules that a live Exported re-exports are stored without the caller's
+    source locations (``stored_vjp``); the primal module is stored as jax made it.
 
     Args:
         exported: the Exported, from ``jax.export.export(...)(...)`` or ``jaxport.loads``.
@@ -44,7 +61,8 @@ def dumps(exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | No
 
     Raises:
         UnsupportedFeatureError: ``exported`` has fewer VJP orders than ``vjp_order``, or a part
-            that cannot be stored (unregistered pytree node type, non-string dict key, ...).
+            that cannot be stored (unregistered pytree node type, non-string dict key, a module
+            MLIR cannot parse when its custom calls must be listed, ...).
         UnsupportedVersionError: its calling convention version is outside the running jax's
             supported range.
     """
@@ -52,7 +70,7 @@ def dumps(exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | No
 
 
 def dump_chunks(
-    exported: Any, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
+    exported: Exported, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
 ) -> list[bytes]:
     """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
     if not isinstance(vjp_order, int) or vjp_order < 0:
@@ -62,9 +80,13 @@ def dump_chunks(
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    try:
+        all_targets = _modules.custom_call_targets(modules)
+    except CorruptArchiveError as e:
+        raise UnsupportedFeatureError(f"cannot write the Exported: {e}") from None
     chunks, section = _container.compress_section(modules)
     refs, offset = [], 0
-    for m, targets in zip(modules, _modules.custom_call_targets(modules), strict=True):
+    for m, targets in zip(modules, all_targets, strict=True):
         refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
         offset += len(m)
     header = _encode_header(chain, refs, [section], vjp_order, entries)
@@ -86,8 +108,32 @@ def _vjp_chain(exported: Any, vjp_order: int) -> list[Any]:
             raise UnsupportedFeatureError(
                 f"vjp_order={vjp_order} asked, but the Exported has VJPs only to order {order - 1}"
             )
-        chain.append(chain[-1].vjp())
+        chain.append(stored_vjp(chain[-1]))
     return chain
+
+
+def stored_vjp(exported: Any) -> Any:
+    """``exported.vjp()`` as ``dumps`` stores it: the same wherever ``dumps`` is called.
+
+    A live Exported (made by ``jax.export.export`` in this process) re-exports its VJP on each
+    ``.vjp()``, and jax writes the Python call stack of that moment into the module's
+    locations; those locations are replaced by ``loc(unknown)`` (``_modules.without_locations``).
+    The primal module, and the VJP of a deserialized Exported (fixed bytes), are kept as they
+    are.
+    """
+    vjp = exported.vjp()
+    if not _is_live(exported):
+        return vjp
+    module = _modules.without_locations(bytes(vjp.mlir_module_serialized))
+    return dataclasses.replace(vjp, mlir_module_serialized=module)
+
+
+def _is_live(exported: Any) -> bool:
+    # jax's exporter gives a live Exported its own ``_get_exported_vjp``, which re-exports
+    # (jax/_src/export/_export.py, 0.7 to 0.10); a deserializer gives one that returns bytes.
+    from jax._src.export import _export
+
+    return getattr(exported._get_vjp, "__module__", None) == _export.__name__
 
 
 def _encode_header(
@@ -122,7 +168,7 @@ def _encode_producer(builder: flatbuffers.Builder) -> int:
     fb.ProducerAddJaxportVersion(builder, strings[0])
     fb.ProducerAddJaxVersion(builder, strings[1])
     fb.ProducerAddJaxlibVersion(builder, strings[2])
-    return fb.ProducerEnd(builder)
+    return int(fb.ProducerEnd(builder))
 
 
 def _encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
@@ -133,7 +179,7 @@ def _encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
     fb.SectionAddCompression(builder, s.compression)
     fb.SectionAddUncompressedLength(builder, s.uncompressed_length)
     fb.SectionAddSha256(builder, digest)
-    return fb.SectionEnd(builder)
+    return int(fb.SectionEnd(builder))
 
 
 def _decode_section(table: fb.Section) -> _container.Section:
@@ -151,7 +197,7 @@ def _encode_metadata_entry(builder: flatbuffers.Builder, entry: tuple[str, str])
     fb.MetadataEntryStart(builder)
     fb.MetadataEntryAddKey(builder, key)
     fb.MetadataEntryAddValue(builder, value)
-    return fb.MetadataEntryEnd(builder)
+    return int(fb.MetadataEntryEnd(builder))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +228,7 @@ def read_header(head: bytes | memoryview, total_length: int, *, path: str | None
     _container.check_header(header, preamble, path=path)
     with _fb.translating_read_errors(path):
         archive = fb.Archive.GetRootAs(header, 0)
+        _container.check_section_count(archive.SectionsLength(), path=path)
         sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
     _container.check_sections(
         sections, total_length - payload_start, payload_start=payload_start, path=path
@@ -193,19 +240,29 @@ def loads(
     data: bytes | bytearray | memoryview,
     *,
     allow_unsupported_calling_convention: bool = False,
+    allow_custom_calls: Iterable[str] = (),
+    max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
     path: str | None = None,
-) -> Any:
+) -> Exported:
     """Deserializes a jaxport archive into a ``jax.export.Exported``.
 
     Checks, in order: magic, format version, header length, header digest, the FlatBuffer,
-    every section's range and digest, and decompressed sizes against those declared. The
-    primal module is read now; the VJPs when ``.vjp()`` first asks for them. Nothing in the
-    archive is executed.
+    every section's range and digest, decompressed sizes against those declared, then the
+    custom calls (schema/FORMAT.md, *Custom calls on load*). The primal module is read now; the
+    VJPs when ``.vjp()`` first asks for them, and each module's custom calls are checked from
+    its own bytes before jax sees them. Nothing in the archive is executed.
 
     Args:
         data: the archive bytes.
         allow_unsupported_calling_convention: load an archive whose calling convention version
             the running jax cannot run, for inspection only.
+        allow_custom_calls: custom-call targets to accept besides those jax guarantees stable
+            (``stable_custom_call_targets()``), e.g. ``("lapack_sgeqrf",)`` for an archive
+            made by an old jax: only from authors you trust, since such a target may read its
+            operands unchecked. Host callbacks (``HOST_CALLBACK_TARGETS``) are never accepted.
+        max_compression_ratio: the largest declared decompressed size over stored size of a
+            section (above 16 MiB) that is believed (default 1000, schema/FORMAT.md, "Limits");
+            raise it for an archive known to hold very repetitive constants.
         path: the file the bytes came from, for error messages.
 
     Raises:
@@ -217,31 +274,84 @@ def loads(
             does not support.
         UnsupportedFeatureError: the archive needs a dtype, effect or custom pytree node that
             this program does not have (register custom nodes before loading).
+        UnsafeArchiveError: a module (the primal; a VJP when ``.vjp()`` reads it) calls a host
+            callback, or a custom-call target neither stable nor in ``allow_custom_calls``; any
+            module's target listed in the header already refuses the archive at load.
+        CorruptArchiveError: also when a module's custom-call targets differ from those the
+            header lists for it, or MLIR cannot parse a module it has to look into.
+        TypeError: ``allow_custom_calls`` is a single string, or holds something else than str.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"loads expects bytes, got {type(data).__name__}")
+    allowed = _custom_calls.allowed_targets(allow_custom_calls)
     view = memoryview(data).cast("B")
     head = read_header(view, len(view), path=path)
     reader = _container.SectionReader(
-        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
+        view[head.payload_start :],
+        head.sections,
+        payload_start=head.payload_start,
+        path=path,
+        max_compression_ratio=max_compression_ratio,
     )
-
-    def read_module(ref: _modules.ModuleRef) -> bytes:
-        return reader.read(ref.section, ref.offset, ref.length)
 
     with _fb.translating_read_errors(path):
         table = head.archive.Exported()
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
-        return decode_exported(
+        read_module = _checked_module_reader(reader, table, allowed, path)
+        exported: Exported = decode_exported(
             table,
             read_module,
             check_calling_convention=not allow_unsupported_calling_convention,
+            vjp_order=head.archive.VjpOrder(),
+            check_module=lambda ref: reader.check(ref.section, ref.offset, ref.length),
         )
+        return exported
+
+
+def _checked_module_reader(
+    reader: _container.SectionReader,
+    table: fb.Exported,
+    allowed: frozenset[str],
+    path: str | None,
+) -> Callable[[_modules.ModuleRef], bytes]:
+    """Reads a module's bytes for ``decode_exported``, once its custom calls pass.
+
+    When the primal module is read, the targets the header lists for every module are checked
+    (an early refusal); each module read is then checked against its own bytes.
+    """
+    refs = {
+        order: _modules.decode_module(module)
+        for order, t in enumerate(exported_tables(table))
+        if (module := t.Module()) is not None  # else decode_exported refuses the table
+    }
+    orders = {ref: order for order, ref in sorted(refs.items(), reverse=True)}
+
+    def read_module(ref: _modules.ModuleRef) -> bytes:
+        order = orders.get(ref, 0)
+        if order == 0:
+            for o, r in refs.items():
+                _custom_calls.check_allowed(r.custom_call_targets, allowed, vjp_order=o, path=path)
+        data = reader.read(ref.section, ref.offset, ref.length)
+        (found,) = _modules.custom_call_targets([data], path=path)
+        _custom_calls.check_module_targets(
+            found, ref.custom_call_targets, allowed, vjp_order=order, path=path
+        )
+        return data
+
+    return read_module
+
+
+def exported_tables(table: fb.Exported) -> Iterator[fb.Exported]:
+    """The primal's table, then each nested VJP's."""
+    current: fb.Exported | None = table
+    while current is not None:
+        yield current
+        current = current.Vjp()
 
 
 def save(
-    exported: Any,
+    exported: Exported,
     path: PathLike,
     *,
     vjp_order: int = 0,
@@ -259,17 +369,25 @@ def save(
     atomic_write(path, dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
 
 
-def load(path: PathLike, *, allow_unsupported_calling_convention: bool = False) -> Any:
-    """Reads the archive at ``path``; see ``loads`` for the checks and errors.
+def load(
+    path: PathLike,
+    *,
+    allow_unsupported_calling_convention: bool = False,
+    allow_custom_calls: Iterable[str] = (),
+    max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
+) -> Exported:
+    """Reads the archive at ``path``; see ``loads`` for the arguments, checks and errors.
 
     Raises:
         OSError: the file cannot be read.
-        CorruptArchiveError, IntegrityError, UnsupportedVersionError, UnsupportedFeatureError:
-            see ``loads``; their message names the file.
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError, UnsupportedFeatureError,
+            UnsafeArchiveError, TypeError: see ``loads``; their message names the file.
     """
     data = Path(path).read_bytes()
     return loads(
         data,
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
+        allow_custom_calls=allow_custom_calls,
+        max_compression_ratio=max_compression_ratio,
         path=str(path),
     )

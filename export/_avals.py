@@ -4,6 +4,9 @@ Shapes may hold symbolic dimensions (https://docs.jax.dev/en/latest/export/shape
 All symbolic dimensions of one Exported share one ``SymbolicScope``; its explicit constraints
 (``"a >= b"``) are stored beside the avals, so after a round trip a bad shape still fails with
 the constraint that it breaks, not just "Error refining shapes".
+
+Reading is bounded: each distinct aval table is decoded once (the writer shares them), and
+expressions and constraints pass ``_symbolic``'s checks before jax parses them.
 """
 
 from __future__ import annotations
@@ -14,19 +17,19 @@ from typing import Any
 import flatbuffers
 import jax
 import numpy as np
-from jax import export as jax_export
 from jax._src import core
 
-from jaxport._errors import CorruptArchiveError
-from jaxport.export import _compat, _fb, _shardings
+from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport.export import _compat, _fb, _limits, _shardings, _symbolic
 from jaxport.export._dtypes import decode_dtype, encode_dtype
 from jaxport.schema import fb
 
 __all__ = [
+    "AvalDecoder",
     "AvalTables",
-    "decode_aval",
-    "decode_symbolic_scope",
+    "check_symbolic",
     "encode_aval",
+    "read_constraints",
     "symbolic_constraints",
 ]
 
@@ -39,7 +42,16 @@ _MEMORY_SPACE_NAMES = {v: k for k, v in _MEMORY_SPACES.items()}
 
 
 def encode_aval(builder: flatbuffers.Builder, aval: Any, meshes: _shardings.MeshTable) -> int:
-    """An ``fb.AbstractValue`` for ``aval``, with its own sharding if it names a mesh."""
+    """An ``fb.AbstractValue`` for ``aval``, with its own sharding if it names a mesh.
+
+    Raises:
+        UnsupportedFeatureError: more than ``_limits.MAX_RANK`` dimensions, or a dtype or
+            sharding that cannot be stored.
+    """
+    if len(aval.shape) > _limits.MAX_RANK:
+        raise UnsupportedFeatureError(
+            f"an aval of rank {len(aval.shape)} cannot be stored (limit {_limits.MAX_RANK})"
+        )
     symbolic = not all(core.is_constant_dim(d) for d in aval.shape)
     shape = builder.CreateNumpyVector(
         np.array([int(d) if core.is_constant_dim(d) else -1 for d in aval.shape], dtype=np.int64)
@@ -72,18 +84,33 @@ def encode_aval(builder: flatbuffers.Builder, aval: Any, meshes: _shardings.Mesh
         fb.AbstractValueAddVma(builder, vma)
     if sharding_off is not None:
         fb.AbstractValueAddSharding(builder, sharding_off)
-    return fb.AbstractValueEnd(builder)
+    return int(fb.AbstractValueEnd(builder))
 
 
 class AvalTables:
     """Encodes avals into one header, storing each static, mesh-free aval once.
 
     FlatBuffers lets several vectors point at one table; the primal's and each VJP's avals
-    repeat, so sharing them makes the header smaller and faster to write.
+    repeat, so sharing them makes the header smaller and faster to write. Also counts the
+    header's symbolic text against the reader's limit.
     """
 
     def __init__(self) -> None:
         self._offsets: dict[Any, int] = {}
+        self._symbolic_chars = 0
+
+    def add_symbolic_chars(self, n: int) -> None:
+        """Counts the symbolic text of one more Exported (all VJP orders share one limit).
+
+        Raises:
+            UnsupportedFeatureError: over ``_limits.MAX_SYMBOLIC_CHARS`` in all.
+        """
+        self._symbolic_chars += n
+        if self._symbolic_chars > _limits.MAX_SYMBOLIC_CHARS:
+            raise UnsupportedFeatureError(
+                f"more than {_limits.MAX_SYMBOLIC_CHARS} characters of distinct symbolic "
+                "expressions and constraints cannot be stored"
+            )
 
     def encode(self, builder: flatbuffers.Builder, aval: Any, meshes: _shardings.MeshTable) -> int:
         """The offset of an ``fb.AbstractValue`` for ``aval``, shared where possible."""
@@ -110,49 +137,154 @@ def _shareable_key(aval: Any) -> Any:
     )
 
 
-def decode_aval(table: fb.AbstractValue, scope: Any, meshes: Sequence[Any]) -> Any:
-    """The ``ShapedArray`` of an ``fb.AbstractValue``; symbolic dimensions parse in ``scope``.
+class AvalDecoder:
+    """Decodes the avals of one Exported, each distinct table once.
 
-    Its sharding, when stored, is built over ``meshes`` (the Exported's abstract meshes).
+    Aval tables may be shared (``AvalTables``): a table already decoded is not decoded again,
+    in this Exported or, for a static aval without sharding, in any (``shared``, keyed by the
+    table's position in the header). Each distinct symbolic expression is parsed once.
+
+    Args:
+        constraints: the Exported's symbolic constraints, from ``read_constraints``.
+        meshes: its abstract meshes, for avals with their own sharding.
+        shared: decoded static, mesh-free avals of the whole header, by table position.
 
     Raises:
-        CorruptArchiveError: a malformed shape or dimension expression.
-        UnsupportedFeatureError: a dtype the running jax does not define.
+        ValueError, NotImplementedError: constraints that jax rejects (translated by the
+            caller's ``translating_read_errors``).
     """
-    dims = table.ShapeAsNumpy().tolist() if not table.ShapeIsNone() else []
-    exprs = _fb.read_strs(table, "DimExprs")
-    if exprs and len(exprs) != len(dims):
-        raise CorruptArchiveError("an aval's dim_exprs and shape differ in length")
-    if any(d < -1 for d in dims) or (-1 in dims and not exprs):
-        raise CorruptArchiveError(f"invalid shape {dims}")
-    shape: tuple[Any, ...] = tuple(dims)
-    if exprs:
-        shape = _symbolic_shape(
-            [e if d == -1 else str(d) for d, e in zip(dims, exprs, strict=True)], scope
+
+    def __init__(self, constraints: Sequence[str], meshes: Sequence[Any], shared: dict[int, Any]):
+        self._expansion = _symbolic.expansion_of(constraints)
+        # Built now when there are constraints (jax checks them), else at the first symbol.
+        self._scope = _symbolic.make_scope(constraints) if constraints else None
+        self._meshes = meshes
+        self._shared = shared
+        self._own: dict[int, Any] = {}
+        self._dims: dict[str, Any] = {}
+
+    def decode_at(self, exported: fb.Exported, position: int) -> Any:
+        """The ``ShapedArray`` of the ``fb.AbstractValue`` at ``position`` in the header.
+
+        Raises:
+            CorruptArchiveError: a malformed shape, dimension expression, enum or sharding.
+            UnsupportedFeatureError: a dtype the running jax does not define.
+        """
+        aval = self._shared.get(position)
+        if aval is None:
+            aval = self._own.get(position)
+        if aval is None:
+            aval, static = self._decode(_fb.table_at(fb.AbstractValue, exported, position))
+            (self._shared if static else self._own)[position] = aval
+        return aval
+
+    def _decode(self, table: fb.AbstractValue) -> tuple[Any, bool]:
+        shape = self._shape(table)
+        dtype = decode_dtype(table.Dtype(), _fb.read_str(table.PrngImpl()) or None)
+        space = table.MemorySpace()
+        if space != fb.MemorySpace.Missing and space not in _MEMORY_SPACE_NAMES:
+            raise CorruptArchiveError(f"unknown memory space {space}")
+        sharding_table = table.Sharding()
+        sharding = None
+        if sharding_table is not None:
+            sharding = _shardings.decode_named_sharding(sharding_table, self._meshes)
+            _shardings.check_spec_rank(sharding.spec, len(shape))
+        aval = _compat.make_shaped_array(
+            shape,
+            dtype,
+            weak_type=table.WeakType(),
+            memory_space=_MEMORY_SPACE_NAMES.get(space),
+            vma=frozenset(_fb.read_strs(table, "Vma")),
+            sharding=sharding,
         )
-    dtype = decode_dtype(table.Dtype(), _fb.read_str(table.PrngImpl()) or None)
-    space = _MEMORY_SPACE_NAMES.get(table.MemorySpace())
-    sharding_table = table.Sharding()
-    sharding = None
-    if sharding_table is not None:
-        sharding = _shardings.decode_named_sharding(sharding_table, meshes)
-    return _compat.make_shaped_array(
-        shape,
-        dtype,
-        weak_type=table.WeakType(),
-        memory_space=space,
-        vma=frozenset(_fb.read_strs(table, "Vma")),
-        sharding=sharding,
-    )
+        return aval, sharding is None and table.DimExprsIsNone()
+
+    def _shape(self, table: fb.AbstractValue) -> tuple[Any, ...]:
+        dims = _fb.read_ints(table, "Shape")
+        if len(dims) > _limits.MAX_RANK:
+            raise CorruptArchiveError(f"an aval of rank {len(dims)} (limit {_limits.MAX_RANK})")
+        if table.DimExprsIsNone():
+            if any(d < 0 for d in dims):
+                raise CorruptArchiveError(f"invalid shape {dims}")
+            return tuple(dims)
+        exprs = _fb.read_strs(table, "DimExprs")
+        if len(exprs) != len(dims):
+            raise CorruptArchiveError("an aval's dim_exprs and shape differ in length")
+        if -1 not in dims:
+            raise CorruptArchiveError("an aval with dim_exprs but no symbolic dimension")
+        return tuple(self._dim(d, e, i) for i, (d, e) in enumerate(zip(dims, exprs, strict=True)))
+
+    def _dim(self, size: int, expr: str, index: int) -> Any:
+        if size != -1:
+            if size < 0 or expr:
+                raise CorruptArchiveError(
+                    f"dimension {index}: size {size} with expression {expr!r}"
+                )
+            return size
+        dim = self._dims.get(expr)
+        if dim is None:
+            problem = _symbolic.expression_problem(expr, self._expansion)
+            if problem is not None:
+                raise CorruptArchiveError(f"dimension {index}: expression {expr!r}: {problem}")
+            _limits.charge_symbolic(len(expr))
+            if self._scope is None:
+                self._scope = _symbolic.make_scope(())
+            dim = _symbolic.parse_dimension(expr, self._scope)
+            if isinstance(dim, int) and dim < 0:
+                raise CorruptArchiveError(f"dimension {index}: {expr!r} is negative")
+            self._dims[expr] = dim
+        return dim
 
 
-def _symbolic_shape(dims: Sequence[str], scope: Any) -> tuple[Any, ...]:
-    if scope is None:
-        raise CorruptArchiveError("a symbolic dimension in an Exported without symbolic scope")
-    try:
-        return tuple(jax_export.symbolic_shape(",".join(dims), scope=scope))
-    except ValueError as e:
-        raise CorruptArchiveError(f"invalid symbolic shape ({', '.join(dims)}): {e}") from None
+def read_constraints(table: fb.Exported) -> tuple[str, ...]:
+    """The Exported's symbolic constraints, each checked and charged to the budget.
+
+    Raises:
+        CorruptArchiveError: more than ``_limits.MAX_CONSTRAINTS``, or one that is not of the
+            grammar or within the limits of ``_symbolic``.
+    """
+    constraints = _fb.read_strs(table, "SymbolicConstraints")
+    problem = _constraints_problem(constraints)
+    if problem is not None:
+        raise CorruptArchiveError(problem)
+    for c in constraints:
+        _limits.charge_symbolic(len(c))
+    return constraints
+
+
+def _constraints_problem(constraints: Sequence[str]) -> str | None:
+    if len(constraints) > _limits.MAX_CONSTRAINTS:
+        return f"{len(constraints)} symbolic constraints (limit {_limits.MAX_CONSTRAINTS})"
+    expansion = _symbolic.expansion_of(constraints)
+    for i, c in enumerate(constraints):
+        problem = _symbolic.constraint_problem(c, expansion)
+        if problem is not None:
+            return f"symbolic constraint {i} {c!r}: {problem}"
+    return None
+
+
+def check_symbolic(avals: Iterable[Any], constraints: Sequence[str]) -> int:
+    """Checks that a reader accepts the symbolic dimensions of ``avals`` and ``constraints``.
+
+    Returns:
+        The characters of the distinct expressions and the constraints: the reader allows
+        ``_limits.MAX_SYMBOLIC_CHARS`` over all VJP orders.
+
+    Raises:
+        UnsupportedFeatureError: a constraint or expression over the limits of ``_symbolic``.
+    """
+    problem = _constraints_problem(constraints)
+    if problem is not None:
+        raise UnsupportedFeatureError(f"cannot store {problem}")
+    expansion = _symbolic.expansion_of(constraints)
+    texts = {str(d) for a in avals for d in a.shape if not core.is_constant_dim(d)}
+    for text in sorted(texts):
+        problem = _symbolic.expression_problem(text, expansion)
+        if problem is not None:
+            raise UnsupportedFeatureError(
+                f"cannot store the symbolic dimension {text!r}: {problem}"
+            )
+    return sum(len(t) for t in texts) + sum(len(c) for c in constraints)
 
 
 def symbolic_constraints(avals: Iterable[Any]) -> tuple[bool, tuple[str, ...]]:
@@ -163,18 +295,3 @@ def symbolic_constraints(avals: Iterable[Any]) -> tuple[bool, tuple[str, ...]]:
                 scope = d.scope
                 return True, tuple(c.debug_str for c in scope._explicit_constraints)
     return False, ()
-
-
-def decode_symbolic_scope(table: fb.Exported) -> Any:
-    """A fresh ``SymbolicScope`` with the Exported's constraints.
-
-    Raises:
-        CorruptArchiveError: a constraint that does not parse.
-    """
-    constraints = _fb.read_strs(table, "SymbolicConstraints")
-    try:
-        return jax_export.SymbolicScope(constraints)
-    except ValueError as e:
-        raise CorruptArchiveError(
-            f"invalid symbolic constraints {list(constraints)}: {e}"
-        ) from None

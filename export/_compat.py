@@ -24,22 +24,25 @@ from jax import export as jax_export
 from jax._src import core
 from jax._src import mesh as mesh_lib
 from jax._src.export import _export
-from jax._src.lib import xla_client
 
 __all__ = [
     "HAS_NAMED_SHARDINGS",
+    "KNOWN_PLATFORMS",
     "calling_convention_range",
     "exported_named_shardings",
-    "hlo_sharding_from_proto",
     "hlo_sharding_to_proto",
     "hlo_shardings_on",
     "jax_versions",
+    "local_device_count",
+    "local_platform",
     "make_abstract_mesh",
     "make_exported",
     "make_shaped_array",
     "memory_space_name",
     "module_from_portable_artifact",
     "named_to_hlo_sharding",
+    "release_key",
+    "stablehlo_range",
     "vma_of",
     "with_sharding",
 ]
@@ -47,6 +50,43 @@ __all__ = [
 _EXPORTED_FIELDS = frozenset(f.name for f in dataclasses.fields(_export.Exported))
 #: Whether the running jax's Exported carries named shardings (jax >= 0.9).
 HAS_NAMED_SHARDINGS = "_has_named_shardings" in _EXPORTED_FIELDS
+
+
+#: The platform names ``jax.export`` accepts (``Exported.platforms``).
+KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def local_platform() -> str:
+    """The local jax backend's platform name as exports use it: cpu, cuda, rocm or tpu."""
+    backend = jax.default_backend()
+    if backend == "gpu":
+        version = str(getattr(jax.devices()[0].client, "platform_version", "")).lower()
+        return "rocm" if "rocm" in version else "cuda"
+    return str(backend)
+
+
+def local_device_count(platform: str) -> int:
+    """How many devices of ``platform`` this process has (0: none)."""
+    backend = "gpu" if platform in ("cuda", "rocm") else platform
+    try:
+        devices = jax.devices(backend)
+    except RuntimeError:  # jax: "Unknown backend" / "Backend 'tpu' failed to initialize"
+        return 0
+    if backend == "gpu" and local_platform() != platform:
+        return 0
+    return len(devices)
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """A sort key for dotted release strings ("0.10.2" > "0.9.2"); non-numeric parts sort first."""
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
+def stablehlo_range() -> tuple[str, str]:
+    """The StableHLO versions this jaxlib reads: ``(minimum, current)``."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    return str(hlo.get_minimum_version()), str(hlo.get_current_version())
 
 
 def jax_versions() -> tuple[str, str]:
@@ -113,13 +153,6 @@ def hlo_shardings_on(shardings: Sequence[Any], devices: Sequence[Any]) -> list[A
 def hlo_sharding_to_proto(sharding: Any) -> bytes:
     """Serializes an HloSharding as an ``xla.OpSharding`` protocol buffer."""
     return bytes(sharding.to_proto().SerializeToString())
-
-
-def hlo_sharding_from_proto(data: bytes) -> Any:
-    """Parses an ``xla.OpSharding`` protocol buffer into an HloSharding."""
-    proto = xla_client.OpSharding()
-    proto.ParseFromString(data)
-    return xla_client.HloSharding.from_proto(proto)
 
 
 def make_abstract_mesh(

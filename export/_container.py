@@ -10,8 +10,9 @@
     56+H    ...   payload: the sections, contiguous, in order, nothing after the last
 
 The reader checks, in this order: magic, version, flags, header length <= cap and inside the
-input, header digest, (then the FlatBuffer, by the caller), every section range, every section
-digest, and decompression bounded by the declared sizes.
+input, header digest, (then the FlatBuffer, by the caller), the number of sections and every
+section range, every declared decompressed size against the compression-ratio bound, every
+section digest, and decompression bounded by the declared sizes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 import zstandard
 
 from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
+from jaxport.export import _limits
 from jaxport.export._versions import (
     FORMAT_VERSION,
     MAX_SUPPORTED_FORMAT_VERSION,
@@ -34,12 +36,15 @@ from jaxport.schema import fb
 
 __all__ = [
     "MAGIC",
+    "MAX_COMPRESSION_RATIO",
     "MAX_HEADER_LENGTH",
+    "MAX_SECTIONS",
     "PREAMBLE_LENGTH",
     "Preamble",
     "Section",
     "SectionReader",
     "check_header",
+    "check_section_count",
     "check_sections",
     "compress_section",
     "decode_preamble",
@@ -52,6 +57,10 @@ _PREAMBLE = struct.Struct("<8sIIQ32s")
 PREAMBLE_LENGTH = _PREAMBLE.size
 #: The largest header a reader accepts, in bytes (64 MiB).
 MAX_HEADER_LENGTH = 64 * 2**20
+#: The most payload sections a reader accepts (a writer of version 1 writes one).
+MAX_SECTIONS = 1024
+#: The default bound on a section's declared decompressed size over its stored size.
+MAX_COMPRESSION_RATIO = _limits.MAX_COMPRESSION_RATIO
 _MAX_WINDOW_LOG = 31
 
 
@@ -153,6 +162,16 @@ def check_header(header: bytes | memoryview, preamble: Preamble, *, path: str | 
         )
 
 
+def check_section_count(n: int, *, path: str | None) -> None:
+    """Checks the number of sections before they are decoded.
+
+    Raises:
+        CorruptArchiveError: more than MAX_SECTIONS.
+    """
+    if n > MAX_SECTIONS:
+        raise CorruptArchiveError(f"{n} payload sections (limit {MAX_SECTIONS})", path=path)
+
+
 def check_sections(
     sections: Sequence[Section], payload_length: int, *, payload_start: int, path: str | None
 ) -> None:
@@ -233,8 +252,14 @@ def _level_for(total: int) -> int:
 class SectionReader:
     """Verifies and decompresses sections of one archive, on demand, with bounded output.
 
-    A section's digest is checked once, before its bytes reach the decompressor. A prefix of a
-    section can be decompressed alone, so loading the primal module does not pay for the VJPs.
+    A section's declared decompressed size is believed only up to ``max_compression_ratio``
+    times its stored size (or ``_limits.RATIO_FREE_BYTES``), checked when the reader is made.
+    A section's digest is checked once, before its bytes reach the decompressor, and the
+    decompressor never writes more than the declared size. A prefix of a section can be
+    decompressed alone, so loading the primal module does not pay for the VJPs.
+
+    Raises:
+        CorruptArchiveError: a section declares more decompressed bytes than the ratio allows.
     """
 
     def __init__(
@@ -244,13 +269,44 @@ class SectionReader:
         *,
         payload_start: int,
         path: str | None,
+        max_compression_ratio: float = _limits.MAX_COMPRESSION_RATIO,
     ):
         self._payload = payload
         self._sections = sections
         self._payload_start = payload_start
         self._path = path
         self._verified: set[int] = set()
-        self._decompressed: dict[int, bytes] = {}
+        self._decompressed: dict[int, bytes | bytearray] = {}
+        for i, s in enumerate(sections):
+            self._check_ratio(i, s, max_compression_ratio)
+
+    def _check_ratio(self, index: int, s: Section, ratio: float) -> None:
+        believed = max(ratio * s.length, _limits.RATIO_FREE_BYTES)
+        if s.compression == fb.Compression.zstd and s.uncompressed_length > believed:
+            raise CorruptArchiveError(
+                f"section {index} declares {s.uncompressed_length} bytes decompressed from "
+                f"{s.length} stored, a ratio over the limit of {ratio:g} (pass a larger "
+                "max_compression_ratio to read an archive known to be this compressible)",
+                offset=self._payload_start + s.offset,
+                path=self._path,
+            )
+
+    def check(self, index: int, offset: int, length: int) -> None:
+        """Checks that ``[offset, offset + length)`` lies in section ``index`` decompressed.
+
+        Raises:
+            CorruptArchiveError: no such section, or a range outside it.
+        """
+        if not 0 <= index < len(self._sections):
+            raise CorruptArchiveError(
+                f"module refers to section {index}, which does not exist", path=self._path
+            )
+        size = self._sections[index].uncompressed_length
+        if offset + length > size:
+            raise CorruptArchiveError(
+                f"range [{offset}, {offset + length}) outside section {index} of {size} bytes",
+                path=self._path,
+            )
 
     def read(self, index: int, offset: int, length: int) -> bytes:
         """Bytes ``[offset, offset + length)`` of section ``index`` after decompression.
@@ -260,15 +316,8 @@ class SectionReader:
                 not decompress to exactly its declared size.
             IntegrityError: the section's stored bytes do not match its digest.
         """
-        if not 0 <= index < len(self._sections):
-            raise CorruptArchiveError(f"module refers to section {index}, which does not exist")
+        self.check(index, offset, length)
         s = self._sections[index]
-        if offset + length > s.uncompressed_length:
-            raise CorruptArchiveError(
-                f"range [{offset}, {offset + length}) outside section {index} "
-                f"of {s.uncompressed_length} bytes",
-                path=self._path,
-            )
         stored = self._stored(index)
         if s.compression == fb.Compression.none:
             return bytes(stored[offset : offset + length])
@@ -276,7 +325,9 @@ class SectionReader:
         if len(data) < offset + length:
             data = self._decompress(index, stored, offset + length)
             self._decompressed[index] = data
-        return data[offset : offset + length] if (offset, length) != (0, len(data)) else data
+        if isinstance(data, bytes) and (offset, length) == (0, len(data)):
+            return data
+        return bytes(data[offset : offset + length])
 
     def _stored(self, index: int) -> memoryview:
         s = self._sections[index]
@@ -294,7 +345,7 @@ class SectionReader:
             self._verified.add(index)
         return stored
 
-    def _decompress(self, index: int, stored: memoryview, end: int) -> bytes:
+    def _decompress(self, index: int, stored: memoryview, end: int) -> bytes | bytearray:
         s = self._sections[index]
         where = self._payload_start + s.offset
         try:
@@ -311,14 +362,12 @@ class SectionReader:
                 path=self._path,
             )
         dctx = zstandard.ZstdDecompressor(max_window_size=2**_MAX_WINDOW_LOG)
+        data: bytes | bytearray
         try:
             if end == s.uncompressed_length:
                 data = dctx.decompress(stored, max_output_size=s.uncompressed_length)
             else:
-                with dctx.stream_reader(stored, read_size=2**20) as reader:
-                    data = reader.read(end)
-                    while len(data) < end and (more := reader.read(end - len(data))):
-                        data += more
+                data = _decompress_prefix(dctx, stored, end)
         except zstandard.ZstdError as e:
             raise CorruptArchiveError(
                 f"section {index} does not decompress: {e}", offset=where, path=self._path
@@ -330,3 +379,16 @@ class SectionReader:
                 path=self._path,
             )
         return data
+
+
+def _decompress_prefix(dctx: zstandard.ZstdDecompressor, stored: memoryview, end: int) -> bytearray:
+    """The first ``end`` bytes (or fewer, at the frame's end) in one buffer of ``end`` bytes."""
+    out = bytearray(end)
+    view = memoryview(out)
+    filled = 0
+    with dctx.stream_reader(stored, read_size=2**20) as reader:
+        while filled < end and (n := reader.readinto(view[filled:])):
+            filled += n
+    view.release()
+    del out[filled:]
+    return out

@@ -2,11 +2,14 @@
 
 The field meanings are jax's: https://docs.jax.dev/en/latest/export/export.html and the
 ``Exported`` docstring. StableHLO bytes are not in the table: ``module`` says where they lie in
-the payload, and the reader fetches them through a callback, the VJP's lazily.
+the payload, and the reader fetches them through a callback, the VJPs' when first asked for.
+Every other field of every VJP order is decoded and checked when the archive is read, so a
+loaded archive cannot fail later; the writer refuses what the reader would refuse.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +19,7 @@ from jax._src import effects as jax_effects
 from jax._src.export import _export
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError, UnsupportedVersionError
-from jaxport.export import _avals, _compat, _fb, _modules, _pytrees, _shardings
+from jaxport.export import _avals, _compat, _fb, _limits, _modules, _pytrees, _shardings
 from jaxport.schema import fb
 
 __all__ = ["decode_exported", "encode_exported"]
@@ -36,8 +39,10 @@ def encode_exported(
     ``avals`` holds the aval tables already in the header, to share.
 
     Raises:
-        UnsupportedFeatureError: a part of ``exp`` that cannot be stored (see the encoders).
+        UnsupportedFeatureError: a part of ``exp`` that cannot be stored (see the encoders), or
+            one over the reader's limits (``_limits``).
     """
+    _check_writable(exp, avals)
     has_named, in_named, out_named = _compat.exported_named_shardings(exp)
     meshes = _shardings.MeshTable()
     in_shardings = [
@@ -81,65 +86,159 @@ def encode_exported(
     fb.ExportedAddCallingConventionVersion(builder, exp.calling_convention_version)
     if vjp is not None:
         fb.ExportedAddVjp(builder, vjp)
-    return fb.ExportedEnd(builder)
+    return int(fb.ExportedEnd(builder))
+
+
+def _check_writable(exp: Any, avals: _avals.AvalTables) -> None:
+    for side, values in (("inputs", exp.in_avals), ("outputs", exp.out_avals)):
+        if len(values) > _limits.MAX_AVALS:
+            raise UnsupportedFeatureError(
+                f"an Exported with {len(values)} flat {side} cannot be stored "
+                f"(limit {_limits.MAX_AVALS})"
+            )
+    if exp.nr_devices > _limits.MAX_DEVICES:
+        raise UnsupportedFeatureError(
+            f"an Exported for {exp.nr_devices} devices cannot be stored "
+            f"(limit {_limits.MAX_DEVICES})"
+        )
+    all_avals = list(itertools.chain(exp.in_avals, exp.out_avals))
+    _, constraints = _avals.symbolic_constraints(all_avals)
+    avals.add_symbolic_chars(_avals.check_symbolic(all_avals, constraints))
 
 
 def decode_exported(
-    table: fb.Exported, read_module: ModuleReader, *, check_calling_convention: bool = True
+    table: fb.Exported,
+    read_module: ModuleReader,
+    *,
+    check_calling_convention: bool = True,
+    vjp_order: int | None = None,
+    check_module: Callable[[_modules.ModuleRef], None] | None = None,
 ) -> Any:
-    """The ``Exported`` of an ``fb.Exported``; its VJP, if stored, is decoded when asked for.
+    """The ``Exported`` of the ``fb.Exported`` chain that starts at ``table``.
+
+    Every VJP order is decoded and checked now, within the header's work budget
+    (``_limits.Budget``); only the VJPs' module bytes are read later, when ``.vjp()`` asks.
+
+    Args:
+        table: the primal's table; its ``vjp`` field leads to the VJP of each order.
+        read_module: the bytes of a module.
+        check_calling_convention: refuse a calling convention the running jax cannot run.
+        vjp_order: the VJP orders the archive declares; the chain must have exactly these.
+        check_module: checks a module's range now (it is read later for the VJPs).
 
     Raises:
-        CorruptArchiveError: a malformed table.
+        CorruptArchiveError: a malformed table, or a VJP chain of another length than
+            ``vjp_order``; the message names the VJP order and the field.
         UnsupportedVersionError: a calling convention version outside the running jax's range
             (unless ``check_calling_convention`` is False).
         UnsupportedFeatureError: a dtype, effect or pytree node the running program lacks.
     """
+    with _limits.header_budget(len(table._tab.Bytes)):
+        tables = _vjp_tables(table)
+        if vjp_order is not None and len(tables) != vjp_order + 1:
+            raise CorruptArchiveError(
+                f"the archive declares vjp_order {vjp_order} and holds {len(tables) - 1}"
+            )
+        shared: dict[int, Any] = {}
+        levels = []
+        for order, t in enumerate(tables):
+            with _fb.translating_read_errors(where=_level_name(order)):
+                levels.append(_decode_level(t, shared, check_calling_convention, check_module))
+    return _link(levels, read_module)
+
+
+def _level_name(order: int) -> str:
+    return "the primal Exported" if order == 0 else f"the VJP of order {order}"
+
+
+def _vjp_tables(table: fb.Exported) -> list[fb.Exported]:
+    # Offsets only point forward in a FlatBuffer, so the chain ends; each level costs budget.
+    tables = [table]
+    while (vjp := tables[-1].Vjp()) is not None:
+        _limits.charge(_LEVEL_COST)
+        tables.append(vjp)
+    return tables
+
+
+_LEVEL_COST = 64  # bytes of header an Exported table takes at least, with its vtable
+
+
+@dataclasses.dataclass(frozen=True)
+class _Level:
+    """One decoded VJP order: every Exported field but the module bytes."""
+
+    fields: dict[str, Any]
+    module: _modules.ModuleRef
+
+
+def _decode_level(
+    table: fb.Exported,
+    shared: dict[int, Any],
+    check_calling_convention: bool,
+    check_module: Callable[[_modules.ModuleRef], None] | None,
+) -> _Level:
     cc_version = table.CallingConventionVersion()
     if check_calling_convention:
         check_calling_convention_version(cc_version)
-    meshes = _fb.read_tables(table, "Meshes")
-    mesh_objs = [_shardings.decode_abstract_mesh(m) for m in meshes]
-    in_avals, out_avals = _decode_avals(table, mesh_objs)
-    in_named, in_hlo = _decode_shardings(table, "InShardings", len(in_avals), mesh_objs)
-    out_named, out_hlo = _decode_shardings(table, "OutShardings", len(out_avals), mesh_objs)
-    in_avals = _with_shardings(in_avals, in_named)
-    out_avals = _with_shardings(out_avals, out_named)
-    vjp_table = table.Vjp()
-    get_vjp = None
-    if vjp_table is not None:
+    with _fb.translating_read_errors(where="meshes"):
+        meshes = [_shardings.decode_abstract_mesh(m) for m in _fb.read_tables(table, "Meshes")]
+    with _fb.translating_read_errors(where="symbolic_constraints"):
+        decoder = _avals.AvalDecoder(_avals.read_constraints(table), meshes, shared)
+    in_avals = _decode_avals(table, "in_avals", decoder)
+    out_avals = _decode_avals(table, "out_avals", decoder)
+    in_named, in_hlo = _decode_shardings(table, "in_shardings", in_avals, meshes)
+    out_named, out_hlo = _decode_shardings(table, "out_shardings", out_avals, meshes)
+    in_avals = _with_shardings(in_avals, in_named, "in_avals")
+    out_avals = _with_shardings(out_avals, out_named, "out_avals")
+    module = _decode_module(table, check_module)
+    with _fb.translating_read_errors(where="fun_name"):
+        fun_name = _fb.read_str(table.FunName())
+    with _fb.translating_read_errors(where="platforms"):
+        platforms = _fb.read_strs(table, "Platforms")
+    fields = {
+        "fun_name": fun_name,
+        "in_tree": _decode_tree(table.InTree(), "in_tree", in_avals),
+        "in_avals": in_avals,
+        "out_tree": _decode_tree(table.OutTree(), "out_tree", out_avals),
+        "out_avals": out_avals,
+        "_has_named_shardings": table.HasNamedShardings(),
+        "_in_named_shardings": in_named,
+        "_out_named_shardings": out_named,
+        "in_shardings_hlo": in_hlo,
+        "out_shardings_hlo": out_hlo,
+        "nr_devices": _decode_nr_devices(table),
+        "platforms": platforms,
+        "ordered_effects": _decode_effects(table, "ordered_effects"),
+        "unordered_effects": _decode_effects(table, "unordered_effects"),
+        "disabled_safety_checks": _decode_disabled_safety_checks(table),
+        "calling_convention_version": cc_version,
+        "module_kept_var_idx": _decode_kept_var_idx(table, len(in_avals)),
+        "uses_global_constants": table.UsesGlobalConstants(),
+    }
+    return _Level(fields, module)
 
-        def get_vjp(_: Any) -> Any:
-            return decode_exported(
-                vjp_table, read_module, check_calling_convention=check_calling_convention
+
+def _link(levels: list[_Level], read_module: ModuleReader) -> Any:
+    """The primal Exported, its module read now; each VJP built when first asked for."""
+    built: dict[int, Any] = {}
+
+    def build(order: int) -> Any:
+        if order not in built:
+            level = levels[order]
+            get_vjp = None
+            if order + 1 < len(levels):
+
+                def get_vjp(_: Any) -> Any:
+                    return build(order + 1)
+
+            built[order] = _compat.make_exported(
+                **level.fields,
+                mlir_module_serialized=read_module(level.module),
+                _get_vjp=get_vjp,
             )
+        return built[order]
 
-    return _compat.make_exported(
-        fun_name=_fb.read_str(table.FunName()),
-        in_tree=_pytrees.decode_pytreedef(_required(table.InTree(), "in_tree"), in_avals),
-        in_avals=in_avals,
-        out_tree=_pytrees.decode_pytreedef(_required(table.OutTree(), "out_tree"), out_avals),
-        out_avals=out_avals,
-        _has_named_shardings=table.HasNamedShardings(),
-        _in_named_shardings=in_named,
-        _out_named_shardings=out_named,
-        in_shardings_hlo=in_hlo,
-        out_shardings_hlo=out_hlo,
-        nr_devices=table.NrDevices(),
-        platforms=_fb.read_strs(table, "Platforms"),
-        ordered_effects=_decode_effects(table, "OrderedEffects"),
-        unordered_effects=_decode_effects(table, "UnorderedEffects"),
-        disabled_safety_checks=tuple(
-            _decode_disabled_safety_check(c) for c in _fb.read_tables(table, "DisabledSafetyChecks")
-        ),
-        mlir_module_serialized=read_module(
-            _modules.decode_module(_required(table.Module(), "module"))
-        ),
-        calling_convention_version=cc_version,
-        module_kept_var_idx=_decode_kept_var_idx(table, len(in_avals)),
-        uses_global_constants=table.UsesGlobalConstants(),
-        _get_vjp=get_vjp,
-    )
+    return build(0)
 
 
 def check_calling_convention_version(version: int) -> None:
@@ -160,48 +259,93 @@ def check_calling_convention_version(version: int) -> None:
         )
 
 
-def _required(value: Any, name: str) -> Any:
-    if value is None:
-        raise CorruptArchiveError(f"the Exported has no {name}")
-    return value
+def _decode_tree(table: fb.PyTreeDef | None, field: str, leaves: tuple[Any, ...]) -> Any:
+    with _fb.translating_read_errors(where=field):
+        if table is None:
+            raise CorruptArchiveError("missing")
+        return _pytrees.decode_pytreedef(table, leaves)
 
 
-def _with_shardings(avals: tuple[Any, ...], named: tuple[Any, ...]) -> tuple[Any, ...]:
+def _decode_module(
+    table: fb.Exported, check_module: Callable[[_modules.ModuleRef], None] | None
+) -> _modules.ModuleRef:
+    with _fb.translating_read_errors(where="module"):
+        module = table.Module()
+        if module is None:
+            raise CorruptArchiveError("missing")
+        ref = _modules.decode_module(module)
+        if check_module is not None:
+            check_module(ref)
+        return ref
+
+
+def _decode_nr_devices(table: fb.Exported) -> int:
+    n = int(table.NrDevices())
+    if n > _limits.MAX_DEVICES:
+        raise CorruptArchiveError(f"nr_devices {n} (limit {_limits.MAX_DEVICES})")
+    return n
+
+
+def _with_shardings(avals: tuple[Any, ...], named: tuple[Any, ...], field: str) -> tuple[Any, ...]:
     # An aval stored with its own sharding keeps it; others get the input/output sharding,
     # as jax's own deserializer does.
-    return tuple(
-        a if s is None or a.sharding.mesh.axis_names else _compat.with_sharding(a, s)
-        for a, s in zip(avals, named, strict=True)
-    )
+    result = []
+    for i, (a, s) in enumerate(zip(avals, named, strict=True)):
+        if s is None or a.sharding.mesh.axis_names:
+            result.append(a)
+            continue
+        with _fb.translating_read_errors(where=field, index=i):
+            result.append(_compat.with_sharding(a, s))
+    return tuple(result)
 
 
-def _decode_avals(table: fb.Exported, meshes: list[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    ins = _fb.read_tables(table, "InAvals")
-    outs = _fb.read_tables(table, "OutAvals")
-    symbolic = any(not a.DimExprsIsNone() for a in itertools.chain(ins, outs))
-    scope = _avals.decode_symbolic_scope(table) if symbolic else None
-    return (
-        tuple(_avals.decode_aval(a, scope, meshes) for a in ins),
-        tuple(_avals.decode_aval(a, scope, meshes) for a in outs),
-    )
+def _decode_avals(table: fb.Exported, field: str, decoder: _avals.AvalDecoder) -> tuple[Any, ...]:
+    with _fb.translating_read_errors(where=field):
+        positions = _fb.table_positions(table, _FIELDS[field])
+        if len(positions) > _limits.MAX_AVALS:
+            raise CorruptArchiveError(f"{len(positions)} avals (limit {_limits.MAX_AVALS})")
+    avals = []
+    for i, position in enumerate(positions):
+        with _fb.translating_read_errors(where=field, index=i):
+            avals.append(decoder.decode_at(table, position))
+    return tuple(avals)
+
+
+_FIELDS = {
+    "ordered_effects": "OrderedEffects",
+    "unordered_effects": "UnorderedEffects",
+    "in_avals": "Exported.InAvals",
+    "out_avals": "Exported.OutAvals",
+    "in_shardings": "Exported.InShardings",
+    "out_shardings": "Exported.OutShardings",
+}
 
 
 def _decode_shardings(
-    table: fb.Exported, field: str, n: int, meshes: list[Any]
+    table: fb.Exported, field: str, avals: tuple[Any, ...], meshes: list[Any]
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    tables = _fb.read_tables(table, field)
-    if len(tables) != n:
-        raise CorruptArchiveError(f"{len(tables)} {field} for {n} avals")
-    pairs = [_shardings.decode_sharding(t, meshes) for t in tables]
+    with _fb.translating_read_errors(where=field):
+        positions = _fb.table_positions(table, _FIELDS[field])
+        if len(positions) != len(avals):
+            raise CorruptArchiveError(f"{len(positions)} shardings for {len(avals)} avals")
+    decoded: dict[tuple[int, int], tuple[Any, Any]] = {}  # shared tables are decoded once
+    pairs = []
+    for i, (position, aval) in enumerate(zip(positions, avals, strict=True)):
+        key = (position, len(aval.shape))
+        if key not in decoded:
+            with _fb.translating_read_errors(where=field, index=i):
+                t = _fb.table_at(fb.Sharding, table, position)
+                decoded[key] = _shardings.decode_sharding(t, meshes, key[1])
+        pairs.append(decoded[key])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def _decode_kept_var_idx(table: fb.Exported, nr_inputs: int) -> tuple[int, ...]:
-    if table.ModuleKeptVarIdxIsNone():
-        return ()
-    kept = tuple(table.ModuleKeptVarIdxAsNumpy().tolist())
-    if any(i >= nr_inputs for i in kept) or list(kept) != sorted(set(kept)):
-        raise CorruptArchiveError(f"module_kept_var_idx {kept} is not sorted inside 0..{nr_inputs}")
+    kept = tuple(_fb.read_ints(table, "ModuleKeptVarIdx"))
+    if any(i >= nr_inputs for i in kept) or any(a >= b for a, b in itertools.pairwise(kept)):
+        raise CorruptArchiveError(
+            f"module_kept_var_idx {kept[:16]} is not increasing inside 0..{nr_inputs - 1}"
+        )
     return kept
 
 
@@ -220,11 +364,24 @@ def _encode_effect(builder: flatbuffers.Builder, effect: Any) -> int:
     name = builder.CreateString(str(effect.__class__))
     fb.EffectStart(builder)
     fb.EffectAddTypeName(builder, name)
-    return fb.EffectEnd(builder)
+    return int(fb.EffectEnd(builder))
 
 
 def _decode_effects(table: fb.Exported, field: str) -> tuple[Any, ...]:
-    return tuple(_decode_effect(e) for e in _fb.read_tables(table, field))
+    effects = []
+    with _fb.translating_read_errors(where=field):
+        tables = _fb.read_tables(table, _FIELDS[field])
+    for i, e in enumerate(tables):
+        with _fb.translating_read_errors(where=field, index=i):
+            effects.append(_decode_effect(e))
+    return tuple(effects)
+
+
+def _decode_disabled_safety_checks(table: fb.Exported) -> tuple[Any, ...]:
+    with _fb.translating_read_errors(where="disabled_safety_checks"):
+        return tuple(
+            _decode_disabled_safety_check(c) for c in _fb.read_tables(table, "DisabledSafetyChecks")
+        )
 
 
 def _decode_effect(table: fb.Effect) -> Any:
@@ -250,7 +407,7 @@ def _encode_disabled_safety_check(builder: flatbuffers.Builder, check: Any) -> i
     fb.DisabledSafetyCheckAddKind(builder, kind)
     if target_off is not None:
         fb.DisabledSafetyCheckAddCustomCallTarget(builder, target_off)
-    return fb.DisabledSafetyCheckEnd(builder)
+    return int(fb.DisabledSafetyCheckEnd(builder))
 
 
 def _decode_disabled_safety_check(table: fb.DisabledSafetyCheck) -> Any:

@@ -1,32 +1,35 @@
 """Small helpers around the FlatBuffers builder and generated readers.
 
 Python's FlatBuffers runtime has no verifier: these readers bound every vector length by the
-size of the buffer it lies in, so a corrupt length cannot make a reader loop for long, and
-decode strings strictly. Any other fault of a corrupt buffer surfaces as one of the exceptions
-in ``READ_ERRORS``, which the archive reader turns into ``CorruptArchiveError``.
+size of the buffer it lies in, decode strings strictly, and charge what they read to the
+header's work budget (``_limits.Budget``), so that shared vectors cannot make a small header
+expensive to read. Any other fault of a corrupt buffer surfaces as a third-party exception,
+which ``translating_read_errors`` (``_boundary``) turns into ``CorruptArchiveError``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import flatbuffers
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError, JaxportError
+from jaxport._errors import CorruptArchiveError
+from jaxport.export import _limits
+from jaxport.export._boundary import translating_read_errors
 
 __all__ = [
-    "READ_ERRORS",
     "bytes_vector",
     "count",
     "read_bytes",
+    "read_ints",
     "read_str",
     "read_strs",
     "read_tables",
     "str_vector",
+    "table_at",
+    "table_positions",
     "table_vector",
     "translating_read_errors",
     "uint32_vector",
@@ -34,25 +37,12 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: What the FlatBuffers runtime raises on a malformed buffer.
-READ_ERRORS = (
-    struct.error,
-    IndexError,
-    UnicodeDecodeError,
-    RecursionError,
-    OverflowError,
-    TypeError,
-    AttributeError,
-    ValueError,
-    MemoryError,
-)
-
 
 def _offsets_vector(builder: flatbuffers.Builder, offsets: Sequence[int]) -> int:
     builder.StartVector(4, len(offsets), 4)
     for off in reversed(offsets):
         builder.PrependUOffsetTRelative(off)
-    return builder.EndVector()
+    return int(builder.EndVector())
 
 
 def str_vector(builder: flatbuffers.Builder, strings: Iterable[str]) -> int:
@@ -71,24 +61,33 @@ def table_vector(
 
 def uint32_vector(builder: flatbuffers.Builder, values: Sequence[int]) -> int:
     """A vector of uint32."""
-    return builder.CreateNumpyVector(np.asarray(values, dtype=np.uint32))
+    return int(builder.CreateNumpyVector(np.asarray(values, dtype=np.uint32)))
 
 
 def bytes_vector(builder: flatbuffers.Builder, data: bytes) -> int:
     """A vector of ubyte."""
-    return builder.CreateByteVector(data)
+    return int(builder.CreateByteVector(data))
 
 
-def count(n: int, table: Any) -> int:
-    """A vector length, checked against the size of the buffer ``table`` lies in."""
-    if n > len(table._tab.Bytes):
+def count(n: int, table: Any, itemsize: int = 4) -> int:
+    """A vector length, checked against the size of the buffer ``table`` lies in, and charged.
+
+    Raises:
+        CorruptArchiveError: ``n`` items of ``itemsize`` bytes cannot fit in the buffer, or the
+            header's work budget is spent.
+    """
+    if n * itemsize > len(table._tab.Bytes):
         raise CorruptArchiveError(f"vector length {n} exceeds the header size")
+    _limits.charge(n * itemsize)
     return n
 
 
 def read_str(value: bytes | None) -> str:
-    """A FlatBuffers string field as str; an absent one as ""."""
-    return "" if value is None else value.decode("utf-8")
+    """A FlatBuffers string field as str; an absent one as "". Charged to the budget."""
+    if value is None:
+        return ""
+    _limits.charge(len(value))
+    return value.decode("utf-8")
 
 
 def read_strs(table: Any, name: str) -> tuple[str, ...]:
@@ -104,22 +103,60 @@ def read_tables(table: Any, name: str) -> list[Any]:
     return [get(i) for i in range(count(getattr(table, name + "Length")(), table))]
 
 
+#: vtable slots of the vectors of tables that ``table_positions`` reads in bulk. Fields are
+#: only ever appended (schema/jaxport.fbs), so these never change; a test checks them against
+#: the generated readers.
+SLOTS = {
+    "Exported.InAvals": 3,
+    "Exported.OutAvals": 4,
+    "Exported.InShardings": 7,
+    "Exported.OutShardings": 8,
+    "PyTreeDef.Nodes": 0,
+}
+
+
+def table_positions(table: Any, field: str) -> list[int]:
+    """Where the tables of the vector field ``field`` (``"Exported.InAvals"``) start.
+
+    Read in bulk, with the length checked and charged as by ``read_tables``, which makes a
+    table object per element: that costs microseconds per element, and shared tables (many
+    positions alike) need to be read only once. ``table_at`` makes the table at a position.
+
+    Raises:
+        CorruptArchiveError: the vector does not fit in the header.
+        ValueError: its elements lie outside the buffer.
+    """
+    tab = table._tab
+    o = tab.Offset(4 + 2 * SLOTS[field])
+    if o == 0:
+        return []
+    start = tab.Vector(o)
+    n = count(tab.VectorLen(o), table)
+    relative = np.frombuffer(tab.Bytes, dtype="<u4", count=n, offset=start).astype(np.int64)
+    positions: list[int] = (relative + start + 4 * np.arange(n, dtype=np.int64)).tolist()
+    return positions
+
+
+def table_at(cls: type[T], table: Any, position: int) -> T:
+    """The table of generated class ``cls`` at ``position`` in ``table``'s buffer."""
+    obj = cls()
+    obj.Init(table._tab.Bytes, position)  # type: ignore[attr-defined]
+    return obj
+
+
 def read_bytes(table: Any, name: str) -> bytes | None:
     """The ubyte vector field ``name`` as bytes, or None when absent."""
     if getattr(table, name + "IsNone")():
         return None
-    return getattr(table, name + "AsNumpy")().tobytes()
+    array = getattr(table, name + "AsNumpy")()
+    count(len(array), table, 1)
+    return bytes(array.tobytes())
 
 
-@contextlib.contextmanager
-def translating_read_errors(path: str | None = None) -> Iterator[None]:
-    """Turns the FlatBuffers runtime's errors on a malformed buffer into CorruptArchiveError.
-
-    jaxport's own errors pass through unchanged.
-    """
-    try:
-        yield
-    except JaxportError:
-        raise
-    except READ_ERRORS as e:
-        raise CorruptArchiveError(f"malformed header: {type(e).__name__}: {e}", path=path) from None
+def read_ints(table: Any, name: str) -> list[int]:
+    """The numeric vector field ``name`` as ints; an absent one as []."""
+    if getattr(table, name + "IsNone")():
+        return []
+    array = getattr(table, name + "AsNumpy")()
+    count(len(array), table, array.itemsize)
+    return [int(x) for x in array.tolist()]

@@ -5,13 +5,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
-from jaxport.export import _archive, _container, _fb, _modules, _pytrees
+from jaxport._errors import CorruptArchiveError
+from jaxport.export import _archive, _container, _fb, _limits, _modules, _pytrees
 from jaxport.export._dtypes import dtype_name
 from jaxport.schema import fb
 
-__all__ = ["ArchiveInfo", "AvalInfo", "ModuleInfo", "SectionInfo", "inspect"]
+__all__ = [
+    "ArchiveInfo",
+    "AvalInfo",
+    "ModuleInfo",
+    "SectionInfo",
+    "inspect",
+    "module_custom_calls",
+]
 
 _COMPRESSION_NAMES = {fb.Compression.none: "none", fb.Compression.zstd: "zstd"}
 
@@ -93,7 +100,9 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
     """Reads an archive's header: O(1) in the archive's size, nothing decompressed.
 
     Only the preamble and header of a file are read, and the section ranges are checked
-    against the file size; section digests are not checked (``loads`` does that).
+    against the file size; section digests are not checked (``loads`` does that). Time and
+    memory are linear in the header's size, within the limits ``loads`` applies
+    (schema/FORMAT.md, "Limits"); a key path longer than 256 characters is shortened.
 
     Args:
         source: a path to an archive file, or the archive's bytes.
@@ -115,16 +124,61 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
             preamble = _container.decode_preamble(start, path=path)
             data = start + f.read(preamble.header_length)
         head = _archive.read_header(data, total, path=path)
-    with _fb.translating_read_errors(path):
+    with _fb.translating_read_errors(path), _limits.header_budget(head.preamble.header_length):
         return _archive_info(head)
+
+
+def module_custom_calls(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+) -> tuple[tuple[str, ...], ...]:
+    """The custom-call targets each module calls, read from the modules themselves.
+
+    ``inspect`` reports the targets the header lists (cheap, and a hostile author may lie);
+    this reads every module (digests checked, decompressed) and parses with MLIR each that may
+    hold a custom call. ``loads`` refuses an archive whose header disagrees with its modules;
+    audits and ``verify`` compare the two without loading. Nothing is run or refused here.
+
+    Args:
+        source: a path to an archive file, or the archive's bytes.
+
+    Returns:
+        One tuple per module, the primal's first then the VJPs' by order: its targets, sorted.
+
+    Raises:
+        OSError: the file cannot be read.
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError: a malformed archive (see
+            ``jaxport.loads``), or a module MLIR cannot parse.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        path, view = None, memoryview(source).cast("B")
+    else:
+        path = str(source)
+        view = memoryview(Path(path).read_bytes())
+    head = _archive.read_header(view, len(view), path=path)
+    reader = _container.SectionReader(
+        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
+    )
+    modules = []
+    with _fb.translating_read_errors(path):
+        table = head.archive.Exported()
+        for order, exported in enumerate(_archive.exported_tables(table) if table else ()):
+            module = exported.Module()
+            if module is None:
+                raise CorruptArchiveError(f"module of VJP order {order} is missing", path=path)
+            ref = _modules.decode_module(module)
+            modules.append(reader.read(ref.section, ref.offset, ref.length))
+    return tuple(_modules.custom_call_targets(modules, path=path))
 
 
 def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
     archive = head.archive
     exported = archive.Exported()
     producer = archive.Producer()
+    if exported is None:
+        raise CorruptArchiveError("the archive holds no Exported")
     chain = []
     while exported is not None:
+        _limits.charge(64)  # an Exported table's least size: the chain is bounded
         chain.append(exported)
         exported = exported.Vjp()
     primal = chain[0]
@@ -179,51 +233,74 @@ def _module_info(order: int, table: fb.Exported) -> ModuleInfo:
 
 
 def _aval_infos(table: fb.Exported, side: str) -> tuple[AvalInfo, ...]:
-    n = _fb.count(getattr(table, f"{side}AvalsLength")(), table)
+    positions = _fb.table_positions(table, f"Exported.{side}Avals")
+    if len(positions) > _limits.MAX_AVALS:
+        raise CorruptArchiveError(f"{len(positions)} avals (limit {_limits.MAX_AVALS})")
     tree = getattr(table, f"{side}Tree")()
     paths = _pytrees.pytree_paths(tree) if tree is not None else []
-    if len(paths) != n:
-        paths = [f"[{i}]" for i in range(n)]
-    n_shardings = getattr(table, f"{side}ShardingsLength")()
+    if len(paths) != len(positions):
+        paths = [f"[{i}]" for i in range(len(positions))]
+    shardings = _fb.table_positions(table, f"Exported.{side}Shardings")
+    summaries = _ShardingSummaries(table)
+    avals: dict[int, tuple[tuple[int | str, ...], str, bool]] = {}
     infos = []
-    for i in range(n):
-        aval = getattr(table, f"{side}Avals")(i)
-        sharding = getattr(table, f"{side}Shardings")(i) if i < n_shardings else None
-        infos.append(
-            AvalInfo(
-                path=paths[i],
-                shape=_shape(aval),
-                dtype=dtype_name(aval.Dtype(), _fb.read_str(aval.PrngImpl())),
-                weak_type=aval.WeakType(),
-                sharding=_sharding_summary(table, sharding),
-            )
-        )
+    for i, position in enumerate(positions):
+        if position not in avals:  # aval tables may be shared: each is read once
+            aval = _fb.table_at(fb.AbstractValue, table, position)
+            prng = _fb.read_str(aval.PrngImpl())
+            avals[position] = (_shape(aval), dtype_name(aval.Dtype(), prng), aval.WeakType())
+        shape, dtype, weak_type = avals[position]
+        sharding = summaries.at(shardings[i]) if i < len(shardings) else None
+        infos.append(AvalInfo(paths[i], shape, dtype, weak_type, sharding))
     return tuple(infos)
 
 
 def _shape(aval: fb.AbstractValue) -> tuple[int | str, ...]:
-    dims = aval.ShapeAsNumpy().tolist() if not aval.ShapeIsNone() else []
+    dims = _fb.read_ints(aval, "Shape")
+    if len(dims) > _limits.MAX_RANK:
+        raise CorruptArchiveError(f"an aval of rank {len(dims)} (limit {_limits.MAX_RANK})")
     exprs = _fb.read_strs(aval, "DimExprs")
     return tuple(exprs[i] if d == -1 and i < len(exprs) else d for i, d in enumerate(dims))
 
 
-def _sharding_summary(exported: fb.Exported, sharding: Any) -> str | None:
-    if sharding is None:
-        return None
-    named = sharding.Named()
-    if named is None:
-        return None if sharding.HloShardingIsNone() else "hlo"
-    entries = []
-    for entry in _fb.read_tables(named, "Spec"):
-        axes = _fb.read_strs(entry, "Axes")
-        entries.append("None" if not axes else repr(axes[0]) if len(axes) == 1 else repr(axes))
-    mesh = exported.Meshes(named.Mesh()) if named.Mesh() < exported.MeshesLength() else None
-    axes_desc = ""
-    if mesh is not None:
-        names = _fb.read_strs(mesh, "AxisNames")
-        sizes = mesh.AxisSizesAsNumpy().tolist() if not mesh.AxisSizesIsNone() else []
-        axes_desc = ", ".join(f"{n!r}: {s}" for n, s in zip(names, sizes, strict=False))
-    return f"P({', '.join(entries)}) over {{{axes_desc}}}"
+class _ShardingSummaries:
+    """One-line descriptions of the shardings of one Exported; each mesh is read once."""
+
+    def __init__(self, exported: fb.Exported) -> None:
+        self._exported = exported
+        self._meshes = _fb.count(exported.MeshesLength(), exported)
+        self._mesh_descriptions: dict[int, str] = {}
+        self._summaries: dict[int, str | None] = {}
+
+    def at(self, position: int) -> str | None:
+        """The summary of the ``fb.Sharding`` at ``position``; each table is read once."""
+        if position not in self._summaries:
+            sharding = _fb.table_at(fb.Sharding, self._exported, position)
+            self._summaries[position] = self._of(sharding)
+        return self._summaries[position]
+
+    def _of(self, sharding: fb.Sharding) -> str | None:
+        """``"P('x', None) over {'x': 4}"``, ``"hlo"`` or None."""
+        named = sharding.Named()
+        if named is None:
+            return None if sharding.HloShardingIsNone() else "hlo"
+        entries = []
+        for entry in _fb.read_tables(named, "Spec"):
+            axes = _fb.read_strs(entry, "Axes")
+            entries.append("None" if not axes else repr(axes[0]) if len(axes) == 1 else repr(axes))
+        return f"P({', '.join(entries)}) over {{{self._mesh(named.Mesh())}}}"
+
+    def _mesh(self, index: int) -> str:
+        if index >= self._meshes:
+            return ""
+        if index not in self._mesh_descriptions:
+            mesh = self._exported.Meshes(index)
+            names = _fb.read_strs(mesh, "AxisNames")
+            sizes = _fb.read_ints(mesh, "AxisSizes")
+            self._mesh_descriptions[index] = ", ".join(
+                f"{n!r}: {s}" for n, s in zip(names, sizes, strict=False)
+            )
+        return self._mesh_descriptions[index]
 
 
 def _effect_names(table: fb.Exported, field: str) -> tuple[str, ...]:

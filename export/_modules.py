@@ -7,14 +7,15 @@ custom-call targets it uses, so that ``inspect`` and audits answer without decom
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import flatbuffers
 
+from jaxport._errors import CorruptArchiveError
 from jaxport.export import _compat, _fb
 from jaxport.schema import fb
 
@@ -24,6 +25,7 @@ __all__ = [
     "decode_module",
     "encode_module",
     "stablehlo_version",
+    "without_locations",
 ]
 
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -60,46 +62,127 @@ def stablehlo_version(data: bytes) -> str:
     return producer[len(_STABLEHLO_PRODUCER) :].decode("ascii", "replace")
 
 
-def custom_call_targets(modules: Sequence[bytes]) -> list[tuple[str, ...]]:
-    """Per module, the sorted, unique ``call_target_name`` of its ``stablehlo.custom_call`` ops."""
-    from jax._src.lib.mlir import ir
+def custom_call_targets(
+    modules: Sequence[bytes], *, path: str | None = None
+) -> list[tuple[str, ...]]:
+    """Per module, the sorted, unique ``call_target_name`` of its custom-call ops.
+
+    The modules are parsed as jax parses them to call them (``deserialize_portable_artifact``:
+    MLIR bytecode or text), and every op whose name after its dialect starts with
+    ``custom_call`` counts (``stablehlo.custom_call``; ``mhlo.custom_call`` in a mixed
+    artifact). A module is parsed only when it may hold one: see ``_may_call_custom``.
+
+    Raises:
+        CorruptArchiveError: a module that MLIR cannot parse, or a custom call without a
+            string ``call_target_name``.
+    """
+    import jaxlib.mlir.ir as ir  # what jax._src.lib.mlir re-exports (0.7 to 0.10)
 
     results: list[tuple[str, ...]] = [() for _ in modules]
-    # Fast path: the bytecode lists every op name it uses as a string ("custom_call_v1" for
-    # VHLO), so a module without that string has no custom call and need not be parsed.
-    todo = [i for i, m in enumerate(modules) if _CUSTOM_CALL_OP in m]
-    if todo:
-        with _CONTEXT_LOCK, _ir_context():
-            for i in todo:
-                results[i] = _targets_of(ir, _compat.module_from_portable_artifact(modules[i]))
+    for i, m in enumerate(modules):
+        if _may_call_custom(m):
+            with _CONTEXT.use(len(m)):
+                results[i] = _targets_of(ir, _parse(ir, m, path), path)
     return results
 
 
-def _targets_of(ir: Any, module: Any) -> tuple[str, ...]:
-    if isinstance(module, str | bytes):
-        module = ir.Module.parse(module)
+def _may_call_custom(module: bytes) -> bool:
+    """False only when ``module`` certainly has no custom-call op.
+
+    Sound against a hostile author for MLIR bytecode only: its ops are named by entries of
+    its string section, stored verbatim (https://mlir.llvm.org/docs/BytecodeFormat/), and an
+    op's full name is ``dialect + "." + name``, so a name part without a dot, like
+    ``custom_call`` (``vhlo.custom_call_v1`` in a portable artifact), appears verbatim in the
+    bytes. MLIR text, which ``deserialize_portable_artifact`` also accepts, can spell an op name
+    with escapes (``"stablehlo.custom\\5Fcall"``), so a text module is always parsed.
+    """
+    return not module.startswith(_BYTECODE_MAGIC) or _CUSTOM_CALL_OP in module
+
+
+def without_locations(data: bytes) -> bytes:
+    """A portable artifact made by the running jax, with every location ``loc(unknown)``.
+
+    Parses ``data``, runs MLIR's ``strip-debuginfo`` pass and serializes the module again as
+    jax's exporter does (``jax._src.export._export._module_to_bytecode``: the same StableHLO
+    target version and serialization mode). Only for modules the running jax has just
+    exported: an older artifact would be re-targeted to this jax's StableHLO version.
+    """
+    import jaxlib.mlir.ir as ir
+    import jaxlib.mlir.passmanager as passmanager
+    from jax._src.export import _export
+
+    with _CONTEXT.use(len(data)):
+        module = _parse(ir, data, None)
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+        return bytes(_export._module_to_bytecode(module))
+
+
+def _parse(ir: Any, data: bytes, path: str | None) -> Any:
+    try:
+        module = _compat.module_from_portable_artifact(data)
+        return ir.Module.parse(module) if isinstance(module, str | bytes) else module
+    except Exception as e:  # jax raises JaxRuntimeError, MLIRError, ValueError, ... here
+        raise CorruptArchiveError(
+            f"a module is not StableHLO that MLIR can read: {type(e).__name__}: {e}", path=path
+        ) from None
+
+
+def _targets_of(ir: Any, module: Any, path: str | None) -> tuple[str, ...]:
     targets: set[str] = set()
     stack = [module.operation]
     while stack:
         op = stack.pop()
-        if op.name == "stablehlo.custom_call":
-            targets.add(ir.StringAttr(op.attributes["call_target_name"]).value)
+        if op.name.rpartition(".")[2].startswith("custom_call"):
+            targets.add(_target_name(ir, op, path))
         for region in op.regions:
             for block in region.blocks:
                 stack.extend(o.operation for o in block.operations)
     return tuple(sorted(targets))
 
 
-# Making an MLIR context with jax's dialects costs milliseconds: one is kept and used under a
-# lock (an MLIR context is not safe for concurrent use).
-_CONTEXT_LOCK = threading.Lock()
+def _target_name(ir: Any, op: Any, path: str | None) -> str:
+    try:
+        return str(ir.StringAttr(op.attributes["call_target_name"]).value)
+    except (KeyError, ValueError):  # no such attribute; not a StringAttr
+        raise CorruptArchiveError(
+            f"a {op.name} op without a string call_target_name", path=path
+        ) from None
 
 
-@functools.cache
-def _ir_context() -> Any:
-    from jax._src.interpreters import mlir
+class _SharedContext:
+    """An MLIR context with jax's dialects, shared under a lock, replaced after a byte budget.
 
-    return mlir.make_ir_context()
+    Making a context costs 5 to 15 ms, parsing a small module under 1 ms: one is reused. But a
+    context keeps every attribute it has parsed (a module's constants: tens of MB) until it is
+    destroyed, so it is dropped once it has parsed ``budget`` bytes of modules. Contexts are
+    not safe for concurrent use, hence the lock.
+    """
+
+    def __init__(self, budget: int):
+        self._budget = budget
+        self._lock = threading.Lock()
+        self._context: Any = None
+        self._parsed = 0
+
+    @contextlib.contextmanager
+    def use(self, nbytes: int) -> Iterator[Any]:
+        """The context, entered and held alone, to parse a module of ``nbytes`` bytes."""
+        from jax._src.interpreters import mlir
+
+        with self._lock:
+            if self._context is None or self._parsed + nbytes > self._budget:
+                self._context = None  # freed before the next is made
+                self._context, self._parsed = mlir.make_ir_context(), 0
+            self._parsed += nbytes
+            try:
+                with self._context:
+                    yield self._context
+            finally:
+                if self._parsed >= self._budget:
+                    self._context = None
+
+
+_CONTEXT = _SharedContext(budget=64 << 20)
 
 
 def encode_module(builder: flatbuffers.Builder, ref: ModuleRef) -> int:
@@ -112,7 +195,7 @@ def encode_module(builder: flatbuffers.Builder, ref: ModuleRef) -> int:
     fb.ModuleAddLength(builder, ref.length)
     fb.ModuleAddStablehloVersion(builder, version)
     fb.ModuleAddCustomCallTargets(builder, targets)
-    return fb.ModuleEnd(builder)
+    return int(fb.ModuleEnd(builder))
 
 
 def decode_module(table: fb.Module) -> ModuleRef:

@@ -4,11 +4,14 @@ Node kinds follow jax.export's own serialization: leaf, None, tuple, list, dict 
 and custom nodes registered with ``jax.export.register_pytree_node_serialization`` or
 ``jax.export.register_namedtuple_serialization`` (stored by their serialized name and the
 auxdata bytes their serializer returns). Reading calls only deserializers that the program
-registered itself; nothing from the archive is executed.
+registered itself; nothing from the archive is executed. Both directions are iterative and
+share the limits of ``_limits`` (depth, nodes, children), so a tree written is a tree read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import types
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,8 +20,8 @@ import flatbuffers
 from jax import tree_util
 from jax._src.export import _export
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
-from jaxport.export import _fb
+from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
+from jaxport.export import _fb, _limits
 from jaxport.schema import fb
 
 __all__ = ["decode_pytreedef", "encode_pytreedef", "pytree_paths"]
@@ -32,23 +35,41 @@ _BUILTIN_KINDS = {
 
 
 def encode_pytreedef(builder: flatbuffers.Builder, treedef: Any) -> int:
-    """An ``fb.PyTreeDef`` for ``treedef``.
+    """An ``fb.PyTreeDef`` for ``treedef``: its nodes in pre-order.
 
     Raises:
-        UnsupportedFeatureError: a dict with non-string keys, or a node type not registered
-            for serialization.
+        UnsupportedFeatureError: a dict with non-string keys, a node type not registered for
+            serialization, or a tree over the reader's limits (``_limits.MAX_PYTREE_DEPTH``
+            levels, ``MAX_PYTREE_NODES`` nodes, ``MAX_CHILDREN`` children of a node).
     """
     nodes: list[int] = []
-    _encode_nodes(builder, treedef, nodes)
+    stack = [(treedef, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _limits.MAX_PYTREE_DEPTH:
+            raise UnsupportedFeatureError(
+                f"a pytree deeper than {_limits.MAX_PYTREE_DEPTH} levels cannot be stored"
+            )
+        children = node.children()
+        if len(children) > _limits.MAX_CHILDREN:
+            raise UnsupportedFeatureError(
+                f"a pytree node with {len(children)} children cannot be stored "
+                f"(limit {_limits.MAX_CHILDREN})"
+            )
+        nodes.append(_encode_node(builder, node, len(children)))
+        if len(nodes) > _limits.MAX_PYTREE_NODES:
+            raise UnsupportedFeatureError(
+                f"a pytree of more than {_limits.MAX_PYTREE_NODES} nodes cannot be stored"
+            )
+        stack.extend((child, depth + 1) for child in reversed(children))
     vector = _fb._offsets_vector(builder, nodes)
     fb.PyTreeDefStart(builder)
     fb.PyTreeDefAddNodes(builder, vector)
-    return fb.PyTreeDefEnd(builder)
+    return int(fb.PyTreeDefEnd(builder))
 
 
-def _encode_nodes(builder: flatbuffers.Builder, treedef: Any, out: list[int]) -> None:
+def _encode_node(builder: flatbuffers.Builder, treedef: Any, num_children: int) -> int:
     node_data = treedef.node_data()
-    children = treedef.children()
     keys = name = auxdata = None
     if node_data is None:
         kind = fb.PyTreeKind.leaf
@@ -61,15 +82,13 @@ def _encode_nodes(builder: flatbuffers.Builder, treedef: Any, out: list[int]) ->
         name, auxdata = _encode_custom(builder, node_data)
     fb.PyTreeNodeStart(builder)
     fb.PyTreeNodeAddKind(builder, kind)
-    fb.PyTreeNodeAddNumChildren(builder, len(children))
+    fb.PyTreeNodeAddNumChildren(builder, num_children)
     if keys is not None:
         fb.PyTreeNodeAddDictKeys(builder, keys)
     if name is not None:
         fb.PyTreeNodeAddCustomName(builder, name)
         fb.PyTreeNodeAddCustomAuxdata(builder, auxdata)
-    out.append(fb.PyTreeNodeEnd(builder))
-    for child in children:
-        _encode_nodes(builder, child, out)
+    return int(fb.PyTreeNodeEnd(builder))
 
 
 def _dict_keys(keys: Sequence[Any]) -> Sequence[str]:
@@ -103,45 +122,126 @@ def decode_pytreedef(table: fb.PyTreeDef, leaves: Sequence[Any]) -> Any:
     """The PyTreeDef of an ``fb.PyTreeDef`` with ``len(leaves)`` leaves.
 
     The leaves (the avals) stand in the rebuilt pytree, as in jax's own deserializer, since a
-    custom node's unflatten may look at them.
+    custom node's unflatten may look at them. Iterative: time and memory are linear in the
+    number of nodes, whatever the depth.
 
     Raises:
-        CorruptArchiveError: a malformed node list, or a leaf count that is not ``len(leaves)``.
+        CorruptArchiveError: a malformed node list (unknown kind, a node claiming more children
+            than nodes follow, a dict whose keys are not sorted, unique strings, one per
+            child), a tree over the limits of ``_limits``, or a leaf count that is not
+            ``len(leaves)``.
         UnsupportedFeatureError: a custom node whose serialized name this program has not
             registered.
     """
-    nodes = _fb.read_tables(table, "Nodes")
-    if not nodes:
-        raise CorruptArchiveError("empty pytree definition")
+    nodes = _Nodes(table)
     leaf_iter = iter(leaves)
-    position = iter(range(len(nodes)))
-    tree = _build(nodes, position, leaf_iter, depth=0)
-    if next(position, None) is not None or next(leaf_iter, None) is not None:
-        raise CorruptArchiveError("pytree definition does not match the number of avals")
-    return tree_util.tree_structure(tree)
+    open_nodes: list[_OpenNode] = []
+    root: list[Any] = []
+    for i in range(len(nodes)):
+        kind, n = nodes.kind_and_children(i, len(open_nodes))
+        if n:
+            open_nodes.append(_OpenNode(nodes.node(i), kind, n, []))
+            continue
+        if kind == fb.PyTreeKind.leaf:
+            value = _leaf(leaf_iter, i)
+        else:
+            value = _build(nodes.node(i), kind, [])
+        while True:
+            parent = open_nodes[-1].children if open_nodes else root
+            parent.append(value)
+            if not open_nodes or len(parent) < open_nodes[-1].num_children:
+                break
+            done = open_nodes.pop()
+            value = _build(done.node, done.kind, done.children)
+        if not open_nodes and i != len(nodes) - 1:
+            raise CorruptArchiveError(f"pytree definition has {len(nodes) - i - 1} extra nodes")
+    if open_nodes or len(root) != 1:
+        raise CorruptArchiveError("pytree definition ends early")
+    if next(leaf_iter, _NONE_LEAF) is not _NONE_LEAF:
+        raise CorruptArchiveError("pytree definition has fewer leaves than avals")
+    treedef: Any = tree_util.tree_structure(root[0])
+    if treedef.num_leaves != len(leaves):
+        raise CorruptArchiveError(
+            f"the rebuilt pytree has {treedef.num_leaves} leaves for {len(leaves)} avals "
+            "(a custom node that flattens differently from how it was stored)"
+        )
+    return treedef
 
 
 _NONE_LEAF = object()
-_MAX_DEPTH = 500
 
 
-def _build(nodes: Sequence[Any], position: Iterator[int], leaves: Iterator[Any], depth: int) -> Any:
-    if depth > _MAX_DEPTH:
-        raise CorruptArchiveError(f"pytree deeper than {_MAX_DEPTH} levels")
-    i = next(position, None)
-    if i is None:
-        raise CorruptArchiveError("pytree definition ends early")
-    node = nodes[i]
-    kind = node.Kind()
-    n = _fb.count(node.NumChildren(), node)
-    children = [_build(nodes, position, leaves, depth + 1) for _ in range(n)]
-    if kind == fb.PyTreeKind.leaf:
-        if n:
-            raise CorruptArchiveError("a pytree leaf with children")
-        leaf = next(leaves, _NONE_LEAF)
-        if leaf is _NONE_LEAF:
-            raise CorruptArchiveError("pytree definition has more leaves than avals")
-        return leaf
+@dataclasses.dataclass
+class _OpenNode:
+    node: Any
+    kind: int
+    num_children: int
+    children: list[Any]
+
+
+class _Nodes:
+    """The nodes of a PyTreeDef, their positions read in bulk; each distinct node table is
+    read once (a hostile header may refer to one table from every element)."""
+
+    def __init__(self, table: fb.PyTreeDef) -> None:
+        self._table = table
+        self._positions = _fb.table_positions(table, "PyTreeDef.Nodes")
+        if not self._positions:
+            raise CorruptArchiveError("empty pytree definition")
+        if len(self._positions) > _limits.MAX_PYTREE_NODES:
+            raise CorruptArchiveError(
+                f"pytree of {len(self._positions)} nodes (limit {_limits.MAX_PYTREE_NODES})"
+            )
+        self._seen: dict[int, tuple[int, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def node(self, index: int) -> fb.PyTreeNode:
+        return _fb.table_at(fb.PyTreeNode, self._table, self._positions[index])
+
+    def kind_and_children(self, index: int, depth: int) -> tuple[int, int]:
+        """Node ``index``'s kind and child count, checked; ``depth``: its open ancestors."""
+        position = self._positions[index]
+        seen = self._seen.get(position)
+        if seen is None:
+            node = self.node(index)
+            seen = self._seen[position] = (node.Kind(), node.NumChildren())
+        kind, n = seen
+        if depth >= _limits.MAX_PYTREE_DEPTH:
+            raise CorruptArchiveError(f"pytree deeper than {_limits.MAX_PYTREE_DEPTH} levels")
+        follow = len(self._positions) - index - 1
+        if n > min(follow, _limits.MAX_CHILDREN):
+            raise CorruptArchiveError(
+                f"pytree node {index} claims {n} children, only {follow} nodes follow"
+            )
+        if kind not in _KINDS:
+            raise CorruptArchiveError(f"pytree node {index} has unknown kind {kind}")
+        if kind in (fb.PyTreeKind.leaf, fb.PyTreeKind.none) and n:
+            raise CorruptArchiveError(f"pytree node {index} (a leaf or None) has {n} children")
+        return kind, n
+
+
+_KINDS = frozenset(
+    {
+        fb.PyTreeKind.leaf,
+        fb.PyTreeKind.none,
+        fb.PyTreeKind.tuple,
+        fb.PyTreeKind.list,
+        fb.PyTreeKind.dict,
+        fb.PyTreeKind.custom,
+    }
+)
+
+
+def _leaf(leaves: Iterator[Any], index: int) -> Any:
+    leaf = next(leaves, _NONE_LEAF)
+    if leaf is _NONE_LEAF:
+        raise CorruptArchiveError(f"pytree definition has more leaves than avals (node {index})")
+    return leaf
+
+
+def _build(node: Any, kind: int, children: list[Any]) -> Any:
     if kind == fb.PyTreeKind.none:
         return None
     if kind == fb.PyTreeKind.tuple:
@@ -149,13 +249,17 @@ def _build(nodes: Sequence[Any], position: Iterator[int], leaves: Iterator[Any],
     if kind == fb.PyTreeKind.list:
         return children
     if kind == fb.PyTreeKind.dict:
-        keys = _fb.read_strs(node, "DictKeys")
-        if len(keys) != n:
-            raise CorruptArchiveError("a pytree dict with a different number of keys and children")
-        return dict(zip(keys, children, strict=True))
-    if kind == fb.PyTreeKind.custom:
-        return _build_custom(node, children)
-    raise CorruptArchiveError(f"unknown pytree node kind {kind}")
+        return dict(zip(_dict_node_keys(node, len(children)), children, strict=True))
+    return _build_custom(node, children)
+
+
+def _dict_node_keys(node: Any, n: int) -> tuple[str, ...]:
+    keys = _fb.read_strs(node, "DictKeys")
+    if len(keys) != n:
+        raise CorruptArchiveError("a pytree dict with a different number of keys and children")
+    if any(a >= b for a, b in itertools.pairwise(keys)):
+        raise CorruptArchiveError("a pytree dict whose keys are not sorted and unique")
+    return keys
 
 
 def _build_custom(node: Any, children: list[Any]) -> Any:
@@ -168,24 +272,69 @@ def _build_custom(node: Any, children: list[Any]) -> Any:
             "jax.export.register_namedtuple_serialization for it before loading"
         )
     _, deserialize_auxdata, from_children = registered
-    auxdata = deserialize_auxdata(_fb.read_bytes(node, "CustomAuxdata") or b"")
-    return from_children(auxdata, children)
+    auxdata = _fb.read_bytes(node, "CustomAuxdata") or b""
+    try:
+        return from_children(deserialize_auxdata(auxdata), children)
+    except JaxportError:
+        raise
+    except Exception as e:  # the program's own deserializer, on bytes from the archive
+        raise CorruptArchiveError(
+            f"the deserializer registered for pytree node {name!r} failed: "
+            f"{type(e).__name__}: {str(e)[:200]}"
+        ) from e
+
+
+#: The longest key path ``pytree_paths`` returns; longer ones keep their start and their last
+#: label, with "..." between.
+MAX_PATH_CHARS = 256
 
 
 def pytree_paths(table: fb.PyTreeDef) -> list[str]:
-    """The key path of every leaf (``"[0][1]['w']"``), from the nodes alone, without jax types."""
-    nodes = _fb.read_tables(table, "Nodes")
+    """The key path of every leaf (``"[0][1]['w']"``), from the nodes alone, without jax types.
+
+    Iterative, with the checks of ``decode_pytreedef`` on depth and child counts; each path
+    is at most MAX_PATH_CHARS characters.
+
+    Raises:
+        CorruptArchiveError: a malformed node list (see ``decode_pytreedef``).
+    """
+    nodes = _Nodes(table)
     paths: list[str] = []
-    pending: list[list[str]] = []  # for each open node, the labels of its children not yet seen
-    for node in nodes:
-        prefix = pending[-1].pop(0) if pending else ""
-        n = _fb.count(node.NumChildren(), node)
-        if node.Kind() == fb.PyTreeKind.leaf:
+    open_nodes: list[_PathFrame] = []
+    for i in range(len(nodes)):
+        if i and not open_nodes:
+            raise CorruptArchiveError(f"pytree definition has {len(nodes) - i} extra nodes")
+        kind, n = nodes.kind_and_children(i, len(open_nodes))
+        prefix = open_nodes[-1].next_path() if open_nodes else ""
+        if kind == fb.PyTreeKind.leaf:
             paths.append(prefix)
-        elif n and node.Kind() == fb.PyTreeKind.dict:
-            pending.append([f"{prefix}[{k!r}]" for k in _fb.read_strs(node, "DictKeys")])
-        elif n:
-            pending.append([f"{prefix}[{j}]" for j in range(n)])
-        while pending and not pending[-1]:
-            pending.pop()
+        if n:
+            keys = _dict_node_keys(nodes.node(i), n) if kind == fb.PyTreeKind.dict else None
+            open_nodes.append(_PathFrame(prefix, keys, n))
+        while open_nodes and open_nodes[-1].remaining == 0:
+            open_nodes.pop()
+    if open_nodes:
+        raise CorruptArchiveError("pytree definition ends early")
     return paths
+
+
+@dataclasses.dataclass
+class _PathFrame:
+    prefix: str
+    keys: tuple[str, ...] | None
+    remaining: int
+    index: int = 0
+
+    def next_path(self) -> str:
+        label = f"[{self.keys[self.index]!r}]" if self.keys is not None else f"[{self.index}]"
+        self.index += 1
+        self.remaining -= 1
+        return _join_path(self.prefix, label)
+
+
+def _join_path(prefix: str, label: str) -> str:
+    if len(prefix) + len(label) <= MAX_PATH_CHARS:
+        return prefix + label
+    half = MAX_PATH_CHARS // 2
+    head = prefix.split("...", 1)[0][:half]
+    return f"{head}...{label[-half:]}"

@@ -9,18 +9,21 @@ older jax can read the archive. Meshes are stored once per Exported and referred
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import flatbuffers
 import jax
+from jax._src.lib import xla_client
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
-from jaxport.export import _compat, _fb
+from jaxport.export import _compat, _fb, _limits
 from jaxport.schema import fb
 
 __all__ = [
     "MeshTable",
+    "check_spec_rank",
     "decode_abstract_mesh",
     "decode_named_sharding",
     "decode_sharding",
@@ -53,7 +56,14 @@ class MeshTable:
 
 
 def encode_abstract_mesh(builder: flatbuffers.Builder, mesh: Any) -> int:
-    """An ``fb.AbstractMesh``."""
+    """An ``fb.AbstractMesh``.
+
+    Raises:
+        UnsupportedFeatureError: a mesh over the reader's limits (see ``_mesh_problem``).
+    """
+    problem = _mesh_problem(tuple(mesh.axis_sizes), tuple(str(n) for n in mesh.axis_names))
+    if problem is not None:
+        raise UnsupportedFeatureError(f"cannot store the mesh {mesh}: {problem}")
     sizes = _fb.uint32_vector(builder, list(mesh.axis_sizes))
     names = _fb.str_vector(builder, [str(n) for n in mesh.axis_names])
     types = builder.CreateByteVector(bytes(_AXIS_TYPES[t.name] for t in mesh.axis_types))
@@ -64,7 +74,7 @@ def encode_abstract_mesh(builder: flatbuffers.Builder, mesh: Any) -> int:
     fb.AbstractMeshAddAxisTypes(builder, types)
     if device is not None:
         fb.AbstractMeshAddDevice(builder, device)
-    return fb.AbstractMeshEnd(builder)
+    return int(fb.AbstractMeshEnd(builder))
 
 
 def _encode_abstract_device(builder: flatbuffers.Builder, device: Any) -> int | None:
@@ -78,20 +88,38 @@ def _encode_abstract_device(builder: flatbuffers.Builder, device: Any) -> int | 
     fb.AbstractDeviceAddNumCores(builder, -1 if device.num_cores is None else device.num_cores)
     if platform_off is not None:
         fb.AbstractDeviceAddPlatform(builder, platform_off)
-    return fb.AbstractDeviceEnd(builder)
+    return int(fb.AbstractDeviceEnd(builder))
+
+
+def _mesh_problem(sizes: tuple[int, ...], names: tuple[str, ...]) -> str | None:
+    """What a reader refuses in a mesh: too many axes, an axis of size 0 or over int32, more
+    than ``_limits.MAX_DEVICES`` devices, or axis names that are empty or repeated."""
+    if len(sizes) > _limits.MAX_MESH_AXES:
+        return f"{len(sizes)} axes (limit {_limits.MAX_MESH_AXES})"
+    if any(not 1 <= s <= _limits.MAX_MESH_AXIS_SIZE for s in sizes):
+        return f"axis sizes {sizes} not all in 1..{_limits.MAX_MESH_AXIS_SIZE}"
+    if math.prod(sizes) > _limits.MAX_DEVICES:
+        return f"{math.prod(sizes)} devices (limit {_limits.MAX_DEVICES})"
+    if len(set(names)) != len(names) or not all(names):
+        return f"axis names {names} empty or repeated"
+    return None
 
 
 def decode_abstract_mesh(table: fb.AbstractMesh) -> Any:
     """The ``AbstractMesh`` of an ``fb.AbstractMesh``.
 
     Raises:
-        CorruptArchiveError: axis vectors of different lengths or an unknown axis type.
+        CorruptArchiveError: axis vectors of different lengths, an unknown axis type, a mesh
+            over the limits (``_mesh_problem``), or a negative number of cores.
     """
-    sizes = tuple(table.AxisSizesAsNumpy().tolist()) if not table.AxisSizesIsNone() else ()
+    sizes = tuple(_fb.read_ints(table, "AxisSizes"))
     names = _fb.read_strs(table, "AxisNames")
-    raw_types = table.AxisTypesAsNumpy().tolist() if not table.AxisTypesIsNone() else []
+    raw_types = _fb.read_ints(table, "AxisTypes")
     if not len(sizes) == len(names) == len(raw_types):
         raise CorruptArchiveError("an abstract mesh with axis vectors of different lengths")
+    problem = _mesh_problem(sizes, names)
+    if problem is not None:
+        raise CorruptArchiveError(f"an abstract mesh with {problem}")
     try:
         types = tuple(getattr(jax.sharding.AxisType, _AXIS_TYPE_NAMES[t]) for t in raw_types)
     except KeyError as e:
@@ -100,6 +128,8 @@ def decode_abstract_mesh(table: fb.AbstractMesh) -> Any:
     device = None
     if device_table is not None:
         cores = device_table.NumCores()
+        if cores < -1:
+            raise CorruptArchiveError(f"an abstract device with {cores} cores")
         device = (
             _fb.read_str(device_table.DeviceKind()),
             None if cores < 0 else cores,
@@ -125,7 +155,7 @@ def encode_sharding(
     if hlo_off is not None:
         fb.ShardingAddHloSharding(builder, hlo_off)
     fb.ShardingAddHloDerived(builder, derived)
-    return fb.ShardingEnd(builder)
+    return int(fb.ShardingEnd(builder))
 
 
 def encode_named_sharding(builder: flatbuffers.Builder, sharding: Any, meshes: MeshTable) -> int:
@@ -144,7 +174,7 @@ def encode_named_sharding(builder: flatbuffers.Builder, sharding: Any, meshes: M
     fb.NamedShardingAddUnreduced(builder, unreduced)
     if memory_kind is not None:
         fb.NamedShardingAddMemoryKind(builder, memory_kind)
-    return fb.NamedShardingEnd(builder)
+    return int(fb.NamedShardingEnd(builder))
 
 
 def _encode_spec_entry(builder: flatbuffers.Builder, entry: Any) -> int:
@@ -159,47 +189,122 @@ def _encode_spec_entry(builder: flatbuffers.Builder, entry: Any) -> int:
     off = _fb.str_vector(builder, axes)
     fb.PartitionSpecEntryStart(builder)
     fb.PartitionSpecEntryAddAxes(builder, off)
-    return fb.PartitionSpecEntryEnd(builder)
+    return int(fb.PartitionSpecEntryEnd(builder))
 
 
-def decode_sharding(table: fb.Sharding, meshes: Sequence[Any]) -> tuple[Any, Any]:
-    """``(named_sharding or None, hlo_sharding or None)`` as the Exported held them.
+def decode_sharding(table: fb.Sharding, meshes: Sequence[Any], rank: int) -> tuple[Any, Any]:
+    """``(named_sharding or None, hlo_sharding or None)`` of an array of rank ``rank``.
+
+    The HloSharding proto is checked (``_op_sharding_problem``) even when this jax reads the
+    named form instead.
 
     Raises:
-        CorruptArchiveError: a mesh index out of range or an HloSharding proto that does not
-            parse.
+        CorruptArchiveError: a mesh index out of range, a bad PartitionSpec, a PartitionSpec
+            or tiled HloSharding of another rank than ``rank``, or an HloSharding proto that is
+            not a canonical, bounded ``xla.OpSharding``.
     """
     named_table = table.Named()
     named = decode_named_sharding(named_table, meshes) if named_table is not None else None
+    if named is not None:
+        check_spec_rank(named.spec, rank)
     hlo = None
     data = _fb.read_bytes(table, "HloSharding")
-    use_hlo = not table.HloDerived() or not _compat.HAS_NAMED_SHARDINGS
-    if data is not None and use_hlo:
-        try:
-            hlo = _compat.hlo_sharding_from_proto(data)
-        except Exception as e:  # the protobuf runtime's own error types
-            raise CorruptArchiveError(f"invalid HloSharding proto: {e}") from None
+    if data is not None:
+        proto = xla_client.OpSharding()
+        proto.ParseFromString(data)
+        problem = _op_sharding_problem(proto, data) or _tiled_rank_problem(proto, rank)
+        if problem is not None:
+            raise CorruptArchiveError(f"invalid HloSharding: {problem}")
+        if not table.HloDerived() or not _compat.HAS_NAMED_SHARDINGS:
+            hlo = xla_client.HloSharding.from_proto(proto)
+    elif table.HloDerived():
+        raise CorruptArchiveError("hlo_derived is set but there is no HloSharding")
     return named, hlo
+
+
+def _op_sharding_problem(proto: Any, data: bytes) -> str | None:
+    """What makes an ``xla.OpSharding`` unreadable here, or None.
+
+    It must re-serialize to the same bytes (what jaxport writes, and proof that the bytes
+    parsed), not be a tuple sharding (an input or output is one array), and its tile
+    assignment must have at most ``_limits.MAX_DEVICES`` devices, listed or as an iota.
+    XLA checks the rest (``HloSharding::FromProto``).
+    """
+    if proto.SerializeToString() != data:
+        return "not a canonical xla.OpSharding proto"
+    if proto.type == xla_client.OpSharding.Type.TUPLE or len(proto.tuple_shardings):
+        return "a tuple sharding for one array"
+    dims = list(proto.tile_assignment_dimensions)
+    if len(dims) > _limits.MAX_RANK + 2 or any(d < 1 for d in dims):
+        return f"tile assignment dimensions {dims[:8]}"
+    devices = math.prod(dims)
+    if devices > _limits.MAX_DEVICES:
+        return f"{devices} tiles (limit {_limits.MAX_DEVICES})"
+    listed = list(proto.tile_assignment_devices)
+    if any(not 0 <= d < _limits.MAX_DEVICES for d in listed):
+        return "a device id out of range"
+    iota = list(proto.iota_reshape_dims)
+    if iota and (listed or math.prod(iota) != devices or any(d < 1 for d in iota)):
+        return f"an iota tile assignment {iota[:8]} for {devices} tiles"
+    perm = list(proto.iota_transpose_perm)
+    if sorted(perm) != list(range(len(perm))) or (perm and len(perm) != len(iota)):
+        return f"an iota transpose {perm[:8]} that is not a permutation"
+    if dims and not iota and len(listed) != devices:
+        return f"{len(listed)} devices listed for {devices} tiles"
+    if proto.type == xla_client.OpSharding.Type.MAXIMAL and len(listed) != 1:
+        return f"a maximal sharding on {len(listed)} devices"
+    return None
+
+
+def _tiled_rank_problem(proto: Any, rank: int) -> str | None:
+    """A tiled sharding must tile ``rank`` dimensions (jax asserts on it when calling)."""
+    if proto.type != xla_client.OpSharding.Type.OTHER:
+        return None
+    tiled = len(proto.tile_assignment_dimensions) - len(proto.last_tile_dims)
+    tiled -= 1 if proto.replicate_on_last_tile_dim else 0
+    return None if tiled == rank else f"{tiled} tiled dimensions for an array of rank {rank}"
+
+
+def check_spec_rank(spec: Any, rank: int) -> None:
+    """Checks that a PartitionSpec has at most ``rank`` entries.
+
+    Raises:
+        CorruptArchiveError: it has more (jax asserts on it).
+    """
+    if len(spec) > rank:
+        raise CorruptArchiveError(f"a PartitionSpec of {len(spec)} entries for rank {rank}")
 
 
 def decode_named_sharding(table: fb.NamedSharding, meshes: Sequence[Any]) -> Any:
     """The ``NamedSharding`` of an ``fb.NamedSharding`` over one of ``meshes``.
 
     Raises:
-        CorruptArchiveError: a mesh index out of range.
+        CorruptArchiveError: a mesh index out of range, more than ``_limits.MAX_RANK`` spec
+            entries, or an axis that is not in the mesh or is used twice.
     """
     idx = table.Mesh()
     if idx >= len(meshes):
         raise CorruptArchiveError(f"named sharding refers to mesh {idx}, there are {len(meshes)}")
-    entries = []
+    mesh_axes = set(meshes[idx].axis_names)
+    entries: list[Any] = []
+    used: list[str] = []
     for entry in _fb.read_tables(table, "Spec"):
         axes = _fb.read_strs(entry, "Axes")
+        used.extend(axes)
         entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+    if len(entries) > _limits.MAX_RANK:
+        raise CorruptArchiveError(f"a PartitionSpec of {len(entries)} entries")
+    if len(set(used)) != len(used):
+        raise CorruptArchiveError(f"a PartitionSpec that uses a mesh axis twice: {used}")
     kwargs = {}
     for name in ("reduced", "unreduced"):
         values = _fb.read_strs(table, name.capitalize())
+        used.extend(values)
         if values:
             kwargs[name] = frozenset(values)
+    unknown = sorted(set(used) - mesh_axes)
+    if unknown:
+        raise CorruptArchiveError(f"a PartitionSpec names {unknown}, not axes of its mesh")
     spec = jax.sharding.PartitionSpec(*entries, **kwargs)
     memory_kind = _fb.read_str(table.MemoryKind()) or None
     return jax.sharding.NamedSharding(meshes[idx], spec, memory_kind=memory_kind)

@@ -1,26 +1,22 @@
 """jaxport: a versioned, checksummed archive format and registry for ``jax.export.Exported``.
 
->>> import jax, jax.numpy as jnp, jaxport
+>>> import jax, jax.export, jax.numpy as jnp, jaxport
 >>> exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((3,), jnp.float32))
 >>> jaxport.loads(jaxport.dumps(exp)).call(jnp.zeros(3))
 Array([0., 0., 0.], dtype=float32)
+
+Only the errors and the version are imported eagerly: the archive functions (which import
+jax) and the registry (which imports SQLAlchemy) load on first use, so ``import jaxport`` and
+``jaxport --help`` stay fast.
 """
 
 from __future__ import annotations
 
-import os as _os
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# In a source checkout `jaxport/` sits beside `schema/`, `export/`, `registry/` and
-# `migrations/`, which are the subpackages jaxport.schema, jaxport.export, ... (the
-# package-dir mapping in pyproject.toml). When the checkout's root comes first on sys.path
-# (`python -c` run there), this finds them as the installed package does.
-_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
-    _os.path.join(_root, "schema", "jaxport.fbs")
-):
-    __path__.append(_root)
-
-from jaxport._errors import (  # noqa: E402
+from jaxport._errors import (
+    AuditError,
     ConflictError,
     CorruptArchiveError,
     IntegrityError,
@@ -29,53 +25,149 @@ from jaxport._errors import (  # noqa: E402
     NotFoundError,
     RegistryError,
     SchemaVersionError,
+    UnsafeArchiveError,
     UnsupportedFeatureError,
     UnsupportedVersionError,
 )
-from jaxport._version import __version__  # noqa: E402
-from jaxport.export import (  # noqa: E402
-    FORMAT_VERSION,
-    MAX_SUPPORTED_FORMAT_VERSION,
-    MIN_SUPPORTED_FORMAT_VERSION,
-    ArchiveInfo,
-    AvalInfo,
-    ModuleInfo,
-    SectionInfo,
-    dumps,
-    inspect,
-    load,
-    loads,
-    save,
-)
-from jaxport.registry import Example, Ref, Registry, Resolution, VariantInfo  # noqa: E402
+from jaxport._version import __version__
+
+if TYPE_CHECKING:
+    from jaxport.audit import AuditResult, Change, Example, Finding, UpgradeRow
+    from jaxport.export import (
+        FORMAT_VERSION,
+        HOST_CALLBACK_TARGETS,
+        MAX_SUPPORTED_FORMAT_VERSION,
+        MIN_SUPPORTED_FORMAT_VERSION,
+        ArchiveInfo,
+        AvalInfo,
+        ModuleInfo,
+        SectionInfo,
+        dumps,
+        inspect,
+        load,
+        loads,
+        module_custom_calls,
+        save,
+        stable_custom_call_targets,
+    )
+    from jaxport.registry import (
+        AliasMove,
+        BlobProblem,
+        GcReport,
+        PushResult,
+        Ref,
+        Registry,
+        Rejection,
+        Resolution,
+        VariantInfo,
+        VerifyReport,
+    )
+
+#: Where each lazily imported public name lives.
+_LAZY = {
+    **dict.fromkeys(
+        [
+            "FORMAT_VERSION",
+            "HOST_CALLBACK_TARGETS",
+            "MAX_SUPPORTED_FORMAT_VERSION",
+            "MIN_SUPPORTED_FORMAT_VERSION",
+            "ArchiveInfo",
+            "AvalInfo",
+            "ModuleInfo",
+            "SectionInfo",
+            "dumps",
+            "inspect",
+            "load",
+            "loads",
+            "module_custom_calls",
+            "save",
+            "stable_custom_call_targets",
+        ],
+        "jaxport.export",
+    ),
+    **dict.fromkeys(["AuditResult", "Change", "Example", "Finding", "UpgradeRow"], "jaxport.audit"),
+    **dict.fromkeys(
+        [
+            "AliasMove",
+            "BlobProblem",
+            "GcReport",
+            "PushResult",
+            "Ref",
+            "Registry",
+            "Rejection",
+            "Resolution",
+            "VariantInfo",
+            "VerifyReport",
+        ],
+        "jaxport.registry",
+    ),
+}
 
 __all__ = [
     "FORMAT_VERSION",
+    "HOST_CALLBACK_TARGETS",
     "MAX_SUPPORTED_FORMAT_VERSION",
     "MIN_SUPPORTED_FORMAT_VERSION",
+    "AliasMove",
     "ArchiveInfo",
+    "AuditError",
+    "AuditResult",
     "AvalInfo",
+    "BlobProblem",
+    "Change",
     "ConflictError",
     "CorruptArchiveError",
     "Example",
+    "Finding",
+    "GcReport",
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
     "ModuleInfo",
     "NotFoundError",
+    "PushResult",
     "Ref",
     "Registry",
     "RegistryError",
+    "Rejection",
     "Resolution",
     "SchemaVersionError",
     "SectionInfo",
+    "UnsafeArchiveError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
+    "UpgradeRow",
     "VariantInfo",
+    "VerifyReport",
     "__version__",
     "dumps",
     "inspect",
     "load",
     "loads",
+    "module_custom_calls",
     "save",
+    "stable_custom_call_targets",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxport' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise ModuleNotFoundError(
+            f"{module} is not importable: Python found the source folder {__path__[0]} "
+            "(the checkout's root is the working directory) instead of the installed "
+            "package; run from another directory, or use `pytest` for the tests",
+            name=module,
+        ) from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

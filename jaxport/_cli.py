@@ -1,37 +1,77 @@
 """The ``jaxport`` command line: each command is one call into the public API.
 
-Exit codes: 0 ok; 1 a ``JaxportError`` (printed once as ``Type: message``, no traceback);
-2 a usage error (click's). Every read command takes ``--json`` for scripts. The registry is
-``--registry URL`` / ``$JAXPORT_REGISTRY`` / the embedded default (``--blobs`` likewise).
+Exit codes: 0 ok; 1 an error (a ``JaxportError``, or an ``OSError`` such as an output file that
+exists), printed once on stderr as ``Type: message`` in the CLI's words (``--force``, not
+``force=True``) and never as a traceback; 2 a usage error (click's). Under ``--json`` the
+result is one JSON document on stdout and an error is ``{"error": {"type", "message"}}`` on
+stderr. jax, SQLAlchemy and rich are imported only by the commands that use them, so
+``jaxport --help`` starts fast.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from jaxport._errors import JaxportError
+from jaxport._version import __version__
 
 __all__ = ["main"]
 
-_PROGRESS_BYTES = 4 * 2**20  # show a progress bar for transfers above this
+_JSON = "jaxport.json"  # ctx.meta key: --json was given (errors are then JSON too)
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
+_ENVIRONMENT = (
+    ("JAXPORT_REGISTRY", "database URL (SQLAlchemy), as --registry"),
+    ("JAXPORT_BLOBS", "blob store: a directory or an fsspec URL, as --blobs"),
+    ("JAXPORT_HOME", "directory of the embedded default registry"),
+    ("XDG_DATA_HOME", "without JAXPORT_HOME: $XDG_DATA_HOME/jaxport, else ~/.local/share/jaxport"),
+)
 
 
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """Prints a JaxportError as ``Type: message`` and exits 1."""
-    try:
-        yield
-    except JaxportError as e:
-        click.echo(f"{type(e).__name__}: {e}", err=True)
-        sys.exit(1)
+def _wants_json(args: list[str]) -> bool:
+    options = args[: args.index("--")] if "--" in args else args
+    return "--json" in options
+
+
+class _Cli(click.Group):
+    """The ``jaxport`` group: the one error boundary of every command, and the help epilog."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON] = _wants_json(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from jaxport._cli_output import report_error
+
+        as_json = bool(ctx.meta.get(_JSON))
+        try:
+            return super().invoke(ctx)
+        except (JaxportError, OSError) as e:
+            report_error(e, as_json)
+            ctx.exit(1)
+        except click.ClickException as e:
+            if not as_json:
+                raise
+            report_error(e, as_json)
+            ctx.exit(e.exit_code)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from jaxport.registry._config import RegistryConfig, safe_url
+
+        config = RegistryConfig.from_env()
+        with formatter.section("Environment"):
+            formatter.write_dl(_ENVIRONMENT)
+        with formatter.section("Registry used here"):
+            database = config.url or f"sqlite:///{config.home / 'registry.db'}"
+            database = safe_url(database)  # help text may be shared
+            sqlite = database.startswith("sqlite")
+            blobs = config.blobs or (
+                "blobs/ beside the database file" if sqlite else "none: set JAXPORT_BLOBS"
+            )
+            # Written as they are: a wrapped path or URL could not be copied.
+            formatter.write(f"  database  {database}\n  blobs     {blobs}\n")
 
 
 class _Context:
@@ -45,76 +85,79 @@ class _Context:
 
 
 pass_ctx = click.make_pass_decorator(_Context)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
+)
 
 
-@click.group()
-@click.option("--registry", "url", envvar="JAXPORT_REGISTRY", help="Database URL.")
-@click.option("--blobs", envvar="JAXPORT_BLOBS", help="Blob directory or fsspec URL.")
-@click.version_option(package_name="jaxport")
+@click.group(cls=_Cli, context_settings=_CONTEXT)
+@click.option(
+    "--registry",
+    "url",
+    metavar="URL",
+    help="Database URL (SQLAlchemy). Default: $JAXPORT_REGISTRY, else the embedded SQLite one.",
+)
+@click.option(
+    "--blobs",
+    metavar="DIR|URL",
+    help="Blob store: a directory or an fsspec URL. Default: $JAXPORT_BLOBS, else blobs/ "
+    "beside a SQLite database (a server database needs one).",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="jaxport")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, blobs: str | None) -> None:
-    """jaxport: archives and a registry for jax.export.Exported."""
+    """jaxport: archives, a registry and compatibility audits for jax.export.Exported.
+
+    References: NAME (the newest version), NAME:VERSION, NAME@ALIAS, or a digest prefix
+    sha256:HEX (at least 6 hex digits, e.g. the short form the tables show).
+    """
     ctx.obj = _Context(url, blobs)
 
 
 def _emit(as_json: bool, data: Any, render: Any) -> None:
     if as_json:
-        click.echo(json.dumps(_plain(data), indent=2, sort_keys=True))
-    else:
-        from rich.console import Console
+        from jaxport._cli_output import emit_json
 
-        Console().print(render(data))
-
-
-def _plain(data: Any) -> Any:
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        return {f.name: _plain(getattr(data, f.name)) for f in dataclasses.fields(data)}
-    if isinstance(data, list | tuple):
-        return [_plain(x) for x in data]
-    if isinstance(data, dict):
-        return {str(k): _plain(v) for k, v in data.items()}
-    return data
-
-
-def _read(path: Path) -> bytes:
-    size = path.stat().st_size
-    if size < _PROGRESS_BYTES:
-        return path.read_bytes()
-    import rich.progress
-
-    with rich.progress.open(path, "rb", description=f"reading {path.name}") as f:
-        return f.read()
-
-
-def _write(path: Path, data: bytes) -> None:
-    from jaxport._io import atomic_write
-
-    if len(data) < _PROGRESS_BYTES:
-        atomic_write(path, [data])
+        emit_json(data)
         return
-    from rich.progress import Progress
+    from rich.console import Console
 
-    chunk = 2**20
-    with Progress(transient=True) as progress:
-        task = progress.add_task(f"writing {path.name}", total=len(data))
+    Console(highlight=False).print(render(data))
 
-        def chunks() -> Iterator[bytes]:
-            for i in range(0, len(data), chunk):
-                yield data[i : i + chunk]
-                progress.advance(task, min(chunk, len(data) - i))
 
-        atomic_write(path, chunks())
+def _parse_meta(
+    ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]
+) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", ctx, param)
+        out[key] = value
+    return out
 
 
 # -- artifacts ------------------------------------------------------------------------------
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--name", help="Name to push under (default: the first function's fun_name).")
-@click.option("--alias", "aliases", multiple=True, help="Alias to point at the new version.")
-@click.option("--meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
+@click.argument(
+    "files",
+    nargs=-1,
+    required=True,
+    metavar="FILE...",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+)
+@click.option("--name", help="Name to push under (default: the first file's function name).")
+@click.option("--alias", "aliases", multiple=True, help="Alias to point at the version (repeat).")
+@click.option(
+    "--meta",
+    "metadata",
+    multiple=True,
+    callback=_parse_meta,
+    metavar="KEY=VALUE",
+    help="Metadata of the version (repeat); archives are never rewritten, they keep their own.",
+)
 @json_option
 @pass_ctx
 def push(
@@ -122,95 +165,168 @@ def push(
     files: tuple[Path, ...],
     name: str | None,
     aliases: tuple[str, ...],
-    meta: tuple[str, ...],
+    metadata: dict[str, str],
     as_json: bool,
 ) -> None:
-    """Push FILE... (jaxport archives or jax-native serialized Exported) as one version."""
-    from jaxport._cli_files import read_exported
+    """Push files as the variants of one version.
 
-    metadata = _parse_meta(meta)
-    with _errors():
-        loaded = [read_exported(_missing_ok(f), _read(f)) for f in files]
-        vjp_order = min(order for _, order in loaded)
-        with ctx.registry() as reg:
-            ref = reg.push(
-                [e for e, _ in loaded],
-                name,
-                vjp_order=vjp_order,
-                aliases=aliases,
-                metadata=metadata,
-            )
-    _emit(as_json, ref, lambda r: f"pushed {r} ({len(r.variants)} variant(s))")
+    Each of FILE... is a jaxport archive (stored as it is) or jax-native bytes from
+    Exported.serialize() (converted, keeping its VJP order); they are told apart by content.
+    Pushing archives that are already a version changes nothing and names that version.
+    """
+    with ctx.registry() as reg:
+        result = reg.push(list(files), name, aliases=aliases, metadata=metadata)
+    _emit(as_json, result, _pushed)
 
 
-def _missing_ok(path: Path) -> Path:
-    if not path.is_file():
-        raise click.BadParameter(f"no such file: {path}", param_hint="FILE")
-    return path
-
-
-def _parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--meta")
-        out[key] = value
-    return out
+def _pushed(result: Any) -> str:
+    lines = [
+        f"pushed {result} ({len(result.variants)} variant(s))"
+        if result.created
+        else f"{result} already holds these archives: nothing pushed"
+    ]
+    lines += [f"repaired blob {d}" for d in result.repaired]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines)
 
 
 @main.command()
 @click.argument("reference")
-@click.option("--platform", help="cpu, cuda, rocm, tpu (default: the local jax backend).")
-@click.option("--devices", type=int, help="Device count to run on (default: any).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
-@click.option("--format", "fmt", type=click.Choice(["jaxport", "jax"]), default="jaxport")
+@click.option(
+    "--platform",
+    help="cpu, cuda, rocm, tpu or gpu (the local GPU kind); any case. Default: this machine's.",
+)
+@click.option(
+    "--devices", type=click.IntRange(min=1), help="Device count to run on (default: any)."
+)
+@click.option(
+    "-o",
+    "--output",
+    help="File to write; '-' writes the bytes to stdout. Default: NAME-VERSION.jaxport "
+    "(.jaxexport with --format jax) in the current directory.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jaxport", "jax"]),
+    default="jaxport",
+    show_default=True,
+    help="jaxport: the archive as stored; jax: jax-native Exported.serialize() bytes.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@json_option
 @pass_ctx
 def pull(
-    ctx: _Context, reference: str, platform: str | None, devices: int | None, output: Path, fmt: str
+    ctx: _Context,
+    reference: str,
+    platform: str | None,
+    devices: int | None,
+    output: str | None,
+    fmt: str,
+    force: bool,
+    as_json: bool,
 ) -> None:
-    """Pull NAME[@ALIAS|:VERSION] to -o FILE, digest verified."""
+    """Pull a version's archive, digest verified.
+
+    REFERENCE (see jaxport -h) names the version; --platform and --devices choose its variant.
+    """
+    from jaxport._cli_output import STDOUT, check_output, write_output
+
+    if output == STDOUT and as_json:
+        raise click.UsageError("-o - writes the archive to stdout: leave out --json")
+    if output not in (None, STDOUT):
+        check_output(Path(output), force=force)
+    with ctx.registry() as reg:
+        chosen = _resolve(reg, reference, platform, devices)
+        target = output or _default_output(chosen, fmt)
+        if output is None:
+            check_output(Path(target), force=force)
+        data = reg.read_blob(chosen.digest)
+    if fmt == "jax":
+        from jaxport import loads
+
+        data = bytes(loads(data).serialize(vjp_order=chosen.vjp_order))
+    write_output(target, data)
+    if target != STDOUT:
+        pulled = {"path": target, "bytes": len(data), "format": fmt, "variant": chosen}
+        _emit(as_json, pulled, _pulled)
+
+
+def _resolve(reg: Any, reference: str, platform: str | None, devices: int | None) -> Any:
+    """The variant ``pull`` chooses (``Registry.resolve``), for its name and version."""
     kwargs: dict[str, Any] = {"nr_devices": devices}
     if platform is not None:
         kwargs["platform"] = platform
-    with _errors(), ctx.registry() as reg:
-        data = reg.pull_bytes(reference, **kwargs)
-        if fmt == "jax":
-            from jaxport import inspect, loads
+    chosen = reg.resolve(reference, **kwargs).chosen
+    if chosen is None:
+        reg.pull_bytes(reference, **kwargs)  # raises the NotFoundError saying what exists
+    return chosen
 
-            data = bytes(loads(data).serialize(vjp_order=inspect(data).vjp_order))
-        _write(output, data)
-    click.echo(f"wrote {output} ({len(data):,} bytes, {fmt})")
+
+def _pulled(p: dict[str, Any]) -> str:
+    v = p["variant"]
+    size = f"{p['bytes']:,} bytes, {p['format']}"
+    return f"wrote {p['path']} ({size}): {v.name}:{v.version} {v.short_digest}"
+
+
+def _default_output(chosen: Any, fmt: str) -> str:
+    """``NAME-VERSION.jaxport`` (``.jaxexport`` for jax-native bytes), in the current directory."""
+    return f"{chosen.name}-{chosen.version}{'.jaxexport' if fmt == 'jax' else '.jaxport'}"
 
 
 @main.command("ls")
 @click.argument("name", required=False)
-@click.option("--limit", default=100, show_default=True)
-@click.option("--after", help="NAME:VERSION of the last row of the previous page.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Page size."
+)
+@click.option("--after", metavar="NAME:VERSION", help="Start after this row (the next page).")
 @json_option
 @pass_ctx
 def ls(ctx: _Context, name: str | None, limit: int, after: str | None, as_json: bool) -> None:
-    """List versions (all names, or NAME's), one page."""
-    from jaxport._cli_render import refs_table
-    from jaxport.registry._refs import parse_reference
+    """List versions, one page.
 
-    with _errors(), ctx.registry() as reg:
-        cursor = None
-        if after:
-            a_name, a_version, _ = parse_reference(after)
-            cursor = (a_name, a_version or 0)
+    Every name's versions, or NAME's, in name and version order.
+    """
+    from jaxport._cli_render import refs_table
+
+    cursor = _cursor(after)
+    with ctx.registry() as reg:
         refs = reg.list(name, limit=limit, after=cursor)
-    _emit(as_json, refs, refs_table)
+    more = f"--after {refs[-1]}" if len(refs) == limit else None
+    _emit(as_json, refs, lambda r: _paged(refs_table(r), more))
+
+
+def _cursor(after: str | None) -> tuple[str, int] | None:
+    if after is None:
+        return None
+    from jaxport.registry import parse_reference
+
+    ref = parse_reference(after)
+    if ref.name is None or ref.version is None:
+        raise click.BadParameter("expected NAME:VERSION", param_hint="--after")
+    return ref.name, ref.version
+
+
+def _paged(table: Any, more: str | None) -> Any:
+    if more is None:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, Text(f"more: {more}"))
 
 
 @main.command()
-@click.option("--name")
-@click.option("--platform")
-@click.option("--devices", type=int, help="Runs on this many devices (jax's rule).")
-@click.option("--jax-version")
-@click.option("--calling-convention", type=int)
-@click.option("--limit", default=100, show_default=True)
-@click.option("--after", type=int, help="variant_id of the last row of the previous page.")
+@click.option("--name", help="Only this name's variants.")
+@click.option("--platform", help="Runs on this platform (any case; gpu: the local GPU kind).")
+@click.option("--devices", type=click.IntRange(min=1), help="Runs on this many devices.")
+@click.option("--jax-version", help="Exported by this jax release, or a prefix (0.10: 0.10.x).")
+@click.option("--calling-convention", type=int, help="With this calling convention version.")
+@click.option("--fun-name", help="Exported from the function of this name.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Page size."
+)
+@click.option("--after", type=int, metavar="ID", help="Start after this variant_id (next page).")
 @json_option
 @pass_ctx
 def search(
@@ -220,24 +336,27 @@ def search(
     devices: int | None,
     jax_version: str | None,
     calling_convention: int | None,
+    fun_name: str | None,
     limit: int,
     after: int | None,
     as_json: bool,
 ) -> None:
-    """Search variants by platform, device count and versions."""
+    """Search variants by platform, devices, versions."""
     from jaxport._cli_render import variants_table
 
-    with _errors(), ctx.registry() as reg:
+    with ctx.registry() as reg:
         found = reg.search(
             name=name,
             platform=platform,
             nr_devices=devices,
             jax_version=jax_version,
             calling_convention_version=calling_convention,
+            fun_name=fun_name,
             limit=limit,
             after=after,
         )
-    _emit(as_json, found, variants_table)
+    more = f"--after {found[-1].variant_id}" if len(found) == limit else None
+    _emit(as_json, found, lambda f: _paged(variants_table(f), more))
 
 
 @main.command()
@@ -245,25 +364,30 @@ def search(
 @json_option
 @pass_ctx
 def show(ctx: _Context, reference: str, as_json: bool) -> None:
-    """Show NAME[:VERSION|@ALIAS] (default: the newest version): its variants and aliases."""
+    """Show a version: time, metadata, aliases, variants.
+
+    REFERENCE names it (a bare NAME: the newest version).
+    """
     from jaxport._cli_render import ref_panel
 
-    with _errors(), ctx.registry() as reg:
+    with ctx.registry() as reg:
         ref = reg.get(reference)
         aliases = {a: v for a, v in reg.aliases(ref.name).items() if v == ref.version}
     _emit(as_json, {"ref": ref, "aliases": aliases}, ref_panel)
 
 
 @main.command("inspect")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @json_option
 def inspect_cmd(file: Path, as_json: bool) -> None:
-    """Inspect an archive's header: signature, shardings, platforms, versions, sizes."""
+    """Inspect an archive's header (no registry).
+
+    FILE's signature, shardings, platforms, versions, custom calls and section sizes.
+    """
     from jaxport import inspect
     from jaxport._cli_render import info_tables
 
-    with _errors():
-        info = inspect(_missing_ok(file))
+    info = inspect(file)
     _emit(as_json, info, info_tables)
 
 
@@ -272,15 +396,24 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("reference", required=False)
-@click.option("--platform", help="Platform to audit for (default: the local jax backend).")
+@click.option(
+    "--platform",
+    help="Audit only for this platform (cpu, cuda, rocm, tpu, gpu; default: every platform "
+    "each variant was exported for; those without a device here are not-run).",
+)
 @click.option(
     "--python",
-    type=click.Path(exists=True),
+    type=click.Path(exists=True, dir_okay=False),
     help="Audit with the jax of another environment (an interpreter with jaxport installed).",
 )
-@click.option("--matrix", is_flag=True, help="Print stored findings: variants x jax releases.")
+@click.option(
+    "--matrix",
+    is_flag=True,
+    help="Print stored findings: variants x (jax release, platform).",
+)
 @click.option(
     "--upgrade-to",
+    metavar="RELEASE|PYTHON",
     help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
 @click.option("--no-store", is_flag=True, help="Do not record the findings.")
@@ -296,30 +429,35 @@ def audit(
     no_store: bool,
     as_json: bool,
 ) -> None:
-    """Audit REFERENCE (NAME[:V|@ALIAS]; default: everything): load, compile, run examples.
+    """Audit artifacts: load, compile, run examples.
 
-    Exit 1 when a variant is not ok (or, with --upgrade-to, when one would break).
+    REFERENCE names what to audit (default: everything). Statuses: ok, incompatible,
+    compile-error, mismatch, error, crash, not-run (could not be measured here: no such
+    device, too few devices). Exit 1 when a measured status is not ok (or, with --upgrade-to,
+    when one would break); not-run alone exits 0.
     """
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
-    with _errors(), ctx.registry() as reg:
+    with ctx.registry() as reg:
         if upgrade_to:
-            rows = reg.upgrade_report(upgrade_to, reference, platform=platform)
+            rows = reg.upgrade_report(upgrade_to, reference, platform=platform, store=not no_store)
             _emit(as_json, rows, upgrade_table)
-            sys.exit(1 if any(r.breaks for r in rows) else 0)
+            click.get_current_context().exit(1 if any(r.breaks for r in rows) else 0)
         if matrix:
             findings = reg.audit_results(name=_name_of(reference), platform=platform)
             _emit(as_json, findings, matrix_table)
             return
         findings = reg.audit(reference, python=python, store=not no_store, **kwargs)
     _emit(as_json, findings, findings_table)
-    if any(f.status != "ok" for f in findings):
-        sys.exit(1)
+    if any(f.status not in ("ok", "not-run") for f in findings):
+        click.get_current_context().exit(1)
 
 
 def _name_of(reference: str | None) -> str | None:
-    return reference.split(":")[0].split("@")[0] if reference else None
+    from jaxport.registry import parse_reference
+
+    return parse_reference(reference).name if reference else None
 
 
 @main.command()
@@ -328,14 +466,17 @@ def _name_of(reference: str | None) -> str | None:
 @json_option
 @pass_ctx
 def diff(ctx: _Context, old: str, new: str, as_json: bool) -> None:
-    """What changed from OLD to NEW (NAME:V or NAME@ALIAS); exit 1 if anything breaks."""
+    """What changed between two versions.
+
+    OLD and NEW are references; exit 1 if anything breaks.
+    """
     from jaxport._cli_render import changes_table
 
-    with _errors(), ctx.registry() as reg:
+    with ctx.registry() as reg:
         changes = reg.diff(old, new)
     _emit(as_json, changes, changes_table)
     if any(c.breaking for c in changes):
-        sys.exit(1)
+        click.get_current_context().exit(1)
 
 
 # -- registry maintenance -------------------------------------------------------------------
@@ -343,77 +484,114 @@ def diff(ctx: _Context, old: str, new: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("name")
-@click.argument("alias")
-@click.argument("version", type=int, required=False)
-@click.option("--remove", is_flag=True, help="Remove the alias.")
+@click.argument("alias", required=False)
+@click.argument("version", type=click.IntRange(min=1), required=False)
+@click.option("--remove", is_flag=True, help="Remove NAME@ALIAS.")
+@json_option
 @pass_ctx
-def alias(ctx: _Context, name: str, alias: str, version: int | None, remove: bool) -> None:
-    """Point NAME@ALIAS at VERSION (or --remove it)."""
-    if version is None and not remove:
-        raise click.UsageError("give a VERSION, or --remove")
-    with _errors(), ctx.registry() as reg:
-        reg.alias(name, alias, None if remove else version)
-    click.echo(f"{name}@{alias} -> {'removed' if remove else version}")
+def alias(
+    ctx: _Context, name: str, alias: str | None, version: int | None, remove: bool, as_json: bool
+) -> None:
+    """Move, remove or list aliases.
 
-
-@main.command()
-@click.argument("reference")
-@click.option("--force", is_flag=True, help="Also remove aliases pointing at it.")
-@pass_ctx
-def rm(ctx: _Context, reference: str, force: bool) -> None:
-    """Delete NAME:VERSION (its blobs stay until gc)."""
-    from jaxport.registry._refs import parse_reference
-
-    with _errors():
-        name, version, _ = parse_reference(reference)
-        if version is None:
-            raise click.UsageError("give NAME:VERSION")
+    NAME ALIAS VERSION points NAME@ALIAS at VERSION; NAME ALIAS --remove removes it; NAME
+    alone lists where each alias points and every move it made.
+    """
+    if alias is None:
         with ctx.registry() as reg:
-            reg.delete(name, version, force=force)
-    click.echo(f"deleted {name}:{version}")
+            data = {"name": name, "aliases": reg.aliases(name), "history": reg.alias_history(name)}
+        from jaxport._cli_render import alias_tables
+
+        _emit(as_json, data, alias_tables)
+        return
+    if (version is None) != remove:
+        raise click.UsageError("give NAME ALIAS VERSION, or NAME ALIAS --remove")
+    with ctx.registry() as reg:
+        reg.alias(name, alias, version)
+    moved = {"name": name, "alias": alias, "version": version}
+    _emit(as_json, moved, lambda m: f"{name}@{alias} -> {version or 'removed'}")
 
 
 @main.command()
-@click.option("--dry-run", is_flag=True)
-@click.option("--min-age", default=3600.0, show_default=True, help="Seconds; younger blobs stay.")
+@click.argument("reference", metavar="NAME[:VERSION]")
+@click.option("--force", is_flag=True, help="Delete even while aliases point at it.")
 @json_option
 @pass_ctx
-def gc(ctx: _Context, dry_run: bool, min_age: float, as_json: bool) -> None:
-    """Remove blobs no variant refers to."""
-    with _errors(), ctx.registry() as reg:
-        report = reg.gc(dry_run=dry_run, min_age=min_age)
-    verb = "would remove" if dry_run else "removed"
-    _emit(as_json, report, lambda r: f"{verb} {len(r.digests)} blob(s), {r.bytes:,} bytes")
+def rm(ctx: _Context, reference: str, force: bool, as_json: bool) -> None:
+    """Delete a version, or a whole name.
+
+    NAME[:VERSION]: one version, or every version of NAME. Blobs stay until gc.
+    """
+    from jaxport.registry import parse_reference
+
+    ref = parse_reference(reference)
+    if ref.name is None or ref.alias is not None:
+        raise click.BadParameter("expected NAME or NAME:VERSION", param_hint="NAME[:VERSION]")
+    with ctx.registry() as reg:
+        reg.delete(ref.name, ref.version, force=force)
+    _emit(as_json, {"name": ref.name, "version": ref.version}, lambda _: f"deleted {ref}")
 
 
 @main.command()
+@click.option("--dry-run", is_flag=True, help="Only report what would be removed.")
+@click.option(
+    "--min-age",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds: unreferenced blobs younger than this stay (pushes in flight are "
+    "protected anyway; this covers older jaxport releases).",
+)
+@click.option(
+    "--temp-age",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds: temporary files of writes older than this are removed.",
+)
 @json_option
 @pass_ctx
-def verify(ctx: _Context, as_json: bool) -> None:
-    """Recompute every digest; check that database and blob store agree (exit 1 if not)."""
-    with _errors(), ctx.registry() as reg:
-        report = reg.verify()
-    _emit(
-        as_json,
-        report,
-        lambda r: (
-            f"checked {r.checked}: {len(r.missing)} missing, {len(r.corrupt)} corrupt, "
-            f"{len(r.unreferenced)} unreferenced"
-        ),
-    )
+def gc(ctx: _Context, dry_run: bool, min_age: float, temp_age: float, as_json: bool) -> None:
+    """Remove blobs nothing refers to, and stale temporary files."""
+    from jaxport._cli_render import gc_summary
+
+    with ctx.registry() as reg:
+        report = reg.gc(dry_run=dry_run, min_age=min_age, temp_age=temp_age)
+    _emit(as_json, report, gc_summary)
+
+
+@main.command()
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also read every archive in full (each module parsed, in a worker process): a "
+    "header whose custom calls disagree with its modules is invalid.",
+)
+@json_option
+@pass_ctx
+def verify(ctx: _Context, deep: bool, as_json: bool) -> None:
+    """Check every blob against its digest.
+
+    Recomputes every digest and checks that database and blob store agree (exit 1 if not).
+    """
+    from jaxport._cli_render import verify_summary
+
+    with ctx.registry() as reg:
+        report = reg.verify(deep=deep)
+    _emit(as_json, report, verify_summary)
     if not report.ok:
-        sys.exit(1)
+        click.get_current_context().exit(1)
 
 
-@main.group()
+@main.group(context_settings=_CONTEXT)
 def db() -> None:
     """The registry database's schema (alembic migrations)."""
 
 
 def _url(ctx: _Context) -> str:
-    from jaxport.registry._registry import default_url
+    from jaxport.registry._config import RegistryConfig
 
-    return ctx.url or default_url()
+    return ctx.url or RegistryConfig.from_env().database_url()
 
 
 @db.command("current")
@@ -423,8 +601,7 @@ def db_current(ctx: _Context, as_json: bool) -> None:
     """Print the database's schema revision and the one this jaxport writes."""
     from jaxport.registry import schema_revision
 
-    with _errors():
-        found, head = schema_revision(_url(ctx))
+    found, head = schema_revision(_url(ctx))
     _emit(
         as_json,
         {"database": found, "jaxport": head},
@@ -433,14 +610,18 @@ def db_current(ctx: _Context, as_json: bool) -> None:
 
 
 @db.command("upgrade")
+@json_option
 @pass_ctx
-def db_upgrade(ctx: _Context) -> None:
+def db_upgrade(ctx: _Context, as_json: bool) -> None:
     """Upgrade the database's schema to this jaxport's (back it up first)."""
     from jaxport.registry import upgrade_database
 
-    with _errors():
-        before, after = upgrade_database(_url(ctx))
-    click.echo(f"upgraded from {before or 'empty'} to {after}")
+    before, after = upgrade_database(_url(ctx))
+    _emit(
+        as_json,
+        {"before": before, "after": after},
+        lambda d: f"upgraded from {d['before'] or 'empty'} to {d['after']}",
+    )
 
 
 if __name__ == "__main__":

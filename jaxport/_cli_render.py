@@ -1,114 +1,217 @@
-"""rich renderings of what the CLI prints (tables and panels); JSON is printed apart."""
+"""rich renderings of what the CLI prints (tables and panels); JSON is printed apart.
+
+Every table reads in 80 columns: key columns (names, versions, platforms, digests) never
+wrap or get cut, long values fold, and secondary fields are left to ``--json``. Digests show
+in their short form (``sha256:`` + 12 hex digits), which every command takes as a reference;
+times are local, to the minute.
+"""
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
-from jaxport.registry._audit import release_key
-
 __all__ = [
+    "alias_tables",
     "changes_table",
     "findings_table",
+    "gc_summary",
     "info_tables",
+    "local_time",
     "matrix_table",
     "ref_panel",
     "refs_table",
+    "short_digest",
     "upgrade_table",
     "variants_table",
+    "verify_summary",
 ]
 
 
-def _row(table: Table, *cells: str) -> None:
-    # Cells hold user data (paths like "[0]['w']", shapes like "[b, 8]"): no rich markup.
-    table.add_row(*(escape(c) for c in cells))
+def short_digest(digest: str) -> str:
+    """A hex digest in the short form of ``VariantInfo.short_digest`` (``sha256:`` + 12 hex)."""
+    from jaxport.registry._names import DIGEST_PREFIX
+    from jaxport.registry._types import SHORT_DIGEST_HEX
+
+    return f"{DIGEST_PREFIX}{digest[:SHORT_DIGEST_HEX]}"
 
 
-def _size(n: int) -> str:
+def local_time(seconds: float) -> str:
+    """Unix seconds -> local time to the minute, e.g. ``2026-11-22 14:03``."""
+    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
+
+
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 
+def _key(header: str) -> Column:
+    """A column that is never cut or wrapped (names, versions, digests, sizes, times)."""
+    return Column(header, no_wrap=True, min_width=len(header))
+
+
+def _text(header: str, ratio: int | None = None) -> Column:
+    """A column of free text that folds to fit (signatures, reasons, custom calls)."""
+    return Column(header, overflow="fold", min_width=len(header), ratio=ratio)
+
+
+def _row(table: Table, *cells: str | Text) -> None:
+    # Cells hold user data (paths like "[0]['w']", shapes like "[b, 8]"): no rich markup.
+    table.add_row(*(c if isinstance(c, Text) else escape(c) for c in cells))
+
+
+def _join(items: Iterable[str]) -> str:
+    return ", ".join(items) or "-"
+
+
+# -- registry -------------------------------------------------------------------------------
+
+
 def refs_table(refs: list[Any]) -> Table:
-    table = Table("name", "version", "variants", "platforms", "devices", "size")
+    """``ls``: one row per version; a version's variants are separated by `` / ``."""
+    table = Table(
+        _text("name"), _key("version"), _text("platforms"), _key("devices"), _key("size"),
+        _key("created"),
+    )  # fmt: skip
     for r in refs:
         _row(
             table,
             r.name,
             str(r.version),
-            str(len(r.variants)),
             " / ".join(",".join(v.platforms) for v in r.variants),
             " / ".join(str(v.nr_devices) for v in r.variants),
             _size(sum(v.size_bytes for v in r.variants)),
+            local_time(r.created_at),
         )
     return table
 
 
 def variants_table(variants: list[Any]) -> Table:
+    """``search``: one row per variant (calling convention, VJP order: ``--json``)."""
     table = Table(
-        "id", "name", "version", "platforms", "devices", "jax", "cc", "vjp", "digest", "size"
-    )
+        _text("version"), _text("platforms"), _key("devices"), _key("jax"), _key("digest"),
+        _key("size"),
+    )  # fmt: skip
     for v in variants:
         _row(
             table,
-            str(v.variant_id),
-            v.name,
-            str(v.version),
+            f"{v.name}:{v.version}",
             ",".join(v.platforms),
             str(v.nr_devices),
             v.jax_version,
-            str(v.calling_convention_version),
-            str(v.vjp_order),
-            v.digest[:12],
+            v.short_digest,
             _size(v.size_bytes),
         )
     return table
 
 
 def ref_panel(data: dict[str, Any]) -> Group:
+    """``show``: the version's aliases, time and metadata, its variants, then each in detail."""
     ref, aliases = data["ref"], data["aliases"]
-    title = f"{ref.name}:{ref.version}" + (f"  (@{', @'.join(sorted(aliases))})" if aliases else "")
+    head = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
+    title = f"{ref.name}:{ref.version}" + "".join(f"  @{a}" for a in sorted(aliases))
+    for key, value in (
+        ("version", title),
+        ("created", local_time(ref.created_at)),
+        ("metadata", _join(f"{k}={v}" for k, v in sorted(ref.metadata.items()))),
+    ):
+        _row(head, key, value)
     table = Table(
-        "platforms",
-        "devices",
-        "sharded",
-        "poly",
-        "jax",
-        "cc",
-        "vjp",
-        "custom calls",
-        "digest",
-        "size",
-        title=title,
-    )
+        _key("digest"), _text("platforms"), _key("devices"), _key("jax"), _key("vjp"),
+        _key("size"), title="variants",
+    )  # fmt: skip
     for v in ref.variants:
         _row(
-            table,
-            ",".join(v.platforms),
-            str(v.nr_devices),
-            "yes" if v.sharded else "",
-            "yes" if v.shape_polymorphic else "",
-            v.jax_version,
-            str(v.calling_convention_version),
-            str(v.vjp_order),
-            ",".join(v.custom_call_targets),
-            v.digest[:12],
-            _size(v.size_bytes),
+            table, v.short_digest, ",".join(v.platforms), str(v.nr_devices), v.jax_version,
+            str(v.vjp_order), _size(v.size_bytes),
+        )  # fmt: skip
+    return Group(head, table, *(_variant_detail(v) for v in ref.variants))
+
+
+def _variant_detail(v: Any) -> RenderableType:
+    grid = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
+    flags = [f"calling convention {v.calling_convention_version}", f"jaxlib {v.jaxlib_version}"]
+    flags += ["sharded"] * v.sharded + ["shape-polymorphic"] * v.shape_polymorphic
+    for key, value in (
+        (v.short_digest, f"function {v.fun_name}"),
+        ("  in", v.in_signature),
+        ("  out", v.out_signature),
+        ("", ", ".join(flags)),
+        ("  custom calls", _join(v.custom_call_targets)),
+        ("  metadata", _join(f"{k}={val}" for k, val in sorted(v.metadata.items()))),
+    ):
+        _row(grid, key, value)
+    return grid
+
+
+def alias_tables(data: dict[str, Any]) -> Group:
+    """``alias NAME``: where each alias points now, then every move, newest last."""
+    now = Table(_text("alias"), _key("version"), title=f"aliases of {data['name']}")
+    for alias, version in sorted(data["aliases"].items()):
+        _row(now, alias, str(version))
+    history = Table(_text("alias"), _key("from"), _key("to"), _key("moved"), title="history")
+    for m in data["history"]:
+        _row(
+            history,
+            m.alias,
+            "-" if m.from_version is None else str(m.from_version),
+            "removed" if m.to_version is None else str(m.to_version),
+            local_time(m.moved_at),
         )
-    return Group(
-        table, *(Text(f"  in:  {v.in_signature}\n  out: {v.out_signature}") for v in ref.variants)
+    return Group(now, history)
+
+
+def gc_summary(report: Any) -> Text:
+    """``gc``: what was (or would be) removed, and what was kept back and why."""
+    verb = "would remove" if report.dry_run else "removed"
+    lines = [f"{verb} {len(report.digests)} unreferenced blob(s), {report.bytes:,} bytes"]
+    if report.kept_young:
+        lines.append(f"kept {len(report.kept_young)} younger than --min-age")
+    if report.kept_pending:
+        lines.append(f"kept {len(report.kept_pending)} held by a push in flight")
+    if report.temp_files:
+        lines.append(f"{verb} {len(report.temp_files)} stale temporary file(s)")
+    if report.kept_temp:
+        lines.append(f"kept {len(report.kept_temp)} temporary file(s) younger than --temp-age")
+    if report.foreign:
+        lines.append(f"left {len(report.foreign)} file(s) that are not jaxport's: ")
+        lines[-1] += ", ".join(report.foreign)
+    return Text("\n".join(lines))
+
+
+def verify_summary(report: Any) -> Group:
+    """``verify``: the counts, then each missing, corrupt or invalid blob and the versions
+    needing it (and, for an invalid one, why)."""
+    invalid = f", {len(report.invalid)} invalid" if report.deep else ""
+    counts = Text(
+        f"checked {report.checked}: {len(report.missing)} missing, {len(report.corrupt)} "
+        f"corrupt{invalid}, {len(report.unreferenced)} unreferenced"
     )
+    if not report.problems:
+        return Group(counts)
+    table = Table(_key("digest"), _key("state"), _text("used by"), title="problems")
+    for p in report.problems:
+        used = _join(p.used_by) + (f": {p.reason}" if p.reason else "")
+        _row(table, short_digest(p.digest), p.state, used)
+    return Group(counts, table)
+
+
+# -- archives -------------------------------------------------------------------------------
 
 
 def info_tables(info: Any) -> Group:
-    head = Table.grid(padding=(0, 2))
+    """``inspect``: the header's facts, the signature, the modules and the sections."""
+    head = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
     for key, value in (
         ("function", info.fun_name),
         ("platforms", ", ".join(info.platforms)),
@@ -122,37 +225,31 @@ def info_tables(info: Any) -> Group:
             f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
         ),
         ("vjp order", str(info.vjp_order)),
-        ("constraints", ", ".join(info.symbolic_constraints) or "-"),
-        ("custom calls", ", ".join(info.custom_call_targets) or "-"),
-        ("effects", ", ".join(info.ordered_effects + info.unordered_effects) or "-"),
-        ("metadata", ", ".join(f"{k}={v}" for k, v in info.metadata.items()) or "-"),
+        ("constraints", _join(info.symbolic_constraints)),
+        ("custom calls", _join(info.custom_call_targets)),
+        ("effects", _join(info.ordered_effects + info.unordered_effects)),
+        ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):
         _row(head, key, value)
-    sig = Table("", "path", "shape", "dtype", "sharding", title="signature")
+    return Group(head, _signature_table(info), _modules_table(info), _sections_table(info))
+
+
+def _signature_table(info: Any) -> Table:
+    sig = Table(
+        _key(""), _text("path"), _text("shape"), _key("dtype"), _text("sharding"),
+        title="signature",
+    )  # fmt: skip
     for side, avals in (("in", info.in_avals), ("out", info.out_avals)):
         for a in avals:
-            _row(
-                sig,
-                side,
-                a.path or ".",
-                f"({', '.join(map(str, a.shape))})",
-                a.dtype,
-                a.sharding or "",
-            )
-    sections = Table(
-        "section", "offset", "stored", "uncompressed", "compression", "sha256", title="sections"
+            shape = f"({', '.join(map(str, a.shape))})"
+            _row(sig, side, a.path or ".", shape, a.dtype, a.sharding or "")
+    return sig
+
+
+def _modules_table(info: Any) -> Table:
+    modules = Table(
+        _key("module"), _key("bytes"), _key("StableHLO"), _text("custom calls"), title="modules"
     )
-    for i, s in enumerate(info.sections):
-        _row(
-            sections,
-            str(i),
-            str(s.offset),
-            _size(s.length),
-            _size(s.uncompressed_length),
-            s.compression,
-            s.sha256[:16],
-        )
-    modules = Table("module", "bytes", "StableHLO", "custom calls", title="modules")
     for m in info.modules:
         _row(
             modules,
@@ -161,8 +258,23 @@ def info_tables(info: Any) -> Group:
             m.stablehlo_version,
             ", ".join(m.custom_call_targets),
         )
-    return Group(head, sig, modules, sections)
+    return modules
 
+
+def _sections_table(info: Any) -> Table:
+    sections = Table(
+        _key("section"), _key("offset"), _key("stored"), _key("uncompressed"),
+        _key("compression"), _key("sha256"), title="sections",
+    )  # fmt: skip
+    for i, s in enumerate(info.sections):
+        _row(
+            sections, str(i), str(s.offset), _size(s.length), _size(s.uncompressed_length),
+            s.compression, s.sha256[:12],
+        )  # fmt: skip
+    return sections
+
+
+# -- audits ---------------------------------------------------------------------------------
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -173,51 +285,103 @@ _STATUS_STYLE = {
 }
 
 
-def _status(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLE.get(status, ""))
+def _status(status: str, *, short: bool = False) -> Text:
+    text = _SHORT_STATUS.get(status, status) if short else status
+    return Text(text, style=_STATUS_STYLE.get(status, ""))
 
 
 def findings_table(findings: list[Any]) -> Table:
-    table = Table("name", "version", "digest", "jax", "platform", "status", "reason", "s")
+    """``audit``: one row per variant, platform and jax (digests and seconds: ``--json``; a
+    version with two variants for one platform shows digest prefixes)."""
+    label = _variant_labels(findings)
+    table = Table(
+        _text("variant"), _key("platform"), _key("jax"), _key("status"),
+        Column("reason", overflow="fold", min_width=16, ratio=1),
+    )  # fmt: skip
     for f in findings:
-        table.add_row(
-            escape(f.name), str(f.version), f.digest[:12], f.jax_version, f.platform,
-            _status(f.status), Text(f.reason), f"{f.seconds:.2f}",
+        _row(
+            table, label(f.name, f.version, f.digest), f.platform, f.jax_version,
+            _status(f.status), Text(f.reason),
         )  # fmt: skip
     return table
 
 
+def _variant_labels(findings: list[Any]) -> Any:
+    """``label(name, version, digest)``: ``name:version``, with the digest's first 8 hex
+    digits when some version has two variants for one platform among ``findings``."""
+    keys = {(f.name, f.version, f.platform, f.digest) for f in findings}
+    ambiguous = len({k[:3] for k in keys}) < len(keys)
+
+    def label(name: str, version: int, digest: str) -> str:
+        return f"{name}:{version}" + (f" {digest[:8]}" if ambiguous else "")
+
+    return label
+
+
+#: The most jax releases ``audit --matrix`` shows as columns; more: one row per cell.
+_MATRIX_COLUMNS = 4
+#: Shorter statuses for matrix cells, so four releases fit in 80 columns.
+_SHORT_STATUS = {"incompatible": "incompat", "compile-error": "compile-err"}
+
+
 def matrix_table(findings: list[Any]) -> Table:
+    """``audit --matrix``: (variant, platform) x jax releases, the newest finding in each
+    cell; past four releases, one row per (variant, platform, release) instead."""
+    from jaxport.export._compat import release_key
+
     releases = sorted({f.jax_version for f in findings}, key=release_key)
-    latest: dict[tuple[str, str], Any] = {}
+    latest: dict[tuple[str, str, str], Any] = {}
     for f in findings:  # newest first
-        latest.setdefault((f.digest, f.jax_version), f)
-    table = Table("name:version", "digest", *releases, title="variants x jax releases")
-    rows = sorted({(f.name, f.version, f.digest) for f in findings})
-    for name, version, digest in rows:
-        cells = [latest.get((digest, r)) for r in releases]
-        table.add_row(
-            escape(f"{name}:{version}"), digest[:12],
-            *(_status(c.status) if c else Text("-") for c in cells),
+        latest.setdefault((f.digest, f.jax_version, f.platform), f)
+    rows = sorted({(f.name, f.version, f.platform, f.digest) for f in findings})
+    label = _variant_labels(findings)
+    if len(releases) > _MATRIX_COLUMNS:
+        table = Table(
+            _text("variant"), _key("platform"), _key("jax"), _key("status"),
+            title="variants x jax releases",
+        )  # fmt: skip
+        for name, version, platform, digest in rows:
+            for r in releases:
+                cell = latest.get((digest, r, platform))
+                if cell is not None:
+                    _row(table, label(name, version, digest), platform, r, _status(cell.status))
+        return table
+    table = Table(
+        _text("variant"), _key("platform"), *(_key(r) for r in releases),
+        title="variants x jax releases",
+    )  # fmt: skip
+    for name, version, platform, digest in rows:
+        cells = [latest.get((digest, r, platform)) for r in releases]
+        _row(
+            table, label(name, version, digest), platform,
+            *(_status(c.status, short=True) if c else Text("-") for c in cells),
         )  # fmt: skip
     return table
 
 
 def upgrade_table(rows: list[Any]) -> Table:
-    table = Table("name:version", "digest", "now", "after", "breaks", "reason", title="upgrade")
+    """``audit --upgrade-to``: each variant and platform's status now and after, and whether it
+    breaks; rows the target has no finding for say "not audited"."""
+    table = Table(
+        _text("variant"), _key("platform"), _key("now"), _key("after"), _key("breaks"),
+        Column("reason", overflow="fold", min_width=16, ratio=1),
+        title="upgrade",
+    )  # fmt: skip
     for r in rows:
-        table.add_row(
-            escape(f"{r.name}:{r.version}"), r.digest[:12], _status(r.now),
-            _status(r.after), "BREAKS" if r.breaks else "", Text(r.reason),
+        _row(
+            table, f"{r.name}:{r.version}", r.platform, _status(r.now, short=True),
+            _status(r.after, short=True), "BREAKS" if r.breaks else "", Text(r.reason),
         )  # fmt: skip
     return table
 
 
 def changes_table(changes: list[Any]) -> Table:
-    table = Table("", "change", "where", "before", "after", title="diff")
+    """``diff``: each change, breaking or compatible, with where and what it was before."""
+    table = Table(
+        _key("kind"), _text("change"), _text("where"), _text("before"), _text("after"),
+        title="diff",
+    )  # fmt: skip
     for c in changes:
-        table.add_row(
-            Text("breaking", style="red") if c.breaking else Text("compatible", style="green"),
-            c.what, Text(c.where), Text(str(c.before)), Text(str(c.after)),
-        )  # fmt: skip
+        kind = Text("breaking", style="red") if c.breaking else Text("compatible", style="green")
+        _row(table, kind, Text(c.what), Text(c.where), Text(str(c.before)), Text(str(c.after)))
     return table

@@ -10,7 +10,12 @@ working for code that does not know jaxport::
     │   └── IntegrityError                     a sha256 digest does not match its bytes
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
-    │                                          written or read by this jax / jaxport
+    │   │                                      written or read by this jax / jaxport
+    │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
+    │                                          refuses (not allowed by name, or host callbacks)
+    ├── AuditError                             an audit could not be carried out at all (its
+    │                                          worker did not start); failures of an archive
+    │                                          are findings, not errors
     └── RegistryError                          the registry cannot do what was asked
         ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
         ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
@@ -21,6 +26,7 @@ working for code that does not know jaxport::
 from __future__ import annotations
 
 __all__ = [
+    "AuditError",
     "ConflictError",
     "CorruptArchiveError",
     "IntegrityError",
@@ -29,6 +35,7 @@ __all__ = [
     "NotFoundError",
     "RegistryError",
     "SchemaVersionError",
+    "UnsafeArchiveError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
 ]
@@ -104,6 +111,40 @@ class UnsupportedFeatureError(JaxportError, ValueError):
     a nullary constructor, a dtype the running jax does not know, or a ``vjp_order`` higher than
     the Exported has VJPs for.
     """
+
+
+class UnsafeArchiveError(UnsupportedFeatureError):
+    """A module of the archive calls custom-call targets that loading refuses.
+
+    As ``jax.export`` does when exporting (``_check_module``), a reader accepts only the targets
+    jax guarantees stable (``jaxport.export.stable_custom_call_targets()``) and those the caller
+    names in ``allow_custom_calls``. Host-callback targets
+    (``jaxport.export.HOST_CALLBACK_TARGETS``) are refused even when named: their operands are
+    an index or pointer into the writer's process, and a forged one crashes the reader's.
+
+    Attributes:
+        targets: the refused targets, sorted.
+        vjp_order: which module calls them: 0 for the primal, ``n`` for the VJP of order ``n``.
+        path: the file read, when the archive came from a file.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        targets: tuple[str, ...],
+        vjp_order: int,
+        path: str | None = None,
+    ):
+        self.targets = targets
+        self.vjp_order = vjp_order
+        self.path = path
+        super().__init__(f"{message} ({path})" if path is not None else message)
+
+
+class AuditError(JaxportError):
+    """An audit could not be carried out: e.g. the worker process did not start in the given
+    Python environment. What an archive fails on is a finding (``jaxport.Finding``), not this."""
 
 
 class RegistryError(JaxportError):

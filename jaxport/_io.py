@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,11 +19,14 @@ def atomic_write(
     flushed, fsynced and renamed over ``target``; ``sync_dir`` also fsyncs the directory, so the
     rename itself survives a crash. On any error the temporary file is removed.
 
+    The file gets the permissions of any new file (``0o666`` less the umask, or the directory's
+    default ACL), as ``open(target, "wb")`` would give it: ``tempfile.mkstemp`` makes ``0o600``.
+
     Raises:
-        OSError: the directory is missing or not writable.
+        OSError: the directory is missing or not writable, or ``target`` is a directory.
     """
     path = Path(target)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}.")
+    fd, tmp = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
@@ -40,3 +43,15 @@ def atomic_write(
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """A new, unique ``.tmp-<name>.<random>`` beside ``path``, opened for writing.
+
+    Created with ``O_EXCL`` and mode ``0o666``, so the kernel applies the umask (and a default
+    ACL) atomically: reading the umask would mean setting it (``os.umask``), which races with
+    other threads. 64 random bits make a clash (``FileExistsError``) practically impossible.
+    """
+    tmp = str(path.parent / f".tmp-{path.name}.{secrets.token_hex(8)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.open(tmp, flags, 0o666), tmp

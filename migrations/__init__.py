@@ -9,28 +9,35 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = ["HEAD", "SCRIPT_LOCATION", "alembic_config", "known_revisions"]
 
 SCRIPT_LOCATION = str(Path(__file__).parent)
 #: The schema revision this jaxport writes.
-HEAD = "0002"
+HEAD = "0003"
 
 
-def alembic_config(connection: Any = None) -> Config:
-    """An alembic Config for this package's migrations, bound to ``connection`` if given."""
+def alembic_config(connection: Any = None, target_metadata: Any = None) -> Config:
+    """An alembic Config for this package's migrations, bound to ``connection`` if given;
+    ``target_metadata`` (the models' MetaData) is what autogenerate compares with."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", SCRIPT_LOCATION)
     if connection is not None:
         config.attributes["connection"] = connection
+    if target_metadata is not None:
+        config.attributes["target_metadata"] = target_metadata
     return config
 
 
 def known_revisions() -> set[str]:
     """Every revision this jaxport knows (older ones can be upgraded from)."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     return {rev.revision for rev in script.walk_revisions()}

@@ -1,18 +1,21 @@
-"""alembic environment: runs migrations on the connection the registry passes in."""
+"""alembic environment: runs migrations on the connection the registry passes in.
+
+It imports nothing from jaxport: the registry hands in the connection and the models' MetaData
+through ``config.attributes`` (``jaxport.migrations.alembic_config``).
+"""
 
 from __future__ import annotations
 
 from alembic import context
 
-from jaxport.registry._models import Base
-
 connection = context.config.attributes.get("connection")
 if connection is None:
     raise RuntimeError("jaxport migrations run on a connection given by jaxport.Registry")
+target_metadata = context.config.attributes.get("target_metadata")
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=target_metadata,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
 )

@@ -1,42 +1,110 @@
-"""The SQL-backed artifact registry: ``Registry``, its references and blob stores."""
+"""The SQL-backed artifact registry: ``Registry``, its result types, references and blob stores.
+
+Names load lazily: ``import jaxport.registry`` imports neither SQLAlchemy nor jax until a name
+that needs them is used (``jaxport.registry._config`` is read by the CLI's ``--help``).
+"""
 
 from __future__ import annotations
 
-from jaxport.registry._audit import Finding, UpgradeRow
-from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, open_blob_store
-from jaxport.registry._diff import Change
-from jaxport.registry._examples import Example
-from jaxport.registry._refs import Ref, Rejection, Resolution, VariantInfo
-from jaxport.registry._registry import (
-    DEFAULT_HOME_ENV,
-    DEFAULT_URL_ENV,
-    GcReport,
-    Registry,
-    VerifyReport,
-    default_home,
-    schema_revision,
-    upgrade_database,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jaxport.registry._blobs import (
+        BlobStore,
+        FsspecBlobStore,
+        LocalBlobStore,
+        Stray,
+        open_blob_store,
+    )
+    from jaxport.registry._config import (
+        BLOBS_ENV,
+        HOME_ENV,
+        URL_ENV,
+        RegistryConfig,
+        default_home,
+        default_url,
+    )
+    from jaxport.registry._db import schema_revision, upgrade_database
+    from jaxport.registry._names import Reference, parse_reference
+    from jaxport.registry._registry import Registry
+    from jaxport.registry._types import (
+        AliasMove,
+        BlobProblem,
+        GcReport,
+        PushResult,
+        Ref,
+        Rejection,
+        Resolution,
+        VariantInfo,
+        VerifyReport,
+    )
+
+_LAZY = {
+    **dict.fromkeys(
+        ["BlobStore", "FsspecBlobStore", "LocalBlobStore", "Stray", "open_blob_store"],
+        "jaxport.registry._blobs",
+    ),
+    **dict.fromkeys(
+        ["BLOBS_ENV", "HOME_ENV", "URL_ENV", "RegistryConfig", "default_home", "default_url"],
+        "jaxport.registry._config",
+    ),
+    **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
+    **dict.fromkeys(["Reference", "parse_reference"], "jaxport.registry._names"),
+    "Registry": "jaxport.registry._registry",
+    **dict.fromkeys(
+        [
+            "AliasMove",
+            "BlobProblem",
+            "GcReport",
+            "PushResult",
+            "Ref",
+            "Rejection",
+            "Resolution",
+            "VariantInfo",
+            "VerifyReport",
+        ],
+        "jaxport.registry._types",
+    ),
+}
 
 __all__ = [
-    "DEFAULT_HOME_ENV",
-    "Change",
-    "Example",
-    "Finding",
-    "DEFAULT_URL_ENV",
+    "BLOBS_ENV",
+    "HOME_ENV",
+    "URL_ENV",
+    "AliasMove",
+    "BlobProblem",
     "BlobStore",
     "FsspecBlobStore",
     "GcReport",
     "LocalBlobStore",
+    "PushResult",
     "Ref",
+    "Reference",
     "Registry",
+    "RegistryConfig",
     "Rejection",
     "Resolution",
-    "UpgradeRow",
+    "Stray",
     "VariantInfo",
     "VerifyReport",
     "default_home",
+    "default_url",
     "open_blob_store",
+    "parse_reference",
     "schema_revision",
     "upgrade_database",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxport.registry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

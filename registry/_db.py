@@ -4,7 +4,9 @@
   with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing to upgrade a lock.
   Safe for several processes on one machine.
 - PostgreSQL (psycopg 3): version numbers are allocated under the ``models`` row's lock;
-  schema creation is serialized with an advisory lock.
+  schema creation is serialized with an advisory lock; ``gc`` takes an exclusive advisory lock
+  that pushes take shared (``blob_lock``), so gc never deletes a blob between a push's check
+  and its commit. On SQLite every write transaction already excludes the others.
 """
 
 from __future__ import annotations
@@ -13,29 +15,33 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from alembic import command
-from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from jaxport._errors import RegistryError, SchemaVersionError
 from jaxport._version import __version__
 from jaxport.migrations import HEAD, alembic_config, known_revisions
+from jaxport.registry._config import safe_url
 from jaxport.registry._models import Base
 
 __all__ = [
+    "blob_lock",
     "create_registry_engine",
     "current_revision",
     "ensure_schema",
     "insert_ignoring_duplicates",
+    "safe_url",
+    "schema_revision",
     "schema_writer",
     "translating_db_errors",
     "upgrade",
+    "upgrade_database",
     "write_transaction",
 ]
 
 _WRITE = "jaxport_write"
 _PG_SCHEMA_LOCK = 0x6A78706F  # "jxpo"
+_PG_BLOB_LOCK = 0x6A78626C  # "jxbl"
 
 
 def create_registry_engine(url: str) -> Engine:
@@ -51,8 +57,9 @@ def create_registry_engine(url: str) -> Engine:
             f"the database driver for {url.split(':', 1)[0]} is not installed ({e}); "
             "for PostgreSQL: pip install 'jaxport[postgres]'"
         ) from None
-    except SQLAlchemyError as e:
-        raise RegistryError(f"bad database URL {url!r}: {e}") from None
+    except (SQLAlchemyError, ValueError) as e:
+        # SQLAlchemy's messages quote the URL: never show it, it may hold a password.
+        raise RegistryError(f"bad database URL {safe_url(url)!r}: {type(e).__name__}") from None
 
 
 def _create_engine(url: str) -> Engine:
@@ -86,14 +93,25 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+def blob_lock(conn: Connection, *, exclusive: bool) -> None:
+    """Takes the blob lock for the rest of ``conn``'s transaction: shared by pushes registering
+    or committing digests, exclusive for ``gc`` (PostgreSQL; SQLite's write transactions
+    already exclude each other)."""
+    if conn.dialect.name == "postgresql":
+        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_BLOB_LOCK})
+
+
 @contextlib.contextmanager
 def translating_db_errors() -> Iterator[None]:
     """Turns SQLAlchemy's errors into ``RegistryError`` (jaxport's own pass through)."""
     try:
         yield
     except SQLAlchemyError as e:
+        # The statement and parameters are left out: they may hold user data or credentials.
+        detail = str(getattr(e, "orig", None) or (e.args[0] if e.args else e)).splitlines()
         raise RegistryError(
-            f"database error: {type(e).__name__}: {e.args[0] if e.args else e}"
+            f"database error: {type(e).__name__}: {detail[0] if detail else ''}"
         ) from e
 
 
@@ -118,8 +136,12 @@ def insert_ignoring_duplicates(
 
 
 def current_revision(conn: Connection) -> str | None:
-    """The database's alembic revision, or None for a database without one."""
-    return MigrationContext.configure(conn).get_current_revision()
+    """The database's alembic revision, or None for a database without one (read with plain
+    SQL, so opening a registry does not import alembic)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    revisions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return revisions[0] if len(revisions) == 1 else None
 
 
 def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
@@ -131,13 +153,18 @@ def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
     Raises:
         SchemaVersionError: the database is older than this jaxport and ``upgrade_db`` is False.
     """
+    with engine.connect() as conn:  # the usual case, without a write lock
+        if current_revision(conn) == HEAD:
+            return True
+    from alembic import command
+
     with write_transaction(engine) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
         revision = current_revision(conn)
         if revision is None and not inspect(conn).has_table("models"):
             Base.metadata.create_all(conn)
-            command.stamp(alembic_config(conn), HEAD)
+            command.stamp(alembic_config(conn, Base.metadata), HEAD)
             _record_writer(conn)
             return True
         if revision == HEAD:
@@ -151,7 +178,7 @@ def ensure_schema(engine: Engine, *, upgrade_db: bool) -> bool:
                     found=revision,
                     expected=HEAD,
                 )
-            command.upgrade(alembic_config(conn), HEAD)
+            command.upgrade(alembic_config(conn, Base.metadata), HEAD)
             _record_writer(conn)
             return True
         return False
@@ -175,9 +202,54 @@ def _record_writer(conn: Connection) -> None:
 
 
 def upgrade(engine: Engine) -> str | None:
-    """Upgrades the database to this jaxport's head revision; returns the revision it had."""
+    """Upgrades the database to this jaxport's head revision; returns the revision it had.
+
+    Raises:
+        SchemaVersionError: the database is newer than this jaxport (a revision it does not
+            know): only a newer jaxport can write to it.
+    """
+    from alembic import command
+
     with write_transaction(engine) as conn:
         before = current_revision(conn)
-        command.upgrade(alembic_config(conn), HEAD)
+        if before is not None and before not in known_revisions():
+            writer = schema_writer(conn)
+            raise SchemaVersionError(
+                f"the registry database is at schema revision {before}, newer than this "
+                f"jaxport's {HEAD}: use jaxport {writer or 'newer'} or newer, not db upgrade",
+                found=before,
+                expected=HEAD,
+            )
+        command.upgrade(alembic_config(conn, Base.metadata), HEAD)
         _record_writer(conn)
         return before
+
+
+def schema_revision(url: str) -> tuple[str | None, str]:
+    """``(the database's alembic revision or None, the revision this jaxport writes)``.
+
+    Raises:
+        RegistryError: the database cannot be reached.
+    """
+    engine = create_registry_engine(url)
+    try:
+        with translating_db_errors(), engine.connect() as conn:
+            return current_revision(conn), HEAD
+    finally:
+        engine.dispose()
+
+
+def upgrade_database(url: str) -> tuple[str | None, str]:
+    """Upgrades a registry database to this jaxport's schema: ``(revision before, after)``.
+
+    An empty database is created at head.
+
+    Raises:
+        RegistryError: the database cannot be reached.
+    """
+    engine = create_registry_engine(url)
+    try:
+        with translating_db_errors():
+            return upgrade(engine), HEAD
+    finally:
+        engine.dispose()

@@ -2,7 +2,7 @@
 
     models ─< versions ─< variants >─ blobs ─< audits (by digest)
        │                     └─< variant_platforms
-       └─< aliases, alias_history
+       └─< aliases, alias_history          pending_blobs (digests of pushes in flight)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. Times are
@@ -27,11 +27,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "Alias",
-    "Audit",
     "AliasMove",
+    "Audit",
     "Base",
     "Blob",
     "Model",
+    "PendingBlob",
     "RegistryInfo",
     "Variant",
     "VariantPlatform",
@@ -78,6 +79,27 @@ class Blob(Base):
     __tablename__ = "blobs"
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class PendingBlob(Base):
+    """A digest that a push in flight writes or reuses (see ``_publish``): ``gc`` keeps its blob.
+
+    ``token`` names the push, ``host`` and ``pid`` the process that runs it; its rows are
+    deleted in the push's final transaction (or when it fails). Rows of a process that is gone
+    (same host, no such pid) are dead at once; others expire after ``PENDING_TTL`` seconds.
+    """
+
+    __tablename__ = "pending_blobs"
+    __table_args__ = (
+        Index("ix_pending_blobs_digest", "digest"),
+        Index("ix_pending_blobs_token", "token"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    token: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -158,7 +180,7 @@ class RegistryInfo(Base):
 class Audit(Base):
     """An audit of one variant's archive by one jax / jaxlib on one platform (``jaxport audit``).
 
-    ``status``: ok, incompatible, compile-error, mismatch or error; ``seconds``: how long the
+    ``status``: one of ``jaxport.audit.STATUSES``; ``seconds``: how long the
     audit took; ``details_json``: each check's outcome.
     """
 

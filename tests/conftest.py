@@ -9,6 +9,17 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax
 import pytest
 
+_ENV = ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "JAXPORT_HOME", "XDG_DATA_HOME")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch, tmp_path):
+    """No test sees the user's registry: the JAXPORT_* variables and XDG_DATA_HOME are cleared,
+    and the default home is a temporary directory."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
 
 @pytest.fixture
 def x64():

@@ -5,11 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxport
-from jaxport.registry._audit import audit_archive
+from jaxport.audit import audit_archive
 
 
 def _exp(fun=jnp.sin, *shapes, platforms=None, **kwargs):
@@ -39,9 +40,11 @@ def test_audit_statuses(registry):
     )(jax.ShapeDtypeStruct((8, 4), jnp.float32))
     registry.push(sharded, "sharded")
 
-    findings = {f.name: f for f in registry.audit(platform="cpu")}
+    findings = {f.name: f for f in registry.audit()}
     assert findings["ok"].status == "ok"
-    assert findings["tpu-only"].status == "incompatible" and "tpu" in findings["tpu-only"].reason
+    # Nothing was compiled for TPU here: not measured, so neither ok nor incompatible.
+    assert findings["tpu-only"].status == "not-run" and findings["tpu-only"].platform == "tpu"
+    assert "no tpu device here" in findings["tpu-only"].reason
     assert findings["missing-target"].status == "compile-error"
     assert "jaxport_no_such_target" in findings["missing-target"].reason
     assert "not guaranteed stable" in findings["missing-target"].checks["custom calls"]
@@ -53,7 +56,7 @@ def test_audit_statuses(registry):
 
     stored = registry.audit_results(jax_version=jax.__version__)
     assert {f.name for f in stored} == set(findings)
-    assert all(f.platform == "cpu" and f.seconds >= 0 for f in stored)
+    assert {f.platform for f in stored} == {"cpu", "tpu"} and all(f.seconds >= 0 for f in stored)
     assert registry.audit_results(name="ok")[0].status == "ok"
 
 
@@ -62,21 +65,54 @@ def test_audit_calling_convention_out_of_range(monkeypatch):
     from jaxport.export import _compat
 
     monkeypatch.setattr(_compat, "calling_convention_range", lambda: (99, 100))
-    result = audit_archive(data, platform="cpu", nr_devices=1)
+    result = audit_archive(data, platform="cpu")
     assert result.status == "incompatible" and "calling convention version" in result.reason
 
 
-def test_audit_of_too_few_devices():
+def test_audit_of_too_few_devices_is_not_run_with_the_hint(registry, monkeypatch):
     mesh = Mesh(np.array(jax.devices()), ("x",))
     exp = jax.export.export(jax.jit(lambda x: x + 1, in_shardings=NamedSharding(mesh, P("x"))))(
         jax.ShapeDtypeStruct((8,), jnp.float32)
     )
-    result = audit_archive(jaxport.dumps(exp), platform="cpu", nr_devices=2)
-    assert result.status == "incompatible" and "8 devices" in result.reason
+    registry.push(exp, "eight")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    (finding,) = registry.audit("eight")
+    assert finding.status == "not-run"
+    assert "8 cpu devices needed, 2 available" in finding.reason
+    assert "xla_force_host_platform_device_count=8" in finding.reason
 
 
 def test_audit_of_garbage_is_an_error_finding():
-    assert audit_archive(b"garbage", platform="cpu", nr_devices=1).status == "error"
+    assert audit_archive(b"garbage", platform="cpu").status == "error"
+
+
+def test_audit_inputs(registry):
+    registry.push(_exp(jnp.sin), "a")
+    with pytest.raises(jaxport.NotFoundError):
+        registry.audit("no-such-name")
+    with pytest.raises(jaxport.NotFoundError):
+        registry.audit("a:7")
+    with pytest.raises(jaxport.InvalidNameError, match="unknown platform"):
+        registry.audit("a", platform="vulkan")
+    with pytest.raises(jaxport.NotFoundError, match="no Python interpreter"):
+        registry.audit("a", python="/missing/python")
+    with pytest.raises(jaxport.NotFoundError, match="no Python interpreter"):
+        registry.upgrade_report("/missing/python")
+    with pytest.raises(jaxport.AuditError, match="did not start"):
+        registry.audit("a", python="/bin/true")
+
+
+def test_matrix_and_upgrade_rows_are_keyed_by_platform(registry):
+    registry.push(_exp(jnp.sin, platforms=("cpu", "rocm")), "k")
+    findings = registry.audit("k")
+    assert {(f.platform, f.status) for f in findings} == {("cpu", "ok"), ("rocm", "not-run")}
+    rows = registry.upgrade_report(jax.__version__, "k")
+    assert {(r.platform, r.now, r.breaks) for r in rows} == {
+        ("cpu", "ok", False),
+        ("rocm", "not-run", False),
+    }
+    rows = registry.upgrade_report("0.0.1", "k")
+    assert {r.after for r in rows} == {"not audited"} and len(rows) == 2
 
 
 def test_diff_classifies_changes(registry):
@@ -142,3 +178,33 @@ def test_gc_and_verify_keep_example_blobs(registry):
     assert registry.gc(dry_run=True, min_age=0).digests == ()
     report = registry.verify()
     assert report.checked == 2 and report.ok
+
+
+def test_a_worker_that_dies_is_a_crash_finding_and_the_next_job_still_runs(tmp_path):
+    import stat
+    import sys
+
+    from jaxport.audit import AuditJob, run_audits
+
+    fake = tmp_path / "python"  # speaks the worker protocol, then dies like a segfault
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, signal, sys\n"
+        "print(json.dumps({'jax_version': '9.9', 'jaxlib_version': '9.9'}), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    jobs = [AuditJob(b"x", "cpu"), AuditJob(b"y", "cpu")]
+    env, results = run_audits(jobs, python=fake)
+    assert env.jax_version == "9.9"
+    assert [r.status for r in results] == ["crash", "crash"]
+    assert "SIGSEGV" in results[0].reason
+
+
+def test_a_job_over_its_time_limit_is_killed_and_reported():
+    from jaxport.audit import AuditJob, run_audits
+
+    data = jaxport.dumps(_exp())
+    _, (result,) = run_audits([AuditJob(data, "cpu")], timeout=0.001)
+    assert result.status == "crash" and "time limit" in result.reason

@@ -13,14 +13,13 @@ import jax
 import pytest
 
 import jaxport
-from jaxport._cli_files import read_exported
-from jaxport.registry._examples import decode_examples
+from jaxport.audit._examples import decode_examples
 
 DATA = Path(__file__).with_name("data") / "old_jax"
 
 
 def _push(registry: jaxport.Registry, name: str) -> None:
-    exp, _ = read_exported(name, (DATA / f"{name}.jaxexport").read_bytes())
+    exp = jax.export.deserialize(bytearray((DATA / f"{name}.jaxexport").read_bytes()))
     examples = []
     for ins, outs in decode_examples((DATA / f"{name}.npz").read_bytes()):
         args, kwargs = jax.tree.unflatten(exp.in_tree, ins)

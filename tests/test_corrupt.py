@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import struct
+from pathlib import Path
 
 import flatbuffers
 import jax
@@ -283,3 +284,15 @@ def fuzz_one(data: bytes) -> None:
     for reader in (jaxport.loads, jaxport.inspect):
         with contextlib.suppress(jaxport.JaxportError):
             reader(data)
+
+
+def test_errors_name_the_vjp_order_the_field_and_the_file(tmp_path):
+    """A bad VJP table fails ``load`` itself, not a later ``.vjp()`` (issue 9)."""
+    corpus = Path(__file__).parent / "reliability" / "corpus"
+    path = tmp_path / "bad.jaxport"
+    path.write_bytes((corpus / "vjp_bad_effect.jaxport").read_bytes())
+    with pytest.raises(jaxport.CorruptArchiveError) as e:
+        jaxport.load(path)
+    message = str(e.value)
+    assert message.startswith("the VJP of order 1: unordered_effects[0]: TypeError: ")
+    assert e.value.path == str(path) and message.endswith(f"({path})")

@@ -1,58 +1,149 @@
-"""The public surface is pinned: a change to it is a deliberate change to this list."""
+"""The public surface is pinned: a change to it is a deliberate change to these lists."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import subprocess
+import sys
+
+import pytest
+
 import jaxport
+import jaxport.audit
+import jaxport.export
+import jaxport.registry
+from jaxport import _errors
+
+PUBLIC = [
+    "FORMAT_VERSION",
+    "HOST_CALLBACK_TARGETS",
+    "MAX_SUPPORTED_FORMAT_VERSION",
+    "MIN_SUPPORTED_FORMAT_VERSION",
+    "AliasMove",
+    "ArchiveInfo",
+    "AuditError",
+    "AuditResult",
+    "AvalInfo",
+    "BlobProblem",
+    "Change",
+    "ConflictError",
+    "CorruptArchiveError",
+    "Example",
+    "Finding",
+    "GcReport",
+    "IntegrityError",
+    "InvalidNameError",
+    "JaxportError",
+    "ModuleInfo",
+    "NotFoundError",
+    "PushResult",
+    "Ref",
+    "Registry",
+    "RegistryError",
+    "Rejection",
+    "Resolution",
+    "SchemaVersionError",
+    "SectionInfo",
+    "UnsafeArchiveError",
+    "UnsupportedFeatureError",
+    "UnsupportedVersionError",
+    "UpgradeRow",
+    "VariantInfo",
+    "VerifyReport",
+    "__version__",
+    "dumps",
+    "inspect",
+    "load",
+    "loads",
+    "module_custom_calls",
+    "save",
+    "stable_custom_call_targets",
+]
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    """RUF022's order: SCREAMING_CASE, then CamelCase, then the rest."""
+    if name.isupper() or (name.upper() == name and "_" in name):
+        return (0, name)
+    return (1, name) if name[:1].isupper() else (2, name)
 
 
 def test_public_names():
-    assert jaxport.__all__ == [
-        "FORMAT_VERSION",
-        "MAX_SUPPORTED_FORMAT_VERSION",
-        "MIN_SUPPORTED_FORMAT_VERSION",
-        "ArchiveInfo",
-        "AvalInfo",
-        "ConflictError",
-        "CorruptArchiveError",
-        "Example",
-        "IntegrityError",
-        "InvalidNameError",
-        "JaxportError",
-        "ModuleInfo",
-        "NotFoundError",
-        "Ref",
-        "Registry",
-        "RegistryError",
-        "Resolution",
-        "SchemaVersionError",
-        "SectionInfo",
-        "UnsupportedFeatureError",
-        "UnsupportedVersionError",
-        "VariantInfo",
-        "__version__",
-        "dumps",
-        "inspect",
-        "load",
-        "loads",
-        "save",
-    ]
+    assert jaxport.__all__ == PUBLIC
     for name in jaxport.__all__:
-        assert hasattr(jaxport, name)
+        assert getattr(jaxport, name) is not None
+
+
+@pytest.mark.parametrize("module", [jaxport, jaxport.export, jaxport.registry, jaxport.audit])
+def test_all_is_sorted_and_resolves(module):
+    assert module.__all__ == sorted(module.__all__, key=_isort_key)
+    for name in module.__all__:
+        assert hasattr(module, name), name
+
+
+def test_every_error_and_result_type_is_public():
+    errors = [c for _, c in inspect.getmembers(_errors, inspect.isclass)]
+    errors = [c for c in errors if issubclass(c, jaxport.JaxportError)]
+    assert {c.__name__ for c in errors} <= set(jaxport.__all__)
+    for name in jaxport.registry.__all__ + jaxport.audit.__all__:
+        value = getattr(
+            jaxport.registry if hasattr(jaxport.registry, name) else jaxport.audit, name
+        )
+        inputs = ("AuditJob", "Environment", "Reference", "RegistryConfig", "Stray")
+        if inspect.isclass(value) and dataclasses.is_dataclass(value) and name not in inputs:
+            assert name in jaxport.__all__, name
 
 
 def test_error_hierarchy():
-    assert issubclass(jaxport.CorruptArchiveError, jaxport.JaxportError)
-    assert issubclass(jaxport.CorruptArchiveError, ValueError)
-    assert issubclass(jaxport.IntegrityError, jaxport.CorruptArchiveError)
-    assert issubclass(jaxport.UnsupportedVersionError, jaxport.JaxportError)
-    assert issubclass(jaxport.UnsupportedVersionError, ValueError)
-    assert issubclass(jaxport.UnsupportedFeatureError, jaxport.JaxportError)
-    assert issubclass(jaxport.NotFoundError, jaxport.RegistryError)
-    assert issubclass(jaxport.NotFoundError, LookupError)
-    assert issubclass(jaxport.InvalidNameError, ValueError)
-    assert issubclass(jaxport.RegistryError, jaxport.JaxportError)
+    """Every class of the tree drawn at the top of jaxport/_errors.py, with its built-in."""
+    expected = {
+        "CorruptArchiveError": (jaxport.JaxportError, ValueError),
+        "IntegrityError": (jaxport.CorruptArchiveError,),
+        "UnsupportedVersionError": (jaxport.JaxportError, ValueError),
+        "UnsupportedFeatureError": (jaxport.JaxportError, ValueError),
+        "UnsafeArchiveError": (jaxport.UnsupportedFeatureError,),
+        "AuditError": (jaxport.JaxportError,),
+        "RegistryError": (jaxport.JaxportError,),
+        "NotFoundError": (jaxport.RegistryError, LookupError),
+        "InvalidNameError": (jaxport.RegistryError, ValueError),
+        "ConflictError": (jaxport.RegistryError,),
+        "SchemaVersionError": (jaxport.RegistryError,),
+    }
+    defined = {
+        n
+        for n, c in inspect.getmembers(_errors, inspect.isclass)
+        if issubclass(c, jaxport.JaxportError) and c is not jaxport.JaxportError
+    }
+    assert defined == set(expected)
+    for name, bases in expected.items():
+        cls = getattr(jaxport, name)
+        assert all(issubclass(cls, b) for b in bases), name
+        assert name in (_errors.__doc__ or ""), f"{name} is missing from the drawn tree"
 
 
 def test_versions():
     assert jaxport.MIN_SUPPORTED_FORMAT_VERSION <= jaxport.FORMAT_VERSION
     assert jaxport.FORMAT_VERSION <= jaxport.MAX_SUPPORTED_FORMAT_VERSION
+
+
+@pytest.mark.parametrize(
+    ("statement", "absent"),
+    [
+        ("import jaxport", ("jax", "sqlalchemy", "alembic")),
+        ("import jaxport.export", ("sqlalchemy", "alembic")),
+        ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
+        ("from jaxport.registry import Registry", ("jax", "alembic")),
+    ],
+)
+def test_imports_stay_light(statement, absent):
+    code = f"{statement}; import sys; print(sorted(m for m in {absent!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_known_platforms_agree():
+    from jaxport.export._compat import KNOWN_PLATFORMS
+    from jaxport.registry._names import KNOWN_PLATFORMS as REGISTRY_PLATFORMS
+
+    assert KNOWN_PLATFORMS == REGISTRY_PLATFORMS

@@ -10,6 +10,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxport
+from _helpers import FaultyBlobStore
 from jaxport import Registry
 
 
@@ -29,7 +30,9 @@ def test_push_pull_round_trip(registry):
     exp = _exp()
     ref = registry.push(exp, "mlp", metadata={"owner": "a"})
     assert (ref.name, ref.version) == ("mlp", 1) and len(ref.digests[0]) == 64
-    assert ref.variants[0].platforms == ("cpu",) and ref.variants[0].metadata == {"owner": "a"}
+    assert ref.variants[0].platforms == ("cpu",) and ref.metadata == {"owner": "a"}
+    assert ref.variants[0].metadata == {}  # push-time metadata never rewrites an archive
+    assert ref.created and ref.created_at > 0 and isinstance(ref, jaxport.PushResult)
     back = registry.pull("mlp")
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_allclose(back.call(x), np.sin(x), rtol=1e-6)
@@ -102,7 +105,7 @@ def test_aliases_move_with_history(registry):
     assert registry.resolve("a@prod").chosen.version == 2
     assert registry.aliases("a") == {"prod": 2}
     history = registry.alias_history("a", "prod")
-    assert [(h[1], h[2]) for h in history] == [(None, 1), (1, 2)]
+    assert [(h.from_version, h.to_version) for h in history] == [(None, 1), (1, 2)]
     with pytest.raises(jaxport.NotFoundError, match="no alias 'staging'; aliases: prod"):
         registry.pull("a@staging")
     with pytest.raises(jaxport.NotFoundError):
@@ -112,7 +115,7 @@ def test_aliases_move_with_history(registry):
 def test_delete_refuses_aliased_version_unless_forced(registry):
     registry.push(_exp(jnp.sin), "d", aliases=["prod"])
     registry.push(_exp(jnp.cos), "d")
-    with pytest.raises(jaxport.ConflictError, match="aliased as prod"):
+    with pytest.raises(jaxport.ConflictError, match="@prod -> 1"):
         registry.delete("d", 1)
     registry.delete("d", 2)
     registry.delete("d", 1, force=True)
@@ -153,20 +156,17 @@ def test_corrupt_or_missing_blob_is_never_returned(registry):
         registry.pull("c")
 
 
-def test_failed_push_leaves_the_registry_as_it_was(registry, monkeypatch):
-    registry.push(_exp(jnp.sin), "p")
-    from jaxport.registry import _registry
-
-    def boom(*args, **kwargs):
-        raise RuntimeError("crash after the blob is written")
-
-    monkeypatch.setattr(_registry, "_variant_row", boom)
-    with pytest.raises(RuntimeError):
-        registry.push(_exp(jnp.cos), "p")
-    monkeypatch.undo()
-    assert [r.version for r in registry.list("p")] == [1]
-    # The failed push consumed no version number.
-    assert registry.push(_exp(jnp.cos), "p").version == 2
+def test_failed_push_leaves_the_registry_as_it_was(db_url, tmp_path):
+    store = FaultyBlobStore(tmp_path / "blobs")
+    with Registry(db_url, blobs=store) as registry:
+        registry.push(_exp(jnp.sin), "p")
+        store.fail_puts = 1
+        with pytest.raises(OSError, match="injected"):
+            registry.push([_exp(jnp.sin, (3,)), _exp(jnp.cos)], "p")
+        assert [r.version for r in registry.list("p")] == [1]
+        # The failed push consumed no version number and left no pending rows behind.
+        assert registry.push(_exp(jnp.cos), "p").version == 2
+        assert registry.gc(min_age=0).kept_pending == ()
 
 
 def test_list_and_search_are_paged(registry):

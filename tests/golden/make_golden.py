@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import jax.export  # older jax releases do not import it with jax
 import jax.numpy as jnp
 
 import jaxport

@@ -1,153 +1,113 @@
-"""Audits: can the running jax still load, compile and run an archive?
+"""Audits: can the running jax still load, compile and run an archive on a platform here?
 
-Each variant is checked in three steps, and the first that fails gives the status:
+Each (variant, platform) is checked in steps; the first that fails gives the status (the
+statuses and what each proves: ``_report``):
 
 1. static (``incompatible``): archive format version against this reader; calling convention
    version against jax's supported range
-   (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions); the
-   platform available here; enough devices. Reported, not failed on: each module's StableHLO
-   producer version against this jaxlib's range
+   (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions). Reported,
+   not failed on: each module's StableHLO producer version against this jaxlib's range
    (https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md; jax writes for an
    older target, so only deserializing tells), custom-call targets outside jax's
    guaranteed-stable list, disabled safety checks.
-2. compile (``compile-error``): deserialize and lower + compile for the local platform from the
-   avals alone (symbolic dimensions take the first small size that satisfies the constraints).
-3. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
+2. here (``not-run``): the platform's devices exist on this machine, as many as the export
+   needs. Otherwise nothing more is measured.
+3. compile (``compile-error``): deserialize, then lower and compile on this platform's devices
+   from the avals alone (symbolic dimensions take the first small size the constraints allow).
+4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
    and compare with the producer's outputs, with dtype-aware tolerances
    (``_examples.tolerance``); the largest absolute and relative errors are reported.
 
-Anything else that goes wrong is ``error``, with the exception's type and message.
+Anything else that goes wrong is ``error``, with the exception's type and message. Run this
+in a worker process (``_worker``): jaxlib can crash on malformed modules.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jaxport._errors import JaxportError, UnsupportedVersionError
+from jaxport.audit._examples import Comparison, compare, decode_examples
+from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
     _compat,
     inspect,
+    is_host_callback,
     loads,
+    module_custom_calls,
+    stable_custom_call_targets,
 )
-from jaxport.registry._examples import Comparison, compare, decode_examples
 
-__all__ = [
-    "AuditResult",
-    "Finding",
-    "UpgradeRow",
-    "audit_archive",
-    "compare_findings",
-    "release_key",
-]
+__all__ = ["audit_archive", "check_archive"]
 
 _DIM_CANDIDATES = (2, 3, 4, 8, 16, 1, 32, 64)
+_FORCE_DEVICES = "XLA_FLAGS=--xla_force_host_platform_device_count={n}"
 
 
-@dataclasses.dataclass(frozen=True)
-class AuditResult:
-    """The outcome of auditing one archive here; ``seconds`` is the audit's duration."""
+def audit_archive(data: bytes, *, platform: str, examples: bytes | None = None) -> AuditResult:
+    """Audits archive bytes for ``platform`` (cpu, cuda, rocm, tpu) with this process's jax
+    and devices; ``examples`` is a golden-examples blob (``_examples``) to re-run, if any.
 
-    status: str
-    reason: str
-    checks: dict[str, str]
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """An audit of one variant, as the registry stores it (``seconds``: its duration)."""
-
-    name: str
-    version: int
-    digest: str
-    jax_version: str
-    jaxlib_version: str
-    platform: str
-    status: str
-    reason: str
-    checks: dict[str, str]
-    seconds: float
-    created_at: float
-
-
-@dataclasses.dataclass(frozen=True)
-class UpgradeRow:
-    """One variant's status under the running jax (``now``) and a target release (``after``)."""
-
-    name: str
-    version: int
-    digest: str
-    now: str
-    after: str
-    reason: str
-    breaks: bool
-
-
-def compare_findings(findings: list[Finding], current: str, target: str) -> list[UpgradeRow]:
-    """What moving from jax ``current`` to ``target`` breaks, from stored findings (newest
-    first; the newest per digest and release counts). ``after`` is "not audited" where the
-    target has no finding; ``breaks``: ok now, not ok after."""
-    latest: dict[tuple[str, str], Finding] = {}
-    for f in findings:
-        latest.setdefault((f.digest, f.jax_version), f)
-    rows = []
-    for (digest, jax_version), f in sorted(
-        latest.items(), key=lambda kv: (kv[1].name, kv[1].version)
-    ):
-        if jax_version != current:
-            continue
-        after = latest.get((digest, target))
-        rows.append(
-            UpgradeRow(
-                name=f.name,
-                version=f.version,
-                digest=digest,
-                now=f.status,
-                after=after.status if after else "not audited",
-                reason=after.reason if after and after.status != "ok" else "",
-                breaks=bool(after and f.status == "ok" and after.status != "ok"),
-            )
-        )
-    return rows
-
-
-def audit_archive(
-    data: bytes, *, platform: str, nr_devices: int, examples: bytes | None = None
-) -> AuditResult:
-    """Audits archive bytes for ``platform`` with ``nr_devices`` devices available;
-    ``examples`` is a golden-examples blob (``_examples``) to re-run, if any."""
+    Never raises for a bad archive: every failure is a status (``_report.STATUSES``).
+    """
     start = time.perf_counter()
     checks: dict[str, str] = {}
     try:
-        status, reason = _audit(data, platform, nr_devices, examples, checks)
+        status, reason = _audit(data, platform, examples, checks)
     except Exception as e:  # an audit reports failures; it does not raise them
         status, reason = "error", f"{type(e).__name__}: {e}"
     return AuditResult(status, reason, checks, time.perf_counter() - start)
 
 
+def check_archive(data: bytes) -> AuditResult:
+    """Reads all of an archive as ``loads`` does, every module parsed: ``ok``, or ``error``
+    with the reason (e.g. a header whose custom-call list disagrees with its modules). For
+    ``verify --deep``; run it in a worker (``_worker``): parsing is where jaxlib can crash."""
+    start = time.perf_counter()
+    checks: dict[str, str] = {}
+    try:
+        info = inspect(data)
+        targets = module_custom_calls(data)
+        checks["custom calls (modules)"] = ", ".join(sorted({t for m in targets for t in m}))
+        exp = loads(data, allow_custom_calls=_auditable_targets(info))
+        for _ in range(info.vjp_order):
+            exp = exp.vjp()
+        status, reason = "ok", "every module reads, and matches the header"
+    except Exception as e:  # a check reports failures; it does not raise them
+        status, reason = "error", f"{type(e).__name__}: {e}"
+    return AuditResult(status, reason, checks, time.perf_counter() - start)
+
+
 def _audit(
-    data: bytes, platform: str, nr_devices: int, examples: bytes | None, checks: dict[str, str]
+    data: bytes, platform: str, examples: bytes | None, checks: dict[str, str]
 ) -> tuple[str, str]:
     try:
         info = inspect(data)
     except UnsupportedVersionError as e:
         checks["format version"] = str(e)
         return "incompatible", str(e)
-    problem = _static(info, platform, nr_devices, checks)
+    problem = _static(info, checks)
     if problem:
         return "incompatible", problem
+    missing = _not_here(info, platform, checks)
+    if missing:
+        return NOT_RUN, missing
     try:
-        exp = loads(data)
+        # Compiling is what measures a custom call, so every target the header names is let
+        # through, except host callbacks, which no archive may call (export/_custom_calls.py).
+        exp = loads(data, allow_custom_calls=_auditable_targets(info))
     except UnsupportedVersionError as e:
         return "incompatible", str(e)
     except JaxportError as e:
         return "error", f"{type(e).__name__}: {e}"
     try:
-        _compile(exp, checks)
+        with _on(platform):
+            _compile(exp, platform, checks)
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
@@ -155,7 +115,8 @@ def _audit(
         checks["golden"] = "no stored examples"
         return "ok", "loads and compiles"
     try:
-        comparison, count = _run_examples(exp, examples)
+        with _on(platform):
+            comparison, count = _run_examples(exp, platform, examples)
     except Exception as e:  # running may fail where compiling did not
         checks["golden"] = f"{type(e).__name__}: {_first_line(e)}"
         return "error", f"running the examples failed: {checks['golden']}"
@@ -168,11 +129,11 @@ def _audit(
     return "ok", f"loads, compiles and matches {count} example(s)"
 
 
-def _run_examples(exp: Any, blob: bytes) -> tuple[Comparison, int]:
+def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int]:
     import jax
 
     pairs = decode_examples(blob)
-    shardings = _in_shardings(exp)
+    shardings = _in_shardings(exp, platform)
     worst = Comparison(0.0, 0.0, True, "")
     for ins, outs in pairs:
         placed = [
@@ -188,7 +149,7 @@ def _run_examples(exp: Any, blob: bytes) -> tuple[Comparison, int]:
     return worst, len(pairs)
 
 
-def _static(info: Any, platform: str, nr_devices: int, checks: dict[str, str]) -> str:
+def _static(info: Any, checks: dict[str, str]) -> str:
     lo, hi = MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION
     checks["format version"] = f"{info.format_version} (reader {lo}..{hi})"
     cc_lo, cc_hi = _compat.calling_convention_range()
@@ -199,7 +160,7 @@ def _static(info: Any, platform: str, nr_devices: int, checks: dict[str, str]) -
     # The producer string is the writer's StableHLO version; jax writes modules for an older
     # target (its compatibility window), so a newer producer is reported, not failed on:
     # deserializing and compiling below measure whether this jaxlib reads it.
-    shlo_lo, shlo_hi = _stablehlo_range()
+    shlo_lo, shlo_hi = _compat.stablehlo_range()
     for m in info.modules:
         label = "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}"
         inside = not m.stablehlo_version or _version_in(m.stablehlo_version, shlo_lo, shlo_hi)
@@ -207,25 +168,54 @@ def _static(info: Any, platform: str, nr_devices: int, checks: dict[str, str]) -
         checks[f"StableHLO ({label})"] = (
             f"{m.stablehlo_version} (jaxlib {shlo_lo}..{shlo_hi}{note})"
         )
-    unstable = sorted(set(info.custom_call_targets) - _stable_targets())
+    stable = stable_custom_call_targets() | {"shape_assertion"}
+    unstable = sorted(set(info.custom_call_targets) - stable)
     checks["custom calls"] = (
         f"not guaranteed stable: {', '.join(unstable)}" if unstable else "all guaranteed stable"
     )
     checks["disabled safety checks"] = ", ".join(info.disabled_safety_checks) or "none"
-    checks["platform"] = f"{platform} in {', '.join(info.platforms)}"
-    if platform not in info.platforms:
-        return f"exported for {', '.join(info.platforms)}; this machine runs {platform}"
-    checks["devices"] = f"needs {info.nr_devices}, have {nr_devices}"
-    if info.nr_devices > nr_devices:
-        return f"exported for {info.nr_devices} devices; {nr_devices} available"
     return ""
 
 
-def _compile(exp: Any, checks: dict[str, str]) -> None:
+def _auditable_targets(info: Any) -> tuple[str, ...]:
+    return tuple(t for t in info.custom_call_targets if not is_host_callback(t))
+
+
+def _not_here(info: Any, platform: str, checks: dict[str, str]) -> str:
+    """Why the compile and golden checks cannot run here for ``platform`` ("" if they can)."""
+    if platform not in info.platforms:
+        checks["platform"] = f"{platform} not in {', '.join(info.platforms)}"
+        return f"not exported for {platform} (exported for {', '.join(info.platforms)})"
+    have = _compat.local_device_count(platform)
+    checks["devices"] = f"needs {info.nr_devices} {platform}, have {have}"
+    if have == 0:
+        return f"no {platform} device here"
+    if info.nr_devices > have:
+        hint = f" (on CPU: {_FORCE_DEVICES.format(n=info.nr_devices)})" if platform == "cpu" else ""
+        return f"{info.nr_devices} {platform} devices needed, {have} available{hint}"
+    return ""
+
+
+@contextlib.contextmanager
+def _on(platform: str) -> Iterator[None]:
+    """Unsharded computations in this block run on ``platform``'s first device."""
+    import jax
+
+    with jax.default_device(_devices(platform)[0]):
+        yield
+
+
+def _devices(platform: str) -> list[Any]:
+    import jax
+
+    return list(jax.devices("gpu" if platform in ("cuda", "rocm") else platform))
+
+
+def _compile(exp: Any, platform: str, checks: dict[str, str]) -> None:
     import jax
     import numpy as np
 
-    shardings = _in_shardings(exp)
+    shardings = _in_shardings(exp, platform)
     error: Exception | None = None
     for size in _DIM_CANDIDATES:
         specs = [
@@ -246,14 +236,14 @@ def _compile(exp: Any, checks: dict[str, str]) -> None:
     raise error
 
 
-def _in_shardings(exp: Any) -> list[Any]:
-    """Shardings over this machine's first ``nr_devices`` devices for a sharded export's inputs."""
+def _in_shardings(exp: Any, platform: str) -> list[Any]:
+    """Shardings over the platform's first ``nr_devices`` devices for a sharded export's inputs."""
     if exp.nr_devices <= 1:
         return [None] * len(exp.in_avals)
     import jax
     import numpy as np
 
-    devices = jax.devices()[: exp.nr_devices]
+    devices = _devices(platform)[: exp.nr_devices]
     _, named, _ = _compat.exported_named_shardings(exp)
     abstract = next((s.mesh for s in named if s is not None), None)
     if abstract is None:  # jax < 0.9: only the HloSharding form
@@ -298,22 +288,6 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0][:500] if text else ""
 
 
-def _stablehlo_range() -> tuple[str, str]:
-    from jax._src.lib.mlir.dialects import hlo
-
-    return str(hlo.get_minimum_version()), str(hlo.get_current_version())
-
-
-def release_key(version: str) -> tuple[int, ...]:
-    """A sort key for dotted release strings ("0.10.2" > "0.9.2"); non-numeric parts sort first."""
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
-
-
 def _version_in(version: str, lo: str, hi: str) -> bool:
-    return release_key(lo) <= release_key(version) <= release_key(hi)
-
-
-def _stable_targets() -> set[str]:
-    from jax._src.export import _export
-
-    return set(getattr(_export, "_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE", ())) | {"shape_assertion"}
+    key = _compat.release_key
+    return key(lo) <= key(version) <= key(hi)

@@ -98,6 +98,10 @@ def _at(where: str, path: str) -> str:
     return f"{where} {path or '.'}".strip()
 
 
+def _variant_key(pair: tuple[Any, ArchiveInfo]) -> tuple[tuple[str, ...], int]:
+    return tuple(pair[0].platforms), int(pair[0].nr_devices)
+
+
 def diff_variant_sets(
     a: list[tuple[Any, ArchiveInfo]], b: list[tuple[Any, ArchiveInfo]]
 ) -> list[Change]:
@@ -105,9 +109,8 @@ def diff_variant_sets(
 
     ``a`` and ``b`` hold ``(VariantInfo, ArchiveInfo)`` pairs.
     """
-    key = lambda pair: (tuple(pair[0].platforms), pair[0].nr_devices)  # noqa: E731
-    old = {key(p): p for p in a}
-    new = {key(p): p for p in b}
+    old = {_variant_key(p): p for p in a}
+    new = {_variant_key(p): p for p in b}
     changes = []
     old_platforms = {p for k in old for p in k[0]}
     new_platforms = {p for k in new for p in k[0]}

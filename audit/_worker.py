@@ -1,0 +1,269 @@
+"""Audits in a worker process, so that jaxlib crashing on an archive is a finding, not the death
+of the caller.
+
+The parent (``run_audits``) writes each archive (and golden examples) to a private temporary
+directory and starts ``PYTHON -P -m jaxport.audit._worker --memory-limit BYTES``, which sets its own
+address-space limit (``RLIMIT_AS``) before it imports jax; no registry URL and no credentials
+are in its environment or on its command line. The
+protocol is JSON lines:
+
+- worker -> parent, once: ``{"jax_version": ..., "jaxlib_version": ...}``
+- parent -> worker, per job: ``{"archive": PATH, "examples": PATH or null, "platform": P}``
+  (platform null: only read the whole archive, ``_checks.check_archive``)
+- worker -> parent, per job: ``{"status": ..., "reason": ..., "checks": {...}, "seconds": S}``
+
+A job that kills the worker (a signal, the memory limit) or outlasts ``timeout`` seconds is a
+``crash`` finding naming the signal or the limit; a fresh worker takes the remaining jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from jaxport._errors import AuditError, JaxportError, NotFoundError
+from jaxport.audit._report import AuditResult
+
+__all__ = ["DEFAULT_MEMORY_LIMIT", "AuditJob", "Environment", "run_audits"]
+
+#: The address-space limit of a worker, in bytes (jax on CPU needs about 4 GiB of it).
+DEFAULT_MEMORY_LIMIT = 16 << 30
+_START_TIMEOUT = 120.0
+#: Variables not passed to a worker: where a registry is, and how to reach it.
+_PRIVATE_ENV = ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "PGPASSWORD", "JAXPORT_TEST_POSTGRES_URL")
+
+
+#: Archive or examples bytes, or a function that reads them when the job runs (so that only
+#: one archive is in memory at a time); it may raise a ``JaxportError`` (an ``error`` result).
+Blob = bytes | Callable[[], bytes]
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditJob:
+    """One archive to audit for one platform, with its golden examples blob if any; platform
+    None: only read the whole archive (``check_archive``)."""
+
+    archive: Blob
+    platform: str | None
+    examples: Blob | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """The jax that audited: ``(jax, jaxlib)`` versions as the worker reported them."""
+
+    jax_version: str
+    jaxlib_version: str
+
+
+def run_audits(
+    jobs: Sequence[AuditJob],
+    *,
+    python: str | os.PathLike[str] | None = None,
+    timeout: float = 600.0,
+    memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+) -> tuple[Environment, list[AuditResult]]:
+    """Audits ``jobs`` in worker processes of ``python`` (default: this interpreter).
+
+    Args:
+        jobs: what to audit.
+        python: an interpreter with jaxport installed (another jax release, say).
+        timeout: seconds one job may take before its worker is killed.
+        memory_limit: the worker's address-space limit in bytes (None: unlimited); applied
+            only when every job is for CPU (GPU and TPU runtimes reserve address space far
+            beyond memory, so a limit would stop them from starting).
+
+    Returns:
+        The auditing jax's versions, and one result per job, in order.
+
+    Raises:
+        NotFoundError: ``python`` does not exist or is not executable.
+        AuditError: the worker does not start (no jaxport or jax in that environment).
+    """
+    exe = _interpreter(python)
+    if memory_limit is not None and any(j.platform not in (None, "cpu") for j in jobs):
+        memory_limit = None  # CUDA and TPU runtimes reserve far more address space than RAM
+    results: list[AuditResult] = []
+    with tempfile.TemporaryDirectory(prefix="jaxport-audit-") as tmp:
+        env: Environment | None = None
+        while len(results) < len(jobs) or env is None:
+            worker = _Worker(exe, Path(tmp), memory_limit)
+            try:
+                env = worker.start()
+                while len(results) < len(jobs):
+                    result = _run_one(worker, Path(tmp), jobs[len(results)], timeout)
+                    results.append(result)
+                    if result.status == "crash":
+                        break
+            finally:
+                worker.stop()
+    return env, results
+
+
+def _run_one(worker: _Worker, tmp: Path, job: AuditJob, timeout: float) -> AuditResult:
+    """Writes the job's files, runs it, removes them."""
+    try:
+        request = _write_job(tmp, job)
+    except JaxportError as e:  # a blob that is missing or corrupt: that variant's finding
+        return AuditResult("error", f"{type(e).__name__}: {e}", {}, 0.0)
+    try:
+        return worker.run(request, timeout)
+    finally:
+        for key in ("archive", "examples"):
+            if request[key] is not None:
+                Path(request[key]).unlink(missing_ok=True)
+
+
+def _read(blob: Blob) -> bytes:
+    return blob() if callable(blob) else blob
+
+
+def _interpreter(python: str | os.PathLike[str] | None) -> str:
+    if python is None:
+        return sys.executable
+    path = os.fspath(python)
+    if not (Path(path).is_file() and os.access(path, os.X_OK)):
+        raise NotFoundError(f"no Python interpreter at {path}")
+    return path
+
+
+def _write_job(tmp: Path, job: AuditJob) -> dict[str, Any]:
+    archive = tmp / "job.jaxport"
+    archive.write_bytes(_read(job.archive))
+    examples = None
+    if job.examples is not None:
+        examples = tmp / "job.npz"
+        examples.write_bytes(_read(job.examples))
+    return {
+        "archive": str(archive),
+        "examples": None if examples is None else str(examples),
+        "platform": job.platform,
+    }
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipes."""
+
+    def __init__(self, exe: str, tmp: Path, memory_limit: int | None):
+        self._exe = exe
+        self._stderr = (tmp / f"stderr-{time.monotonic_ns()}").open("w+b")
+        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+        limit = [] if memory_limit is None else ["--memory-limit", str(int(memory_limit))]
+        self._proc = subprocess.Popen(
+            [exe, "-P", "-m", "jaxport.audit._worker", *limit],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=tmp,
+            env=env,
+        )
+        self._selector = selectors.DefaultSelector()
+        assert self._proc.stdout is not None
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
+
+    def start(self) -> Environment:
+        line = self._readline(_START_TIMEOUT)
+        try:
+            hello = json.loads(line or b"")
+            return Environment(str(hello["jax_version"]), str(hello["jaxlib_version"]))
+        except (ValueError, KeyError, TypeError):
+            raise AuditError(
+                f"the audit worker did not start with {self._exe}: {self._tail()} (is jaxport "
+                "installed in that environment?)"
+            ) from None
+
+    def run(self, request: dict[str, Any], timeout: float) -> AuditResult:
+        start = time.perf_counter()
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        line = self._readline(timeout)
+        seconds = time.perf_counter() - start
+        if line is None:
+            self._proc.kill()
+            self._proc.wait()
+            return AuditResult("crash", f"killed after the {timeout:g} s time limit", {}, seconds)
+        if not line:
+            return AuditResult("crash", self._death(), {}, seconds)
+        reply = json.loads(line)
+        return AuditResult(reply["status"], reply["reason"], reply["checks"], reply["seconds"])
+
+    def _readline(self, timeout: float) -> bytes | None:
+        """A line from the worker, b"" at its end, None after ``timeout`` seconds."""
+        if not self._selector.select(timeout):
+            return None
+        assert self._proc.stdout is not None
+        return self._proc.stdout.readline()
+
+    def _death(self) -> str:
+        code = self._proc.wait()
+        if code < 0:
+            name = signal.Signals(-code).name
+            return f"the worker died with {name} ({self._tail()})"
+        return f"the worker exited with status {code} ({self._tail()})"
+
+    def _tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln]
+        return lines[-1][:300] if lines else "no output"
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._selector.close()
+        self._stderr.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The worker: ``[--memory-limit BYTES]``; audits each request read from stdin, one JSON
+    line out per line in."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--memory-limit"]:
+        import resource
+
+        limit = int(args[1])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    stdin, stdout = sys.stdin, sys.stdout
+    from jaxport.audit._checks import audit_archive, check_archive
+    from jaxport.export._compat import jax_versions
+
+    jax_version, jaxlib_version = jax_versions()
+    _send(stdout, {"jax_version": jax_version, "jaxlib_version": jaxlib_version})
+    for line in stdin:
+        request = json.loads(line)
+        examples, data = request["examples"], Path(request["archive"]).read_bytes()
+        if request["platform"] is None:
+            result = check_archive(data)
+        else:
+            result = audit_archive(
+                data,
+                platform=request["platform"],
+                examples=None if examples is None else Path(examples).read_bytes(),
+            )
+        _send(stdout, dataclasses.asdict(result))
+
+
+def _send(stdout: IO[str], message: dict[str, Any]) -> None:
+    stdout.write(json.dumps(message) + "\n")
+    stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The one place where the errors of the libraries under the reader become jaxport errors.
+
+A hostile header reaches code that was never meant to see one: the FlatBuffers runtime
+(``struct.error``, ``IndexError``, ``UnicodeDecodeError``), jax's symbolic-shape parser
+(``tokenize.TokenError``, ``RecursionError``), its shape arithmetic
+(``InconclusiveDimensionOperation``, ``ZeroDivisionError``, ``NotImplementedError``), its
+sharding checks (``DuplicateSpecError``, ``AssertionError``), jaxlib's C++ bindings
+(``RuntimeError: std::bad_cast``) and zstandard (``ZstdError``). Every reader of an archive runs
+inside ``translating_read_errors``, which turns each of ``TRANSLATED_ERRORS`` into a
+``CorruptArchiveError`` naming the original type, and the field where it happened.
+"""
+
+from __future__ import annotations
+
+import struct
+import tokenize
+from types import TracebackType
+
+import zstandard
+from jax._src import core as jax_core
+from jax._src import named_sharding
+
+from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
+
+__all__ = ["TRANSLATED_ERRORS", "translating_read_errors"]
+
+#: What a malformed header can make the libraries under the reader raise.
+TRANSLATED_ERRORS: tuple[type[Exception], ...] = (
+    struct.error,  # FlatBuffers: a read past the buffer
+    LookupError,  # FlatBuffers, tables: IndexError, KeyError
+    UnicodeError,  # strings that are not UTF-8
+    RecursionError,  # jax's recursive parsers
+    ArithmeticError,  # OverflowError, ZeroDivisionError
+    TypeError,
+    AttributeError,
+    ValueError,  # also jax's parse errors
+    MemoryError,
+    AssertionError,  # jax's internal checks
+    NotImplementedError,  # jax: repeated equality constraints
+    RuntimeError,  # jaxlib's C++ (std::bad_cast, XLA status errors)
+    tokenize.TokenError,  # jax's symbolic-shape tokenizer
+    zstandard.ZstdError,
+    jax_core.InconclusiveDimensionOperation,
+    named_sharding.DuplicateSpecError,
+)
+
+_MAX_DETAIL = 300
+
+
+class translating_read_errors:
+    """Turns third-party errors raised while reading into ``CorruptArchiveError``.
+
+    ``where`` names what is being read (``"in_avals[3]"``); nested uses build a path
+    (``"VJP order 1: in_avals[3]: ..."``). jaxport's own ``CorruptArchiveError`` and
+    ``UnsupportedFeatureError`` raised inside get the same prefix, and ``path`` if they lack
+    one; other jaxport errors pass through unchanged.
+
+    Args:
+        path: the file being read, for messages.
+        where: the field being read.
+        index: the element of that field being read, if any (formatted only on error).
+    """
+
+    __slots__ = ("index", "path", "where")
+
+    def __init__(self, path: str | None = None, where: str = "", index: int | None = None):
+        self.path = path
+        self.where = where
+        self.index = index
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, JaxportError):
+            located = self._locate(exc)
+            if located is not exc:
+                raise located from exc.__cause__
+            return
+        if isinstance(exc, TRANSLATED_ERRORS):
+            detail = str(exc)
+            if len(detail) > _MAX_DETAIL:
+                detail = detail[:_MAX_DETAIL] + "..."
+            message = f"{_type_name(exc)}: {detail}"
+            if not self.where:
+                message = f"malformed header: {message}"
+            raise CorruptArchiveError(self._prefixed(message), path=self.path) from exc
+
+    def _prefixed(self, message: str) -> str:
+        where = self.where if self.index is None else f"{self.where}[{self.index}]"
+        return f"{where}: {message}" if where else message
+
+    def _locate(self, exc: JaxportError) -> JaxportError:
+        if not self.where and self.path is None:
+            return exc
+        if type(exc) is CorruptArchiveError and exc.offset is None and exc.path is None:
+            return CorruptArchiveError(self._prefixed(str(exc)), path=self.path)
+        if type(exc) is UnsupportedFeatureError and self.where:
+            return UnsupportedFeatureError(self._prefixed(str(exc)))
+        return exc
+
+
+def _type_name(exc: BaseException) -> str:
+    """``ValueError`` for a built-in, else the qualified name (``struct.error``)."""
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )

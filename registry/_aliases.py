@@ -1,0 +1,93 @@
+"""Aliases: movable names for versions (``mlp@prod``), every move kept in ``alias_history``."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Connection, Engine, delete, insert, select
+
+from jaxport.registry import _db
+from jaxport.registry._models import Alias, AliasMove
+from jaxport.registry._names import check_name, check_version
+from jaxport.registry._queries import alias_version, model_id_of, version_id_of
+from jaxport.registry._types import AliasMove as AliasMoveInfo
+
+__all__ = ["Aliases", "move_alias"]
+
+
+class Aliases:
+    """Alias moves and lookups on one registry database."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+
+    def set(self, name: str, alias: str, version: int | None) -> None:
+        """Points ``name@alias`` at ``version`` (None: removes it), in one transaction."""
+        check_name(name)
+        check_name(alias, "alias")
+        if version is not None:
+            check_version(version)
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            if version is None:  # removing an alias that does not exist is an error
+                alias_version(conn, model_id_of(conn, name), name, alias)
+            move_alias(conn, name, alias, version)
+
+    def of(self, name: str) -> dict[str, int]:
+        """``name``'s aliases and the versions they point at."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = model_id_of(conn, name)
+            rows = conn.execute(
+                select(Alias.alias, Alias.version)
+                .where(Alias.model_id == model_id)
+                .order_by(Alias.alias)
+            )
+            return {a: v for a, v in rows}
+
+    def history(self, name: str, alias: str | None) -> list[AliasMoveInfo]:
+        """The moves of ``name``'s aliases (or of one), oldest first."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            model_id = model_id_of(conn, name)
+            q = (
+                select(
+                    AliasMove.alias,
+                    AliasMove.from_version,
+                    AliasMove.to_version,
+                    AliasMove.moved_at,
+                )
+                .where(AliasMove.model_id == model_id)
+                .order_by(AliasMove.id)
+            )
+            if alias is not None:
+                q = q.where(AliasMove.alias == check_name(alias, "alias"))
+            return [
+                AliasMoveInfo(m.alias, m.from_version, m.to_version, m.moved_at)
+                for m in conn.execute(q)
+            ]
+
+
+def move_alias(conn: Connection, name: str, alias: str, version: int | None) -> None:
+    """In ``conn``'s write transaction: points ``name@alias`` at ``version`` (None: removes
+    it) and records the move, unless it already points there.
+
+    Raises:
+        NotFoundError: no such name or version.
+    """
+    model_id = model_id_of(conn, name, lock=True)  # alias moves of a name queue here
+    if version is not None:
+        version_id_of(conn, model_id, name, version)
+    old = conn.execute(
+        select(Alias.version).where(Alias.model_id == model_id, Alias.alias == alias)
+    ).scalar_one_or_none()
+    if old == version:
+        return
+    now = time.time()
+    conn.execute(delete(Alias).where(Alias.model_id == model_id, Alias.alias == alias))
+    if version is not None:
+        conn.execute(
+            insert(Alias).values(model_id=model_id, alias=alias, version=version, updated_at=now)
+        )
+    conn.execute(
+        insert(AliasMove).values(
+            model_id=model_id, alias=alias, from_version=old, to_version=version, moved_at=now
+        )
+    )

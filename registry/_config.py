@@ -1,0 +1,115 @@
+"""Where the registry lives: the environment variables, read once, for the library and the CLI.
+
+    JAXPORT_REGISTRY   database URL (SQLAlchemy), e.g. ``postgresql+psycopg://host/db``
+    JAXPORT_BLOBS      blob store: a directory or an fsspec URL (``s3://bucket/prefix``)
+    JAXPORT_HOME       directory of the embedded default registry
+    XDG_DATA_HOME      used when JAXPORT_HOME is unset: ``$XDG_DATA_HOME/jaxport``
+
+Without them the registry is SQLite at ``~/.local/share/jaxport/registry.db`` with its blobs in
+``blobs/`` beside it. Importing this module imports neither SQLAlchemy nor jax (the CLI's
+``--help`` reads it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from jaxport._errors import RegistryError
+
+__all__ = [
+    "BLOBS_ENV",
+    "HOME_ENV",
+    "URL_ENV",
+    "RegistryConfig",
+    "default_blobs",
+    "default_home",
+    "default_url",
+    "safe_url",
+]
+
+# SQLAlchemy's URL grammar (sqlalchemy.engine.url._parse_url): user, then ":" and a password
+# running to the "@"; and libpq's password parameters in the query string.
+_USERINFO = re.compile(r"^([\w+.\-]+://[^:/@]*:)[^@]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:password|passwd|pwd|sslpassword)=)[^&]*", re.IGNORECASE)
+
+#: Environment variable: the database URL of the default registry.
+URL_ENV = "JAXPORT_REGISTRY"
+#: Environment variable: the blob store (directory or fsspec URL) of the default registry.
+BLOBS_ENV = "JAXPORT_BLOBS"
+#: Environment variable: the directory of the embedded default registry.
+HOME_ENV = "JAXPORT_HOME"
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistryConfig:
+    """The environment's registry settings (None where unset).
+
+    Attributes:
+        url: ``$JAXPORT_REGISTRY``.
+        blobs: ``$JAXPORT_BLOBS``.
+        home: the embedded registry's directory (``default_home``).
+    """
+
+    url: str | None
+    blobs: str | None
+    home: Path
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RegistryConfig:
+        """Reads the variables once from ``environ`` (default ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        return cls(env.get(URL_ENV) or None, env.get(BLOBS_ENV) or None, default_home(env))
+
+    def database_url(self) -> str:
+        """``url``, else SQLite at ``home / "registry.db"`` (the directory is created)."""
+        if self.url:
+            return self.url
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.home / 'registry.db'}"
+
+    def blob_location(self, url: str) -> str | Path:
+        """``blobs``, else ``default_blobs(url)``."""
+        return self.blobs or default_blobs(url, self.home)
+
+
+def default_home(environ: Mapping[str, str] | None = None) -> Path:
+    """``$JAXPORT_HOME``, else ``$XDG_DATA_HOME/jaxport``, else ``~/.local/share/jaxport``."""
+    env = os.environ if environ is None else environ
+    if home := env.get(HOME_ENV):
+        return Path(home)
+    data = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "jaxport"
+
+
+def default_url() -> str:
+    """``$JAXPORT_REGISTRY``, else SQLite at ``default_home() / "registry.db"`` (created)."""
+    return RegistryConfig.from_env().database_url()
+
+
+def default_blobs(url: str, home: Path | None = None) -> Path:
+    """The blob directory of a SQLite registry: ``blobs/`` beside its database file.
+
+    Raises:
+        RegistryError: ``url`` is not SQLite: a server database needs ``blobs=`` given.
+    """
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = url.removeprefix("sqlite:///").split("?", 1)[0]
+        return Path(path).resolve().parent / "blobs"
+    if url.startswith("sqlite"):
+        return (home or default_home()) / "blobs"
+    scheme = url.split(":", 1)[0]
+    raise RegistryError(
+        f"a registry on {scheme} needs a blob store: pass blobs= (a directory or an fsspec "
+        f"URL such as s3://bucket/prefix) or set {BLOBS_ENV}"
+    )
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password (``user:PASSWORD@`` and ``?password=``) shown as ``***``, as
+    SQLAlchemy's ``render_as_string(hide_password=True)`` does; imports nothing heavy, so the
+    CLI's ``--help`` can show where the registry is."""
+    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", url))

@@ -1,0 +1,241 @@
+"""Maintenance: delete versions or names, collect unreferenced blobs (``gc``), ``verify``.
+
+``gc`` and pushes share one protocol (``_publish``): gc deletes a blob only inside a write
+transaction holding the exclusive blob lock, and only when no variant, no golden examples and no
+live ``pending_blobs`` row of a push in flight needs it. Stale temporary files of killed writes
+are collected too; files that are not jaxport's are reported and left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from sqlalchemy import Connection, Engine, delete, select
+
+from jaxport._errors import ConflictError, IntegrityError
+from jaxport.registry import _db
+from jaxport.registry._aliases import move_alias
+from jaxport.registry._blobs import BlobStore, verify
+from jaxport.registry._models import (
+    Alias,
+    Blob,
+    Model,
+    PendingBlob,
+    Variant,
+    Version,
+    VersionExamples,
+)
+from jaxport.registry._publish import PENDING_TTL, pid_scope
+from jaxport.registry._queries import model_id_of, version_id_of
+from jaxport.registry._types import BlobProblem, GcReport, VerifyReport
+
+__all__ = ["Maintenance", "read_verified"]
+
+
+class Maintenance:
+    """``delete``, ``gc`` and ``verify`` on one registry (database + blob store)."""
+
+    def __init__(self, engine: Engine, blobs: BlobStore):
+        self._engine = engine
+        self._blobs = blobs
+
+    def delete(self, name: str, version: int | None, *, force: bool) -> None:
+        """See ``Registry.delete``."""
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            model_id = model_id_of(conn, name)
+            version_id = 0
+            q = select(Alias.alias, Alias.version).where(Alias.model_id == model_id)
+            if version is not None:
+                version_id = version_id_of(conn, model_id, name, version)
+                q = q.where(Alias.version == version)
+            pointing = sorted(conn.execute(q).all())
+            if pointing and not force:
+                what = f"{name}:{version}" if version is not None else f"{name}'s versions"
+                listed = ", ".join(f"@{a} -> {v}" for a, v in pointing)
+                raise ConflictError(
+                    f"aliases point at {what} ({listed}): move them first, or delete with "
+                    "force=True"
+                )
+            for alias, _ in pointing:
+                move_alias(conn, name, alias, None)
+            # A deleted name keeps its row: version numbers are never handed out twice.
+            doomed = Version.model_id == model_id if version is None else Version.id == version_id
+            conn.execute(delete(Version).where(doomed))
+
+    def gc(self, *, dry_run: bool, min_age: float, temp_age: float) -> GcReport:
+        """See ``Registry.gc``."""
+        stored = list(self._blobs.digests())
+        strays = list(self._blobs.strays())
+        with _db.translating_db_errors(), self._transaction(dry_run) as conn:
+            _db.blob_lock(conn, exclusive=True)
+            needed = referenced(conn)
+            pending = _live_pending(conn, forget_dead=not dry_run)
+            unreferenced = [d for d in stored if d not in needed]
+            kept_pending = tuple(d for d in unreferenced if d in pending)
+            rest = [d for d in unreferenced if d not in pending]
+            ages = {d: self._age(d) for d in rest}
+            young = tuple(d for d in rest if ages[d] < min_age)
+            doomed = tuple(d for d in rest if ages[d] >= min_age)
+            total = sum(self._size(d) for d in doomed)
+            if not dry_run:
+                for digest in doomed:
+                    conn.execute(delete(Blob).where(Blob.digest == digest))
+                    self._blobs.delete(digest)
+                conn.execute(
+                    delete(PendingBlob).where(PendingBlob.created_at < time.time() - PENDING_TTL)
+                )
+        temps = tuple(s for s in strays if s.kind == "temp" and s.age >= temp_age)
+        young_temps = tuple(s.path for s in strays if s.kind == "temp" and s.age < temp_age)
+        if not dry_run:
+            for stray in temps:
+                self._blobs.remove_stray(stray)
+        foreign = tuple(s.path for s in strays if s.kind == "foreign")
+        return GcReport(
+            digests=doomed,
+            bytes=total,
+            dry_run=dry_run,
+            kept_young=young,
+            kept_pending=kept_pending,
+            temp_files=tuple(s.path for s in temps),
+            foreign=foreign,
+            kept_temp=young_temps,
+        )
+
+    def _read_in_full(self, digests: list[str], users: dict[str, set[str]]) -> list[BlobProblem]:
+        """Each archive read in full (every module parsed) in a worker process, one in memory
+        at a time: the problems."""
+        from jaxport.audit import AuditJob, run_audits
+
+        _, results = run_audits([AuditJob(_reader(self._blobs, d), None) for d in digests])
+        return [
+            BlobProblem(digest, "invalid", tuple(sorted(users[digest])), r.reason)
+            for digest, r in zip(digests, results, strict=True)
+            if r.status != "ok"
+        ]
+
+    @contextlib.contextmanager
+    def _transaction(self, dry_run: bool) -> Iterator[Connection]:
+        if dry_run:
+            with self._engine.connect() as conn:
+                yield conn
+        else:
+            with _db.write_transaction(self._engine) as conn:
+                yield conn
+
+    def _age(self, digest: str) -> float:
+        try:
+            return self._blobs.age(digest)
+        except FileNotFoundError:  # deleted meanwhile (another gc)
+            return 0.0
+
+    def _size(self, digest: str) -> int:
+        try:
+            return self._blobs.size(digest)
+        except FileNotFoundError:
+            return 0
+
+    def verify(self, *, deep: bool) -> VerifyReport:
+        """See ``Registry.verify``."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            users = _users(conn)
+            archives = set(conn.execute(select(Variant.digest).distinct()).scalars())
+        problems, intact = [], []
+        for digest in sorted(users):
+            try:
+                read_verified(self._blobs, digest)
+            except IntegrityError as e:
+                state = "missing" if e.found is None else "corrupt"
+                problems.append(BlobProblem(digest, state, tuple(sorted(users[digest]))))
+                continue
+            if deep and digest in archives:
+                intact.append(digest)
+        if intact:
+            problems += self._read_in_full(intact, users)
+        stored = set(self._blobs.digests())
+        return VerifyReport(
+            checked=len(users),
+            missing=tuple(p.digest for p in problems if p.state == "missing"),
+            corrupt=tuple(p.digest for p in problems if p.state == "corrupt"),
+            unreferenced=tuple(sorted(stored - set(users))),
+            problems=tuple(problems),
+            invalid=tuple(p.digest for p in problems if p.state == "invalid"),
+            deep=deep,
+        )
+
+
+def _reader(blobs: BlobStore, digest: str) -> Callable[[], bytes]:
+    return lambda: read_verified(blobs, digest)
+
+
+def read_verified(blobs: BlobStore, digest: str) -> bytes:
+    """A blob's bytes, verified against its digest.
+
+    Raises:
+        IntegrityError: the blob is missing (``found`` None) or corrupt.
+    """
+    try:
+        data = blobs.get(digest)
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"blob {digest} is missing from {blobs.url}", expected=digest
+        ) from None
+    return verify(digest, data)
+
+
+def referenced(conn: Connection) -> set[str]:
+    """Every digest a variant or a version's golden examples refers to."""
+    variants = conn.execute(select(Variant.digest).distinct()).scalars()
+    examples = conn.execute(select(VersionExamples.digest).distinct()).scalars()
+    return set(variants) | set(examples)
+
+
+def _live_pending(conn: Connection, *, forget_dead: bool) -> set[str]:
+    """Digests of pushes in flight: rows younger than ``PENDING_TTL`` whose process may still
+    run (another host's or PID namespace's, or this one's with that pid alive: ``pid_scope``).
+    Dead rows are deleted."""
+    cutoff = time.time() - PENDING_TTL
+    rows = conn.execute(
+        select(PendingBlob.digest, PendingBlob.token, PendingBlob.host, PendingBlob.pid).where(
+            PendingBlob.created_at >= cutoff
+        )
+    ).all()
+    here = pid_scope()
+    dead = {r.token for r in rows if r.host == here and not _alive(r.pid)}
+    if dead and forget_dead:
+        conn.execute(delete(PendingBlob).where(PendingBlob.token.in_(dead)))
+    return {r.digest for r in rows if r.token not in dead}
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def _users(conn: Connection) -> dict[str, set[str]]:
+    """digest -> the ``name:version`` (and ``name:version examples``) that need it."""
+    users: dict[str, set[str]] = defaultdict(set)
+    rows = conn.execute(
+        select(Variant.digest, Model.name, Version.version)
+        .join(Version, Variant.version_id == Version.id)
+        .join(Model, Model.id == Version.model_id)
+    )
+    for digest, name, version in rows:
+        users[digest].add(f"{name}:{version}")
+    rows = conn.execute(
+        select(VersionExamples.digest, Model.name, Version.version)
+        .join(Version, VersionExamples.version_id == Version.id)
+        .join(Model, Model.id == Version.model_id)
+    )
+    for digest, name, version in rows:
+        users[digest].add(f"{name}:{version} examples")
+    return users

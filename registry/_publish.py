@@ -1,0 +1,454 @@
+"""Publishing: ``push`` turns archives, jax-native bytes or ``Exported`` objects into a version.
+
+What is stored:
+- a jaxport archive (bytes or a file) is validated in full (every digest, every VJP level) and
+  stored **verbatim**: its digest is the file's sha256, ``pull_bytes`` returns the same bytes;
+- jax-native ``Exported.serialize()`` bytes (told apart by content) are converted once, with
+  every VJP order they carry; the producer's jax is unknown (jax's format does not record it) and
+  what the format lost is reported in ``PushResult.notes``;
+- an ``Exported`` is written with ``jaxport.dumps(exp, vjp_order=...)``.
+Push-time metadata belongs to the version; it never rewrites an archive.
+
+The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
+1. register every digest the push needs in ``pending_blobs`` (under the shared blob lock);
+2. write each blob, or check the one already stored (hash it) and write it again if it is
+   missing or corrupt (a repair);
+3. in one transaction (shared blob lock): insert the version, its variants and blob rows, and
+   delete the pending rows. On failure the pending rows are deleted; a killed push's rows are
+   dropped by gc once its process is gone (rows name the process: ``pid_scope`` and pid),
+   and expire after ``PENDING_TTL`` seconds where gc cannot tell (another host's).
+``gc`` deletes a blob only under the exclusive blob lock and only when neither a variant, nor
+golden examples, nor a live pending row needs it, so a blob a push relies on is either still
+there at commit or written after gc's transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+
+from jaxport._errors import (
+    CorruptArchiveError,
+    InvalidNameError,
+    JaxportError,
+    NotFoundError,
+    UnsupportedFeatureError,
+)
+from jaxport.registry import _db
+from jaxport.registry._aliases import move_alias
+from jaxport.registry._blobs import BlobStore
+from jaxport.registry._models import (
+    Blob,
+    Model,
+    PendingBlob,
+    Variant,
+    VariantPlatform,
+    Version,
+    VersionExamples,
+)
+from jaxport.registry._names import check_metadata, check_name, check_names
+from jaxport.registry._queries import ref_on
+from jaxport.registry._types import PushResult, Ref
+
+if TYPE_CHECKING:
+    from jax.export import Exported
+
+    from jaxport.audit import Example
+    from jaxport.export import ArchiveInfo
+
+__all__ = ["PENDING_TTL", "Publisher", "Source", "pid_scope"]
+
+#: Seconds after which the pending rows of a push that never finished stop protecting blobs.
+PENDING_TTL = 24 * 3600.0
+#: The most VJP orders read from jax-native bytes.
+MAX_NATIVE_VJP_ORDER = 8
+#: Metadata key marking an archive converted from jax-native bytes.
+CONVERTED_KEY = "jaxport.converted_from"
+UNKNOWN = "unknown"
+
+#: What ``push`` accepts: an Exported, archive or jax-native bytes, or a path to either.
+Source = Any
+
+_NEXT_VERSION = (
+    update(Model)
+    .where(Model.name == bindparam("model_name"))
+    .values(last_version=Model.last_version + 1)
+    .returning(Model.id, Model.last_version)
+)
+_INSERT_VERSION = insert(Version).returning(Version.id)
+_INSERT_VARIANT = insert(Variant).returning(Variant.id)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    """One variant to store: its archive bytes, header, the Exported (for examples), notes."""
+
+    data: bytes
+    digest: str
+    info: ArchiveInfo
+    exported: Exported
+    notes: tuple[str, ...]
+
+
+class Publisher:
+    """``push`` on one registry (database + blob store)."""
+
+    def __init__(self, engine: Engine, blobs: BlobStore):
+        self._engine = engine
+        self._blobs = blobs
+
+    def push(
+        self,
+        sources: Source | Sequence[Source],
+        name: str | None,
+        *,
+        vjp_order: int,
+        aliases: Iterable[str],
+        metadata: Mapping[str, str] | None,
+        examples: Sequence[Example | tuple[Any, ...]] | None,
+    ) -> PushResult:
+        """See ``Registry.push``."""
+        listed = list(sources) if isinstance(sources, list | tuple) else [sources]
+        if not listed:
+            raise InvalidNameError("push needs at least one Exported, archive or path")
+        meta = check_metadata(metadata)
+        alias_names = check_names(aliases, "alias")
+        if isinstance(vjp_order, bool) or not isinstance(vjp_order, int) or vjp_order < 0:
+            raise InvalidNameError(f"vjp_order must be an int >= 0, got {vjp_order!r:.40}")
+        items = [_prepare(s, vjp_order) for s in listed]
+        name = _push_name(name, items[0])
+        golden = _golden_blob(items, examples) if examples else None
+        blobs = {i.digest: i.data for i in items}
+        if golden is not None:
+            blobs[golden[0]] = golden[1]
+        notes = tuple(n for i in items for n in i.notes)
+        token = uuid.uuid4().hex
+        with _db.translating_db_errors():
+            self._register_pending(token, blobs)
+            try:
+                repaired = self._write_blobs(blobs)
+                with _db.write_transaction(self._engine) as conn:
+                    _db.blob_lock(conn, exclusive=False)
+                    ref, created = self._commit(conn, name, items, meta, golden, examples)
+                    for alias in alias_names:
+                        move_alias(conn, name, alias, ref.version)
+                    conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+            except BaseException:
+                self._forget_pending(token)
+                raise
+        if not created and ref.metadata != meta and meta:
+            notes += ("identical archives are already this version: its metadata is kept",)
+        return PushResult(
+            ref.name, ref.version, ref.variants, ref.metadata, ref.created_at,
+            created=created, notes=notes, repaired=repaired,
+        )  # fmt: skip
+
+    def _register_pending(self, token: str, blobs: Mapping[str, bytes]) -> None:
+        now, host, pid = time.time(), pid_scope(), os.getpid()
+        rows = [
+            {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now}
+            for d in blobs
+        ]
+        with _db.write_transaction(self._engine) as conn:
+            _db.blob_lock(conn, exclusive=False)
+            conn.execute(insert(PendingBlob), rows)
+
+    def _forget_pending(self, token: str) -> None:
+        try:
+            with _db.write_transaction(self._engine) as conn:
+                conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+        except Exception:  # the rows expire after PENDING_TTL; the push's own error matters
+            pass
+
+    def _write_blobs(self, blobs: Mapping[str, bytes]) -> tuple[str, ...]:
+        """Writes each blob that is missing or corrupt; returns the digests of those that the
+        database already knew (repairs)."""
+        with self._engine.connect() as conn:
+            known = set(
+                conn.execute(select(Blob.digest).where(Blob.digest.in_(list(blobs)))).scalars()
+            )
+        repaired = []
+        for digest, data in blobs.items():
+            if self._blobs.exists(digest) and _intact(self._blobs, digest):
+                continue
+            self._blobs.put(digest, data, replace=True)
+            if digest in known:
+                repaired.append(digest)
+        return tuple(repaired)
+
+    def _commit(
+        self,
+        conn: Connection,
+        name: str,
+        items: Sequence[_Item],
+        meta: dict[str, str],
+        golden: tuple[str, bytes] | None,
+        examples: Sequence[Any] | None,
+    ) -> tuple[Ref, bool]:
+        digests = [i.digest for i in items]
+        existing = _version_with(conn, name, digests, golden[0] if golden else None)
+        if existing is not None:
+            return ref_on(conn, name, existing), False
+        version, version_id = _insert_version(conn, name, meta)
+        now = time.time()
+        blob_rows = [{"digest": i.digest, "size": len(i.data), "created_at": now} for i in items]
+        if golden is not None:
+            blob_rows.append({"digest": golden[0], "size": len(golden[1]), "created_at": now})
+        _db.insert_ignoring_duplicates(conn, Blob.__table__, blob_rows, ["digest"])
+        for item in items:
+            _insert_variant(conn, version_id, item, now)
+        if golden is not None:
+            conn.execute(
+                insert(VersionExamples),
+                {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
+            )
+        return ref_on(conn, name, version), True
+
+
+def pid_scope() -> str:
+    """Where a pid names one process, for ``pending_blobs.host``: the host name and, on Linux,
+    the kernel's boot id and PID namespace. Containers that share a host name (Kubernetes pods
+    with ``hostNetwork``, ``docker run --uts=host``) number their processes apart, so a pid
+    seen from another namespace says nothing (tests/reliability/test_pending_rows.py). At most
+    255 characters; the host name alone where ``/proc`` does not tell.
+    """
+    host = socket.gethostname()[:200]
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, UnicodeDecodeError):
+        return host
+    return f"{host}/{boot[:36]}/pid:{namespace}"
+
+
+def _intact(blobs: BlobStore, digest: str) -> bool:
+    try:
+        return hashlib.sha256(blobs.get(digest)).hexdigest() == digest
+    except FileNotFoundError:
+        return False
+
+
+def _push_name(name: str | None, first: _Item) -> str:
+    if name is not None:
+        return check_name(name)
+    try:
+        return check_name(first.info.fun_name)
+    except InvalidNameError as e:
+        raise InvalidNameError(f"{e}; pass name= to push") from None
+
+
+# -- turning sources into archives -----------------------------------------------------------
+
+
+def _prepare(source: Source, vjp_order: int) -> _Item:
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"no such file: {path}") from None
+        except OSError as e:
+            raise InvalidNameError(f"cannot read {path}: {e.strerror}") from None
+        return _from_bytes(data, str(path))
+    if isinstance(source, bytes | bytearray | memoryview):
+        return _from_bytes(bytes(source), None)
+    if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
+        from jaxport.export import dumps
+
+        return _item(dumps(source, vjp_order=vjp_order), source, ())
+    raise InvalidNameError(
+        f"push takes an Exported, archive bytes or a path, got {type(source).__name__}"
+    )
+
+
+def _from_bytes(data: bytes, path: str | None) -> _Item:
+    from jaxport.export._container import MAGIC
+
+    if data.startswith(MAGIC):
+        return _item(data, _validated(data, path), ())
+    exported, order = _from_native(data, path)
+    from jaxport.export import dumps
+
+    notes = [f"converted from jax-native bytes{f' ({path})' if path else ''}: the producer's "
+             "jax version is not recorded there (stored as unknown)"]  # fmt: skip
+    if _is_symbolic(exported):
+        notes.append(
+            "jax's native format does not keep symbolic-shape constraints: calls are not "
+            "checked against constraints the exporter declared"
+        )
+    archive = dumps(exported, vjp_order=order, metadata={CONVERTED_KEY: "jax-native"})
+    return _item(archive, exported, tuple(notes))
+
+
+def _validated(data: bytes, path: str | None) -> Exported:
+    """The Exported of a jaxport archive, after reading all of it (every VJP level)."""
+    from jaxport.export import inspect, loads
+
+    exported: Exported = loads(data, path=path)
+    current = exported
+    for _ in range(inspect(data).vjp_order):
+        current = current.vjp()
+    return exported
+
+
+def _from_native(data: bytes, path: str | None) -> tuple[Exported, int]:
+    """jax-native serialized bytes -> ``(Exported, VJP orders they carry)``.
+
+    jax documents these bytes as trusted input: anything its reader fails on is reported as
+    not an archive.
+    """
+    from jax import export as jax_export
+
+    try:
+        exported = jax_export.deserialize(bytearray(data))
+        order, current = 0, exported
+        while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
+            current, order = current.vjp(), order + 1
+    except JaxportError:
+        raise
+    except Exception as e:  # jax's reader raises anything on bytes that are not its format
+        raise CorruptArchiveError(
+            f"neither a jaxport archive nor jax-native serialized Exported ({type(e).__name__})",
+            path=path,
+        ) from None
+    return exported, order
+
+
+def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
+    from jaxport.export import inspect
+
+    return _Item(data, hashlib.sha256(data).hexdigest(), inspect(data), exported, notes)
+
+
+def _is_symbolic(exported: Exported) -> bool:
+    return any(not isinstance(d, int) for a in exported.in_avals for d in a.shape)
+
+
+# -- rows ---------------------------------------------------------------------------------
+
+
+def _version_with(
+    conn: Connection, name: str, digests: Sequence[str], examples: str | None
+) -> int | None:
+    """The newest version of ``name`` with exactly these archives (in order) and examples;
+    its row is locked (PostgreSQL), so a concurrent delete waits for this push to commit."""
+    candidates = conn.execute(
+        select(Version.id, Version.version)
+        .join(Model, Model.id == Version.model_id)
+        .join(Variant, Variant.version_id == Version.id)
+        .where(Model.name == name, Variant.digest == digests[0])
+        .order_by(Version.version.desc())
+        .with_for_update(of=Version)
+    ).all()
+    for version_id, version in candidates:
+        found = conn.execute(
+            select(Variant.digest).where(Variant.version_id == version_id).order_by(Variant.id)
+        ).scalars()
+        golden = conn.execute(
+            select(VersionExamples.digest).where(VersionExamples.version_id == version_id)
+        ).scalar_one_or_none()
+        if list(found) == list(digests) and golden == examples:
+            return int(version)
+    return None
+
+
+def _insert_version(conn: Connection, name: str, meta: dict[str, str]) -> tuple[int, int]:
+    """Allocates the next version of ``name``: ``(version, version id)``."""
+    now = time.time()
+    _db.insert_ignoring_duplicates(
+        conn, Model.__table__, [{"name": name, "last_version": 0, "created_at": now}], ["name"]
+    )
+    # The row lock taken here queues concurrent pushes to one name until commit.
+    model_id, version = conn.execute(_NEXT_VERSION, {"model_name": name}).one()
+    version_id = conn.execute(
+        _INSERT_VERSION,
+        {
+            "model_id": model_id,
+            "version": version,
+            "created_at": now,
+            "metadata_json": json.dumps(meta, sort_keys=True),
+        },
+    ).scalar_one()
+    return int(version), int(version_id)
+
+
+def _insert_variant(conn: Connection, version_id: int, item: _Item, now: float) -> None:
+    row = variant_row(version_id, item.digest, len(item.data), item.info, now)
+    variant_id = conn.execute(_INSERT_VARIANT, row).scalar_one()
+    platforms = [
+        {"variant_id": variant_id, "platform": p} for p in dict.fromkeys(item.info.platforms)
+    ]
+    conn.execute(insert(VariantPlatform), platforms)
+
+
+def variant_row(
+    version_id: int, digest: str, size: int, info: ArchiveInfo, now: float
+) -> dict[str, Any]:
+    """The ``variants`` row of an archive (``metadata_json``: the archive's own metadata)."""
+    avals = (*info.in_avals, *info.out_avals)
+    converted = info.metadata.get(CONVERTED_KEY) == "jax-native"
+    return {
+        "version_id": version_id,
+        "digest": digest,
+        "fun_name": info.fun_name,
+        "platforms": ",".join(info.platforms),
+        "nr_devices": info.nr_devices,
+        "sharded": any(a.sharding is not None for a in avals),
+        "calling_convention_version": info.calling_convention_version,
+        "format_version": info.format_version,
+        "jax_version": UNKNOWN if converted else info.jax_version,
+        "jaxlib_version": UNKNOWN if converted else info.jaxlib_version,
+        "vjp_order": info.vjp_order,
+        "shape_polymorphic": any(isinstance(d, str) for a in avals for d in a.shape),
+        "custom_call_targets": json.dumps(list(info.custom_call_targets)),
+        "size_bytes": size,
+        "in_signature": _signature(info.in_avals),
+        "out_signature": _signature(info.out_avals),
+        "created_at": now,
+        "metadata_json": json.dumps(info.metadata, sort_keys=True),
+    }
+
+
+def _signature(avals: Any) -> str:
+    return "; ".join(f"{a.path or '.'}: {a.dtype}[{', '.join(map(str, a.shape))}]" for a in avals)
+
+
+# -- golden examples ------------------------------------------------------------------------
+
+
+def _golden_blob(items: Sequence[_Item], examples: Sequence[Any]) -> tuple[str, bytes]:
+    """``(digest, npz bytes)`` of the examples, with outputs computed where not given."""
+    import jax
+
+    from jaxport.audit import Example, encode_examples
+    from jaxport.export._compat import local_platform
+
+    here = local_platform()
+    runner = next(
+        (i.exported for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
+    )
+    flat = []
+    for example in examples:
+        ex = example if isinstance(example, Example) else Example(*example)
+        ins = jax.tree.leaves((tuple(ex.args), dict(ex.kwargs)))
+        outputs = ex.outputs
+        if outputs is None:
+            if runner is None:
+                raise UnsupportedFeatureError(
+                    "no variant runs here to compute the examples' outputs: pass "
+                    "jaxport.Example(args, kwargs, outputs) with the producer's outputs"
+                )
+            outputs = runner.call(*ex.args, **ex.kwargs)
+        flat.append((ins, jax.tree.leaves(outputs)))
+    data = encode_examples(flat)
+    return hashlib.sha256(data).hexdigest(), data

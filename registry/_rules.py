@@ -1,0 +1,45 @@
+"""Which variants run where: the platform and device rules, each written once, as the SQL
+predicate ``resolve`` and ``search`` filter with and the Python reason ``resolve`` reports,
+side by side (``tests/test_registry_rules.py`` checks that the two agree).
+
+The device rule is jax's call-time check (``Exported.call``): an export for N devices runs on
+exactly N devices; one for 1 device with no shardings runs on any count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import and_, exists, or_
+
+from jaxport.registry._models import Variant, VariantPlatform
+
+__all__ = ["device_reason", "devices_predicate", "platform_predicate", "platform_reason"]
+
+
+def platform_predicate(platform: str) -> Any:
+    """SQL: the variant was exported for ``platform``."""
+    return exists().where(
+        VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform
+    )
+
+
+def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | None:
+    """Why a variant exported for ``platforms`` does not run on ``platform`` (None: it does)."""
+    if platform is None or platform in platforms:
+        return None
+    return f"exported for {', '.join(platforms)}, not {platform}"
+
+
+def devices_predicate(nr_devices: int) -> Any:
+    """SQL: the variant runs on ``nr_devices`` devices."""
+    return or_(
+        Variant.nr_devices == nr_devices, and_(Variant.nr_devices == 1, Variant.sharded.is_(False))
+    )
+
+
+def device_reason(exported_for: int, sharded: bool, nr_devices: int | None) -> str | None:
+    """Why a variant for ``exported_for`` devices does not run on ``nr_devices`` (None: it does)."""
+    if nr_devices is None or exported_for == nr_devices or (exported_for == 1 and not sharded):
+        return None
+    return f"exported for {exported_for} devices, not {nr_devices}"

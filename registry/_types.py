@@ -1,0 +1,228 @@
+"""What the registry hands back: variants, versions, resolutions, push, gc and verify reports.
+
+Sizes are in bytes, times in unix seconds (float).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from jaxport.registry._names import DIGEST_PREFIX
+from jaxport.registry._rules import device_reason, platform_reason
+
+__all__ = [
+    "AliasMove",
+    "BlobProblem",
+    "GcReport",
+    "PushResult",
+    "Ref",
+    "Rejection",
+    "Resolution",
+    "VariantInfo",
+    "VerifyReport",
+]
+
+#: Hex digits in a short digest (``VariantInfo.short_digest``).
+SHORT_DIGEST_HEX = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantInfo:
+    """One variant (one archive) of a version, as indexed.
+
+    ``metadata`` is the archive's own (written into it by its producer); ``jax_version`` is the
+    producer's jax, or ``"unknown"`` for jax-native bytes that do not record it.
+    """
+
+    name: str
+    version: int
+    digest: str
+    fun_name: str
+    platforms: tuple[str, ...]
+    nr_devices: int
+    sharded: bool
+    calling_convention_version: int
+    format_version: int
+    jax_version: str
+    jaxlib_version: str
+    vjp_order: int
+    shape_polymorphic: bool
+    custom_call_targets: tuple[str, ...]
+    size_bytes: int
+    in_signature: str
+    out_signature: str
+    created_at: float
+    metadata: dict[str, str]
+    variant_id: int = 0
+
+    @classmethod
+    def from_row(cls, name: str, version: int, row: Any) -> VariantInfo:
+        """From a ``variants`` row."""
+        return cls(
+            name=name,
+            version=version,
+            digest=row.digest,
+            fun_name=row.fun_name,
+            platforms=tuple(row.platforms.split(",")) if row.platforms else (),
+            nr_devices=row.nr_devices,
+            sharded=bool(row.sharded),
+            calling_convention_version=row.calling_convention_version,
+            format_version=row.format_version,
+            jax_version=row.jax_version,
+            jaxlib_version=row.jaxlib_version,
+            vjp_order=row.vjp_order,
+            shape_polymorphic=bool(row.shape_polymorphic),
+            custom_call_targets=tuple(json.loads(row.custom_call_targets)),
+            size_bytes=row.size_bytes,
+            in_signature=row.in_signature,
+            out_signature=row.out_signature,
+            created_at=row.created_at,
+            metadata=json.loads(row.metadata_json),
+            variant_id=row.id,
+        )
+
+    @property
+    def short_digest(self) -> str:
+        """``sha256:`` and the digest's first 12 hex digits: a reference every command takes."""
+        return f"{DIGEST_PREFIX}{self.digest[:SHORT_DIGEST_HEX]}"
+
+    def runs_on(self, platform: str | None, nr_devices: int | None) -> str | None:
+        """Why this variant cannot run on ``platform`` with ``nr_devices``, or None if it can
+        (``_rules``: jax's call-time device check)."""
+        return platform_reason(self.platforms, platform) or device_reason(
+            self.nr_devices, self.sharded, nr_devices
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """A version of a name: its variants, push-time ``metadata`` and creation time."""
+
+    name: str
+    version: int
+    variants: tuple[VariantInfo, ...]
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        """The sha256 digest (hex) of each variant's archive."""
+        return tuple(v.digest for v in self.variants)
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.version}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PushResult(Ref):
+    """What ``push`` did: the version, and
+
+    Attributes:
+        created: False when the same archives (and examples) were already that version;
+            its metadata is then kept as it was (a note says so when they differ).
+        notes: what the push could not keep, e.g. what jax's native format lost.
+        repaired: digests whose missing or corrupt blob this push wrote again.
+    """
+
+    created: bool = True
+    notes: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """A variant ``resolve`` did not choose, and why."""
+
+    variant: VariantInfo
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What ``resolve`` chose (None: nothing matched) and why it rejected the others."""
+
+    name: str
+    platform: str | None
+    nr_devices: int | None
+    chosen: VariantInfo | None
+    rejected: tuple[Rejection, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class AliasMove:
+    """One move of an alias; ``to_version`` None: removed; ``moved_at`` in unix seconds."""
+
+    alias: str
+    from_version: int | None
+    to_version: int | None
+    moved_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GcReport:
+    """What ``gc`` removed (or, on a dry run, would remove).
+
+    Attributes:
+        digests: unreferenced blobs removed.
+        bytes: their total size in bytes.
+        dry_run: nothing was removed.
+        kept_young: unreferenced blobs kept back because they are younger than ``min_age``.
+        kept_pending: unreferenced blobs kept back because a push in flight holds them.
+        temp_files: stale temporary files (of killed writes) removed.
+        foreign: files in the blob store that are not jaxport's, left alone.
+        kept_temp: temporary files younger than ``temp_age`` (a write in progress, or a killed
+            one not yet stale), left alone.
+    """
+
+    digests: tuple[str, ...]
+    bytes: int
+    dry_run: bool
+    kept_young: tuple[str, ...] = ()
+    kept_pending: tuple[str, ...] = ()
+    temp_files: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()
+    kept_temp: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class BlobProblem:
+    """A blob the database needs that is ``missing``, ``corrupt`` (its bytes do not hash to
+    its digest) or ``invalid`` (intact, but ``verify(deep=True)`` could not read it as an
+    archive: ``reason`` says why), and who needs it (``"name:version"``, or
+    ``"name:version examples"`` for golden examples)."""
+
+    digest: str
+    state: str
+    used_by: tuple[str, ...]
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify`` found: every digest the database refers to, checked against the store.
+
+    Attributes:
+        checked: digests read and hashed.
+        missing: digests the database refers to that the store lacks.
+        corrupt: digests whose stored bytes do not hash to them.
+        unreferenced: digests in the store that nothing refers to (``gc`` removes them).
+        problems: each missing, corrupt or invalid blob with the versions that need it.
+        invalid: archives that hash right but do not read (``deep`` only), e.g. a header
+            whose custom-call targets disagree with its modules.
+        deep: whether every archive was also read in full, in a worker process.
+    """
+
+    checked: int
+    missing: tuple[str, ...]
+    corrupt: tuple[str, ...]
+    unreferenced: tuple[str, ...]
+    problems: tuple[BlobProblem, ...] = ()
+    invalid: tuple[str, ...] = ()
+    deep: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """No blob missing, corrupt or invalid (unreferenced ones are harmless)."""
+        return not self.missing and not self.corrupt and not self.invalid
