@@ -11,11 +11,15 @@ from jaxport.export._custom_calls import (
 from jaxport.export._info import (
     ArchiveInfo,
     AvalInfo,
+    MethodInfo,
     ModuleInfo,
     SectionInfo,
     inspect,
     module_custom_calls,
 )
+from jaxport.export._model import Model
+from jaxport.export._model_io import load_model, loads_model
+from jaxport.export._tensors import TensorInfo
 from jaxport.export._versions import (
     FORMAT_VERSION,
     MAX_SUPPORTED_FORMAT_VERSION,
@@ -29,13 +33,18 @@ __all__ = [
     "MIN_SUPPORTED_FORMAT_VERSION",
     "ArchiveInfo",
     "AvalInfo",
+    "MethodInfo",
+    "Model",
     "ModuleInfo",
     "SectionInfo",
+    "TensorInfo",
     "dumps",
     "inspect",
     "is_host_callback",
     "load",
+    "load_model",
     "loads",
+    "loads_model",
     "module_custom_calls",
     "save",
     "stable_custom_call_targets",

@@ -20,6 +20,7 @@ from jaxport.export._exported import (
     decode_exported,
     encode_exported,
 )
+from jaxport.export._versions import FUNCTION_FORMAT_VERSION
 from jaxport.schema import FILE_IDENTIFIER, fb
 
 if TYPE_CHECKING:
@@ -27,14 +28,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveHeader",
+    "checked_module_reader",
     "dump_chunks",
     "dumps",
+    "encode_metadata_entry",
+    "encode_producer",
+    "encode_section",
     "exported_tables",
     "load",
     "loads",
+    "metadata_entries",
     "read_header",
     "save",
     "stored_vjp",
+    "vjp_chain",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -75,8 +82,8 @@ def dump_chunks(
     """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
     if not isinstance(vjp_order, int) or vjp_order < 0:
         raise ValueError(f"vjp_order must be a non-negative int, got {vjp_order!r}")
-    entries = _metadata_entries(metadata)
-    chain = _vjp_chain(exported, vjp_order)
+    entries = metadata_entries(metadata)
+    chain = vjp_chain(exported, vjp_order)
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
@@ -90,10 +97,10 @@ def dump_chunks(
         refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
         offset += len(m)
     header = _encode_header(chain, refs, [section], vjp_order, entries)
-    return [_container.encode_preamble(header), header, *chunks]
+    return [_container.encode_preamble(header, FUNCTION_FORMAT_VERSION), header, *chunks]
 
 
-def _metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:
+def metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:
     entries = sorted((metadata or {}).items())
     for k, v in entries:
         if not isinstance(k, str) or not isinstance(v, str):
@@ -101,7 +108,7 @@ def _metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str
     return entries
 
 
-def _vjp_chain(exported: Any, vjp_order: int) -> list[Any]:
+def vjp_chain(exported: Any, vjp_order: int) -> list[Any]:
     chain = [exported]
     for order in range(1, vjp_order + 1):
         if not chain[-1].has_vjp():
@@ -148,9 +155,9 @@ def _encode_header(
     avals = AvalTables()
     for exp, ref in reversed(list(zip(chain, refs, strict=True))):
         exported = encode_exported(builder, exp, ref, exported, avals)
-    producer = _encode_producer(builder)
-    sections_off = _fb.table_vector(builder, _encode_section, sections)
-    metadata_off = _fb.table_vector(builder, _encode_metadata_entry, metadata)
+    producer = encode_producer(builder)
+    sections_off = _fb.table_vector(builder, encode_section, sections)
+    metadata_off = _fb.table_vector(builder, encode_metadata_entry, metadata)
     fb.ArchiveStart(builder)
     fb.ArchiveAddProducer(builder, producer)
     fb.ArchiveAddExported(builder, exported)
@@ -161,7 +168,7 @@ def _encode_header(
     return bytes(builder.Output())
 
 
-def _encode_producer(builder: flatbuffers.Builder) -> int:
+def encode_producer(builder: flatbuffers.Builder) -> int:
     jax_version, jaxlib_version = _compat.jax_versions()
     strings = [builder.CreateString(s) for s in (__version__, jax_version, jaxlib_version)]
     fb.ProducerStart(builder)
@@ -171,7 +178,7 @@ def _encode_producer(builder: flatbuffers.Builder) -> int:
     return int(fb.ProducerEnd(builder))
 
 
-def _encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
+def encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
     digest = _fb.bytes_vector(builder, s.sha256)
     fb.SectionStart(builder)
     fb.SectionAddOffset(builder, s.offset)
@@ -192,7 +199,7 @@ def _decode_section(table: fb.Section) -> _container.Section:
     )
 
 
-def _encode_metadata_entry(builder: flatbuffers.Builder, entry: tuple[str, str]) -> int:
+def encode_metadata_entry(builder: flatbuffers.Builder, entry: tuple[str, str]) -> int:
     key, value = (builder.CreateString(s) for s in entry)
     fb.MetadataEntryStart(builder)
     fb.MetadataEntryAddKey(builder, key)
@@ -228,10 +235,16 @@ def read_header(head: bytes | memoryview, total_length: int, *, path: str | None
     _container.check_header(header, preamble, path=path)
     with _fb.translating_read_errors(path):
         archive = fb.Archive.GetRootAs(header, 0)
-        _container.check_section_count(archive.SectionsLength(), path=path)
+        _container.check_section_count(
+            archive.SectionsLength(), format_version=preamble.format_version, path=path
+        )
         sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
     _container.check_sections(
-        sections, total_length - payload_start, payload_start=payload_start, path=path
+        sections,
+        total_length - payload_start,
+        payload_start=payload_start,
+        path=path,
+        format_version=preamble.format_version,
     )
     return ArchiveHeader(preamble, archive, sections, payload_start, total_length)
 
@@ -296,9 +309,14 @@ def loads(
 
     with _fb.translating_read_errors(path):
         table = head.archive.Exported()
+        if table is None and head.archive.Model() is not None:
+            raise CorruptArchiveError(
+                "a model archive, not a function archive: read it with jaxport.load_model",
+                path=path,
+            )
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
-        read_module = _checked_module_reader(reader, table, allowed, path)
+        read_module = checked_module_reader(reader, table, allowed, path)
         exported: Exported = decode_exported(
             table,
             read_module,
@@ -309,7 +327,7 @@ def loads(
         return exported
 
 
-def _checked_module_reader(
+def checked_module_reader(
     reader: _container.SectionReader,
     table: fb.Exported,
     allowed: frozenset[str],

@@ -28,9 +28,9 @@ import zstandard
 from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
 from jaxport.export import _limits
 from jaxport.export._versions import (
-    FORMAT_VERSION,
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
+    section_alignment,
 )
 from jaxport.schema import fb
 
@@ -38,17 +38,20 @@ __all__ = [
     "MAGIC",
     "MAX_COMPRESSION_RATIO",
     "MAX_HEADER_LENGTH",
+    "MAX_MODEL_SECTIONS",
     "MAX_SECTIONS",
     "PREAMBLE_LENGTH",
     "Preamble",
     "Section",
     "SectionReader",
     "check_header",
+    "check_padding",
     "check_section_count",
     "check_sections",
     "compress_section",
     "decode_preamble",
     "encode_preamble",
+    "section_start",
 ]
 
 MAGIC = b"\x89JXP\r\n\x1a\n"
@@ -57,8 +60,10 @@ _PREAMBLE = struct.Struct("<8sIIQ32s")
 PREAMBLE_LENGTH = _PREAMBLE.size
 #: The largest header a reader accepts, in bytes (64 MiB).
 MAX_HEADER_LENGTH = 64 * 2**20
-#: The most payload sections a reader accepts (a writer of version 1 writes one).
+#: The most payload sections a reader accepts in a version-1 archive (its writer writes one).
 MAX_SECTIONS = 1024
+#: The most payload sections of a version-2 archive (a model: one per tensor, plus one).
+MAX_MODEL_SECTIONS = 2**16
 #: The default bound on a section's declared decompressed size over its stored size.
 MAX_COMPRESSION_RATIO = _limits.MAX_COMPRESSION_RATIO
 _MAX_WINDOW_LOG = 31
@@ -84,9 +89,20 @@ class Section:
     sha256: bytes
 
 
-def encode_preamble(header: bytes) -> bytes:
-    """The 56-byte preamble for a FlatBuffer ``header``, at the current FORMAT_VERSION."""
-    return _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(header), hashlib.sha256(header).digest())
+def encode_preamble(header: bytes, format_version: int = 1) -> bytes:
+    """The 56-byte preamble for a FlatBuffer ``header`` of an archive of ``format_version``."""
+    digest = hashlib.sha256(header).digest()
+    return _PREAMBLE.pack(MAGIC, format_version, 0, len(header), digest)
+
+
+def section_start(position: int, *, payload_start: int, format_version: int) -> int:
+    """Where a section after payload offset ``position`` starts, as a payload offset.
+
+    Version 1: at ``position`` (sections tile the payload). Version 2: at the first multiple
+    of 64 bytes from the start of the archive, so that a tensor can be mapped in place.
+    """
+    alignment = section_alignment(format_version)
+    return -(-(payload_start + position) // alignment) * alignment - payload_start
 
 
 def decode_preamble(buf: bytes | memoryview, *, path: str | None = None) -> Preamble:
@@ -162,20 +178,30 @@ def check_header(header: bytes | memoryview, preamble: Preamble, *, path: str | 
         )
 
 
-def check_section_count(n: int, *, path: str | None) -> None:
+def check_section_count(n: int, *, format_version: int = 1, path: str | None) -> None:
     """Checks the number of sections before they are decoded.
 
     Raises:
-        CorruptArchiveError: more than MAX_SECTIONS.
+        CorruptArchiveError: more than MAX_SECTIONS (version 1) or MAX_MODEL_SECTIONS.
     """
-    if n > MAX_SECTIONS:
-        raise CorruptArchiveError(f"{n} payload sections (limit {MAX_SECTIONS})", path=path)
+    limit = MAX_SECTIONS if format_version < 2 else MAX_MODEL_SECTIONS
+    if n > limit:
+        raise CorruptArchiveError(f"{n} payload sections (limit {limit})", path=path)
 
 
 def check_sections(
-    sections: Sequence[Section], payload_length: int, *, payload_start: int, path: str | None
+    sections: Sequence[Section],
+    payload_length: int,
+    *,
+    payload_start: int,
+    path: str | None,
+    format_version: int = 1,
 ) -> None:
     """Checks that the sections tile the payload exactly: in order, no holes, no trailing bytes.
+
+    In a version-2 archive each section starts at the next multiple of 64 bytes from the start
+    of the archive (``section_start``); the padding bytes between are checked to be zero by
+    the reader that maps the sections (``check_padding``).
 
     Raises:
         CorruptArchiveError: a section out of range, overlapping, leaving a hole, of an unknown
@@ -184,6 +210,9 @@ def check_sections(
     position = 0
     for i, s in enumerate(sections):
         where = payload_start + s.offset
+        position = section_start(
+            position, payload_start=payload_start, format_version=format_version
+        )
         if s.offset != position:
             raise CorruptArchiveError(
                 f"section {i} starts at payload offset {s.offset}, expected {position}",
@@ -217,6 +246,23 @@ def check_sections(
             offset=payload_start + position,
             path=path,
         )
+
+
+def check_padding(
+    payload: memoryview, sections: Sequence[Section], *, payload_start: int, path: str | None
+) -> None:
+    """Checks that the bytes before each section, after the previous one, are zero.
+
+    Raises:
+        CorruptArchiveError: a padding byte is not zero (the bytes would not be canonical).
+    """
+    position = 0
+    for i, s in enumerate(sections):
+        if any(payload[position : s.offset]):
+            raise CorruptArchiveError(
+                f"non-zero padding before section {i}", offset=payload_start + position, path=path
+            )
+        position = s.offset + s.length
 
 
 def compress_section(parts: Sequence[bytes]) -> tuple[list[bytes], Section]:

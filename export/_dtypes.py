@@ -17,7 +17,7 @@ from jax._src import dtypes as jax_dtypes
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.schema import fb
 
-__all__ = ["decode_dtype", "dtype_name", "encode_dtype"]
+__all__ = ["decode_dtype", "dtype_name", "encode_dtype", "numpy_dtype"]
 
 # enum value -> numpy dtype name; float0 and prng_key are handled apart.
 _NAME_OF_ENUM: dict[int, str] = {
@@ -66,6 +66,14 @@ def decode_dtype(value: int, prng_impl: str | None) -> Any:
     if dt is None:
         raise UnsupportedFeatureError(f"dtype {name} is not defined by jax {jax.__version__}")
     return np.dtype(dt)
+
+
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype named ``name`` (``"bfloat16"`` and the other ml_dtypes included)."""
+    value = _ENUM_OF_NAME.get(name)
+    if value is None:
+        raise UnsupportedFeatureError(f"dtype {name} cannot be stored in a jaxport archive")
+    return np.dtype(decode_dtype(value, None))
 
 
 def dtype_name(value: int, prng_impl: str | None) -> str:

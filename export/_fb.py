@@ -64,6 +64,11 @@ def uint32_vector(builder: flatbuffers.Builder, values: Sequence[int]) -> int:
     return int(builder.CreateNumpyVector(np.asarray(values, dtype=np.uint32)))
 
 
+def int64_vector(builder: flatbuffers.Builder, values: Sequence[int]) -> int:
+    """A vector of long."""
+    return int(builder.CreateNumpyVector(np.asarray(values, dtype=np.int64)))
+
+
 def bytes_vector(builder: flatbuffers.Builder, data: bytes) -> int:
     """A vector of ubyte."""
     return int(builder.CreateByteVector(data))

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from jaxport._errors import CorruptArchiveError
-from jaxport.export import _archive, _container, _fb, _limits, _modules, _pytrees
+from jaxport.export import _archive, _container, _fb, _limits, _modules, _pytrees, _tensors
 from jaxport.export._dtypes import dtype_name
+from jaxport.export._tensors import TensorInfo
 from jaxport.schema import fb
 
 __all__ = [
     "ArchiveInfo",
     "AvalInfo",
+    "MethodInfo",
     "ModuleInfo",
     "SectionInfo",
     "inspect",
@@ -54,6 +58,7 @@ class ModuleInfo:
     length: int
     stablehlo_version: str
     custom_call_targets: tuple[str, ...]
+    method: str = ""  # the model method it belongs to; "" in a function archive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +73,32 @@ class SectionInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class MethodInfo:
+    """A method of a model archive: its signature without the parameters (sizes in bytes).
+
+    ``in_avals`` are the method's own arguments (paths from ``[0]``, the first argument after
+    the parameters); ``vjp_order`` is the VJP order stored.
+    """
+
+    name: str
+    in_avals: tuple[AvalInfo, ...]
+    out_avals: tuple[AvalInfo, ...]
+    platforms: tuple[str, ...]
+    nr_devices: int
+    calling_convention_version: int
+    vjp_order: int
+    symbolic_constraints: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class ArchiveInfo:
-    """What ``jaxport.inspect`` reads from an archive's header (sizes in bytes)."""
+    """What ``jaxport.inspect`` reads from an archive's header (sizes in bytes).
+
+    A function archive (``kind == "function"``) describes its Exported in the top-level
+    fields. A model archive (``kind == "model"``) lists ``methods`` and ``tensors``; its
+    top-level ``platforms`` are those every method was exported for, ``nr_devices`` the most
+    any method needs, ``modules`` every method's, and the function fields are empty.
+    """
 
     format_version: int
     fun_name: str
@@ -94,6 +123,9 @@ class ArchiveInfo:
     header_sha256: str
     total_length: int
     sections: tuple[SectionInfo, ...]
+    kind: str = "function"
+    methods: tuple[MethodInfo, ...] = ()
+    tensors: tuple[TensorInfo, ...] = ()
 
 
 def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> ArchiveInfo:
@@ -170,24 +202,54 @@ def module_custom_calls(
     return tuple(_modules.custom_call_targets(modules, path=path))
 
 
-def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
-    archive = head.archive
-    exported = archive.Exported()
-    producer = archive.Producer()
-    if exported is None:
-        raise CorruptArchiveError("the archive holds no Exported")
+def _chain(exported: fb.Exported | None) -> list[fb.Exported]:
     chain = []
     while exported is not None:
         _limits.charge(64)  # an Exported table's least size: the chain is bounded
         chain.append(exported)
         exported = exported.Vjp()
-    primal = chain[0]
-    modules = tuple(_module_info(order, e) for order, e in enumerate(chain))
+    return chain
+
+
+def _common_info(head: _archive.ArchiveHeader) -> dict[str, Any]:
+    archive = head.archive
+    producer = archive.Producer()
     metadata = {}
     for entry in _fb.read_tables(archive, "Metadata"):
         metadata[_fb.read_str(entry.Key())] = _fb.read_str(entry.Value())
+    return {
+        "format_version": head.preamble.format_version,
+        "jaxport_version": _fb.read_str(producer.JaxportVersion()) if producer else "",
+        "jax_version": _fb.read_str(producer.JaxVersion()) if producer else "",
+        "jaxlib_version": _fb.read_str(producer.JaxlibVersion()) if producer else "",
+        "metadata": metadata,
+        "header_length": head.preamble.header_length,
+        "header_sha256": head.preamble.header_sha256.hex(),
+        "total_length": head.total_length,
+        "sections": tuple(
+            SectionInfo(
+                s.offset,
+                s.length,
+                s.uncompressed_length,
+                _COMPRESSION_NAMES.get(s.compression, str(s.compression)),
+                s.sha256.hex(),
+            )
+            for s in head.sections
+        ),
+    }
+
+
+def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
+    archive = head.archive
+    if archive.Exported() is None and archive.Model() is not None:
+        return _model_info(head, archive.Model())
+    chain = _chain(archive.Exported())
+    if not chain:
+        raise CorruptArchiveError("the archive holds no Exported")
+    primal = chain[0]
+    modules = tuple(_module_info(order, e) for order, e in enumerate(chain))
     return ArchiveInfo(
-        format_version=head.preamble.format_version,
+        **_common_info(head),
         fun_name=_fb.read_str(primal.FunName()),
         platforms=_fb.read_strs(primal, "Platforms"),
         nr_devices=primal.NrDevices(),
@@ -204,24 +266,75 @@ def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
         vjp_order=archive.VjpOrder(),
         modules=modules,
         custom_call_targets=tuple(sorted({t for m in modules for t in m.custom_call_targets})),
-        jaxport_version=_fb.read_str(producer.JaxportVersion()) if producer else "",
-        jax_version=_fb.read_str(producer.JaxVersion()) if producer else "",
-        jaxlib_version=_fb.read_str(producer.JaxlibVersion()) if producer else "",
-        metadata=metadata,
-        header_length=head.preamble.header_length,
-        header_sha256=head.preamble.header_sha256.hex(),
-        total_length=head.total_length,
-        sections=tuple(
-            SectionInfo(
-                s.offset,
-                s.length,
-                s.uncompressed_length,
-                _COMPRESSION_NAMES.get(s.compression, str(s.compression)),
-                s.sha256.hex(),
-            )
-            for s in head.sections
-        ),
     )
+
+
+def _model_info(head: _archive.ArchiveHeader, model: fb.Model) -> ArchiveInfo:
+    params = model.Params()
+    paths = _pytrees.pytree_paths(params) if params is not None else []
+    tensor_tables = _fb.read_tables(model, "Tensors")
+    if len(tensor_tables) != len(paths):
+        raise CorruptArchiveError(f"{len(paths)} parameter leaves, {len(tensor_tables)} tensors")
+    tensors = tuple(
+        _tensors.decode_tensor(t, i, head.sections) for i, t in enumerate(tensor_tables)
+    )
+    methods, modules = [], []
+    for m in _fb.read_tables(model, "Methods"):
+        name = _fb.read_str(m.Name())
+        chain = _chain(m.Exported())
+        if not chain:
+            raise CorruptArchiveError(f"method {name!r} has no Exported")
+        methods.append(_method_info(name, chain[0], m.VjpOrder(), len(tensors)))
+        modules += [
+            dataclasses.replace(_module_info(o, e), method=name) for o, e in enumerate(chain)
+        ]
+    if not methods:
+        raise CorruptArchiveError("the model has no method")
+    platforms = [p for p in methods[0].platforms if all(p in m.platforms for m in methods)]
+    return ArchiveInfo(
+        **_common_info(head),
+        fun_name="",
+        platforms=tuple(platforms),
+        nr_devices=max(m.nr_devices for m in methods),
+        calling_convention_version=min(m.calling_convention_version for m in methods),
+        in_avals=(),
+        out_avals=(),
+        symbolic_constraints=(),
+        ordered_effects=(),
+        unordered_effects=(),
+        disabled_safety_checks=(),
+        uses_global_constants=False,
+        vjp_order=min(m.vjp_order for m in methods),
+        modules=tuple(modules),
+        custom_call_targets=tuple(sorted({t for m in modules for t in m.custom_call_targets})),
+        kind="model",
+        methods=tuple(methods),
+        tensors=tensors,
+    )
+
+
+def _method_info(name: str, table: fb.Exported, vjp_order: int, n_params: int) -> MethodInfo:
+    """The method's signature; its first ``n_params`` inputs (the parameters) left out."""
+    in_avals = tuple(
+        dataclasses.replace(a, path=_argument_path(a.path))
+        for a in _aval_infos(table, "In")[n_params:]
+    )
+    return MethodInfo(
+        name=name,
+        in_avals=in_avals,
+        out_avals=_aval_infos(table, "Out"),
+        platforms=_fb.read_strs(table, "Platforms"),
+        nr_devices=table.NrDevices(),
+        calling_convention_version=table.CallingConventionVersion(),
+        vjp_order=vjp_order,
+        symbolic_constraints=_fb.read_strs(table, "SymbolicConstraints"),
+    )
+
+
+def _argument_path(path: str) -> str:
+    """``"[0][2]['x']"`` (argument 2 after the parameters) as the method's ``"[1]['x']"``."""
+    match = re.fullmatch(r"\[0\]\[(\d+)\](.*)", path, flags=re.DOTALL)
+    return f"[{int(match[1]) - 1}]{match[2]}" if match else path
 
 
 def _module_info(order: int, table: fb.Exported) -> ModuleInfo:

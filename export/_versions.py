@@ -1,19 +1,42 @@
 """Archive format versions.
 
 The format version is written in every archive's preamble and checked on every read
-(schema/FORMAT.md, "Versions"). Changelog, one line per version:
+(schema/FORMAT.md, "Versions"). A writer writes the lowest version that holds what it writes:
+function archives are still version 1, so every reader since the first reads them and their
+bytes (and registry digests) did not change; model archives are version 2. Changelog, one line
+per version:
 
   1 (2026-11-21): first release. FlatBuffers header `jaxport.fb.Archive` ("JXPA"), one zstd
     payload section holding the StableHLO modules of the primal and of each VJP order.
+  2 (2026-11-22): model archives. `Archive.model` (parameter tree, one uncompressed section
+    per tensor with its own sha256, named methods each an Exported with its VJPs); in a
+    version-2 archive every section starts at a multiple of 64 bytes from the start of the
+    archive, after zero padding.
 """
 
 from __future__ import annotations
 
-__all__ = ["FORMAT_VERSION", "MAX_SUPPORTED_FORMAT_VERSION", "MIN_SUPPORTED_FORMAT_VERSION"]
+__all__ = [
+    "FORMAT_VERSION",
+    "FUNCTION_FORMAT_VERSION",
+    "MAX_SUPPORTED_FORMAT_VERSION",
+    "MIN_SUPPORTED_FORMAT_VERSION",
+    "MODEL_FORMAT_VERSION",
+    "section_alignment",
+]
 
-#: The format version this writer writes.
-FORMAT_VERSION = 1
+#: The newest format version this writer writes.
+FORMAT_VERSION = 2
+#: The version of a function archive (``dumps``): the first, unchanged.
+FUNCTION_FORMAT_VERSION = 1
+#: The version of a model archive (``Model.dumps``).
+MODEL_FORMAT_VERSION = 2
 #: The oldest format version this reader reads.
 MIN_SUPPORTED_FORMAT_VERSION = 1
 #: The newest format version this reader reads.
-MAX_SUPPORTED_FORMAT_VERSION = 1
+MAX_SUPPORTED_FORMAT_VERSION = 2
+
+
+def section_alignment(format_version: int) -> int:
+    """Where sections start, in bytes from the start of the archive: a multiple of this."""
+    return 1 if format_version < 2 else 64

@@ -13,6 +13,8 @@ working for code that does not know jaxport::
     │   │                                      written or read by this jax / jaxport
     │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
     │                                          refuses (not allowed by name, or host callbacks)
+    ├── ParamsMismatchError (ValueError)       new parameters of another tree, shape or dtype
+    │                                          than the model's methods take
     ├── AuditError                             an audit could not be carried out at all (its
     │                                          worker did not start); failures of an archive
     │                                          are findings, not errors
@@ -33,6 +35,7 @@ __all__ = [
     "InvalidNameError",
     "JaxportError",
     "NotFoundError",
+    "ParamsMismatchError",
     "RegistryError",
     "SchemaVersionError",
     "UnsafeArchiveError",
@@ -140,6 +143,10 @@ class UnsafeArchiveError(UnsupportedFeatureError):
         self.vjp_order = vjp_order
         self.path = path
         super().__init__(f"{message} ({path})" if path is not None else message)
+
+
+class ParamsMismatchError(JaxportError, ValueError):
+    """Parameters that do not fit a model's methods; the message names the first differing path."""
 
 
 class AuditError(JaxportError):

@@ -36,6 +36,33 @@ def test_golden_v1_is_read():
     np.testing.assert_allclose(grad, np.cos(x) * y.sum(axis=1), rtol=1e-5)
 
 
+def test_golden_v2_model_is_read():
+    import sys
+
+    sys.path.insert(0, str(GOLDEN))
+    from make_golden import golden_params
+
+    path = GOLDEN / "v2_model_two_methods.jaxport"
+    info = jaxport.inspect(path)
+    assert (info.format_version, info.kind, info.metadata) == (2, "model", {"golden": "v2"})
+    assert [(m.name, m.vjp_order) for m in info.methods] == [("embed", 0), ("logits", 1)]
+    assert [(t.path, t.dtype) for t in info.tensors] == [
+        ("['dense']['b']", "bfloat16"),
+        ("['dense']['w']", "float32"),
+        ("['emb']", "int8"),
+        ("['scale']", "float32"),
+    ]
+    model = jaxport.load_model(path)
+    params = golden_params()
+    jax.tree.map(np.testing.assert_array_equal, model.params, params)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    expected = (np.tanh(x @ params["dense"]["w"]) + np.arange(3)) * 0.5
+    np.testing.assert_allclose(model.logits(x), expected, rtol=1e-5)
+    np.testing.assert_allclose(model.embed(np.array([0, 1, 4])), [[-2.5, -2], [-1.5, -1], [1.5, 2]])
+    grad = jax.grad(lambda x: model.logits(x).sum())(x)
+    assert grad.shape == x.shape
+
+
 def test_every_released_version_has_a_golden_archive():
     versions = range(jaxport.MIN_SUPPORTED_FORMAT_VERSION, jaxport.MAX_SUPPORTED_FORMAT_VERSION + 1)
     for v in versions:

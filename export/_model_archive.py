@@ -1,0 +1,341 @@
+"""Model archives (format version 2): writing the header and payload, reading them back.
+
+Layout (schema/FORMAT.md, "Model archives"): the preamble, the header padded with zero bytes to
+a multiple of 64 bytes from the start of the archive, section 0 (zstd: the StableHLO modules of
+every method and VJP order, one after the other), then one uncompressed section per parameter
+tensor, each starting at a multiple of 64 bytes after zero padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import flatbuffers
+
+from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport.export import _archive, _container, _custom_calls, _fb, _modules, _pytrees, _tensors
+from jaxport.export._avals import AvalTables
+from jaxport.export._exported import (
+    check_calling_convention_version,
+    decode_exported,
+    encode_exported,
+)
+from jaxport.export._versions import MODEL_FORMAT_VERSION
+from jaxport.schema import FILE_IDENTIFIER, fb
+
+__all__ = [
+    "MAX_METHODS",
+    "ModelContents",
+    "ModelHeader",
+    "dump_model_chunks",
+    "read_model_header",
+    "tensor_paths",
+]
+
+#: The most methods a model archive holds.
+MAX_METHODS = 256
+_ALIGN = 64
+_HASH_THREADS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelContents:
+    """What a model archive holds, ready to write: see ``jaxport.Model``."""
+
+    params_tree: Any
+    arrays: Sequence[Any]  # host arrays (``_tensors.host_array``), in leaf order
+    exported: Mapping[str, Any]
+    vjp_orders: Mapping[str, int]
+    metadata: Mapping[str, str]
+
+
+def tensor_paths(params_tree: Any) -> list[str]:
+    """The path of each leaf of ``params_tree`` as the archive records it (``"['w'][0]"``).
+
+    Raises:
+        UnsupportedFeatureError: a node type that cannot be stored (see ``encode_pytreedef``).
+    """
+    builder = flatbuffers.Builder(256)
+    builder.Finish(_pytrees.encode_pytreedef(builder, params_tree))
+    return _pytrees.pytree_paths(fb.PyTreeDef.GetRootAs(builder.Output(), 0))
+
+
+def dump_model_chunks(contents: ModelContents) -> list[bytes | memoryview]:
+    """The model archive as consecutive chunks (tensor bytes are views, not copies).
+
+    Raises:
+        UnsupportedFeatureError: a method with fewer VJP orders than asked, a module MLIR cannot
+            parse, or a part of an Exported that cannot be stored.
+        UnsupportedVersionError: a calling convention version the running jax does not support.
+    """
+    names = sorted(contents.exported)
+    if not 0 < len(names) <= MAX_METHODS:
+        raise UnsupportedFeatureError(f"a model has 1 to {MAX_METHODS} methods, not {len(names)}")
+    chains = {n: _archive.vjp_chain(contents.exported[n], contents.vjp_orders[n]) for n in names}
+    modules = [bytes(e.mlir_module_serialized) for n in names for e in chains[n]]
+    for n in names:
+        for exp in chains[n]:
+            check_calling_convention_version(exp.calling_convention_version)
+    try:
+        targets = _modules.custom_call_targets(modules)
+    except CorruptArchiveError as e:
+        raise UnsupportedFeatureError(f"cannot write the model: {e}") from None
+    module_chunks, module_section = _container.compress_section(modules)
+    refs, offset = [], 0
+    for m, t in zip(modules, targets, strict=True):
+        refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), t))
+        offset += len(m)
+    datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
+    sections, infos = _place_tensors(module_section, datas, contents)
+    header = _encode_header(contents, names, chains, refs, sections, infos)
+    chunks: list[bytes | memoryview] = [
+        _container.encode_preamble(header, MODEL_FORMAT_VERSION),
+        header,
+        *module_chunks,
+    ]
+    position = module_section.length
+    for s, data in zip(sections[1:], datas, strict=True):
+        chunks.append(bytes(s.offset - position))
+        chunks.append(data)
+        position = s.offset + s.length
+    return [c for c in chunks if len(c)]
+
+
+def _place_tensors(
+    module_section: _container.Section, datas: Sequence[memoryview], contents: ModelContents
+) -> tuple[list[_container.Section], list[_tensors.TensorInfo]]:
+    """Sections (the modules', then one per tensor, 64-byte aligned) and the tensors' infos."""
+    with ThreadPoolExecutor(_HASH_THREADS) as pool:  # hashlib releases the GIL
+        digests = list(pool.map(lambda d: hashlib.sha256(d).digest(), datas))
+    paths = tensor_paths(contents.params_tree)
+    sections, infos = [module_section], []
+    position = module_section.length
+    for i, (data, digest) in enumerate(zip(datas, digests, strict=True)):
+        start = -(-position // _ALIGN) * _ALIGN  # the payload starts 64-byte aligned
+        sections.append(
+            _container.Section(start, len(data), fb.Compression.none, len(data), digest)
+        )
+        a = contents.arrays[i]
+        infos.append(
+            _tensors.TensorInfo(
+                paths[i], tuple(a.shape), a.dtype.name, len(data), digest.hex(), i + 1
+            )
+        )
+        position = start + len(data)
+    return sections, infos
+
+
+def _encode_header(
+    contents: ModelContents,
+    names: Sequence[str],
+    chains: Mapping[str, list[Any]],
+    refs: Sequence[_modules.ModuleRef],
+    sections: Sequence[_container.Section],
+    infos: Sequence[_tensors.TensorInfo],
+) -> bytes:
+    builder = flatbuffers.Builder(4096)
+    avals = AvalTables()
+    method_offsets, i = [], 0
+    for name in names:
+        exported = None
+        chain = chains[name]
+        for exp, ref in reversed(list(zip(chain, refs[i : i + len(chain)], strict=True))):
+            exported = encode_exported(builder, exp, ref, exported, avals)
+        i += len(chain)
+        name_off = builder.CreateString(name)
+        fb.MethodStart(builder)
+        fb.MethodAddName(builder, name_off)
+        fb.MethodAddExported(builder, exported)
+        fb.MethodAddVjpOrder(builder, contents.vjp_orders[name])
+        method_offsets.append(int(fb.MethodEnd(builder)))
+    params = _pytrees.encode_pytreedef(builder, contents.params_tree)
+    tensors = _fb.table_vector(builder, _tensors.encode_tensor, infos)
+    methods = _fb._offsets_vector(builder, method_offsets)
+    fb.ModelStart(builder)
+    fb.ModelAddParams(builder, params)
+    fb.ModelAddTensors(builder, tensors)
+    fb.ModelAddMethods(builder, methods)
+    model = fb.ModelEnd(builder)
+    producer = _archive.encode_producer(builder)
+    sections_off = _fb.table_vector(builder, _archive.encode_section, sections)
+    metadata = _archive.metadata_entries(contents.metadata)
+    metadata_off = _fb.table_vector(builder, _archive.encode_metadata_entry, metadata)
+    fb.ArchiveStart(builder)
+    fb.ArchiveAddProducer(builder, producer)
+    fb.ArchiveAddSections(builder, sections_off)
+    fb.ArchiveAddMetadata(builder, metadata_off)
+    fb.ArchiveAddModel(builder, model)
+    builder.Finish(fb.ArchiveEnd(builder), file_identifier=FILE_IDENTIFIER)
+    header = bytes(builder.Output())
+    padding = -(_container.PREAMBLE_LENGTH + len(header)) % _ALIGN
+    return header + bytes(padding)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelHeader:
+    """A model archive's checked header: methods decoded, tensors described, none read.
+
+    Attributes:
+        head: the archive header (preamble, FlatBuffer, sections).
+        params_tree: the parameter pytree's treedef.
+        tensors: one per leaf, in leaf order.
+        exported: each method's ``Exported`` (primal module read; VJPs when asked).
+        vjp_orders: each method's stored VJP order.
+        metadata: the archive's metadata.
+    """
+
+    head: _archive.ArchiveHeader
+    params_tree: Any
+    tensors: tuple[_tensors.TensorInfo, ...]
+    exported: Mapping[str, Any]
+    vjp_orders: Mapping[str, int]
+    metadata: Mapping[str, str]
+
+
+def read_model_header(
+    head: _archive.ArchiveHeader,
+    modules: _container.SectionReader,
+    *,
+    allow_custom_calls: Iterable[str] = (),
+    allow_unsupported_calling_convention: bool = False,
+    path: str | None = None,
+) -> ModelHeader:
+    """Decodes and checks a model archive's header; reads each method's primal module.
+
+    ``modules`` reads the archive's sections (only section 0, the modules', is read here).
+
+    Raises:
+        CorruptArchiveError: a function archive, a malformed model table (tensors that do not
+            match the parameter tree or their sections, unsorted or repeated method names, a
+            method whose first inputs are not the parameters), or any error of ``loads``.
+        UnsafeArchiveError, UnsupportedVersionError, UnsupportedFeatureError: as ``loads``.
+    """
+    allowed = _custom_calls.allowed_targets(allow_custom_calls)
+    with _fb.translating_read_errors(path):
+        model = head.archive.Model()
+        if model is None:
+            raise CorruptArchiveError(
+                "a function archive, not a model archive: read it with jaxport.load", path=path
+            )
+        if head.archive.Exported() is not None:
+            raise CorruptArchiveError("an archive holds an Exported or a model, not both")
+        params_table = model.Params()
+        if params_table is None:
+            raise CorruptArchiveError("the model has no parameter tree")
+        paths = _pytrees.pytree_paths(params_table)
+        tensors = _decode_tensors(model, paths, head.sections)
+        params_tree = _treedef(params_table, tensors)
+        exported, vjp_orders = _decode_methods(
+            model, modules, allowed, not allow_unsupported_calling_convention, path
+        )
+        for name, exp in exported.items():
+            _check_method_inputs(name, exp, params_tree, tensors)
+        metadata = {
+            _fb.read_str(e.Key()): _fb.read_str(e.Value())
+            for e in _fb.read_tables(head.archive, "Metadata")
+        }
+    return ModelHeader(head, params_tree, tensors, exported, vjp_orders, metadata)
+
+
+def _decode_tensors(
+    model: fb.Model, paths: Sequence[str], sections: Sequence[_container.Section]
+) -> tuple[_tensors.TensorInfo, ...]:
+    tables = _fb.read_tables(model, "Tensors")
+    if len(tables) != len(paths):
+        raise CorruptArchiveError(
+            f"the parameter tree has {len(paths)} leaves and the model {len(tables)} tensors"
+        )
+    used: set[int] = set()
+    infos = []
+    for i, (t, p) in enumerate(zip(tables, paths, strict=True)):
+        info = _tensors.decode_tensor(t, i, sections)
+        if info.path != p:
+            raise CorruptArchiveError(f"tensor {i} is named {info.path!r}, its leaf is {p!r}")
+        if info.section == 0 or info.section in used:
+            raise CorruptArchiveError(f"tensor {i}: section {info.section} is not its own")
+        section = sections[info.section]
+        if section.compression == fb.Compression.none and section.sha256.hex() != info.sha256:
+            raise CorruptArchiveError(f"tensor {i}: its digest is not its section's")
+        used.add(info.section)
+        infos.append(info)
+    return tuple(infos)
+
+
+def _treedef(table: fb.PyTreeDef, tensors: Sequence[_tensors.TensorInfo]) -> Any:
+    import jax
+
+    specs = [jax.ShapeDtypeStruct(t.shape, _tensors.numpy_dtype(t.dtype)) for t in tensors]
+    return _pytrees.decode_pytreedef(table, specs)
+
+
+def _decode_methods(
+    model: fb.Model,
+    modules: _container.SectionReader,
+    allowed: frozenset[str],
+    check_calling_convention: bool,
+    path: str | None,
+) -> tuple[dict[str, Any], dict[str, int]]:
+    tables = _fb.read_tables(model, "Methods")
+    if not 0 < len(tables) <= MAX_METHODS:
+        raise CorruptArchiveError(f"a model has 1 to {MAX_METHODS} methods, not {len(tables)}")
+    exported: dict[str, Any] = {}
+    vjp_orders: dict[str, int] = {}
+    previous = ""
+    for t in tables:
+        name = _fb.read_str(t.Name())
+        if not name or name <= previous:
+            raise CorruptArchiveError(f"method names are not sorted and unique at {name!r}")
+        previous = name
+        table = t.Exported()
+        if table is None:
+            raise CorruptArchiveError(f"method {name!r} has no Exported")
+        with _fb.translating_read_errors(where=f"method {name!r}"):
+            read_module = _archive.checked_module_reader(modules, table, allowed, path)
+            exported[name] = decode_exported(
+                table,
+                read_module,
+                check_calling_convention=check_calling_convention,
+                vjp_order=t.VjpOrder(),
+                check_module=lambda ref: modules.check(ref.section, ref.offset, ref.length),
+            )
+        vjp_orders[name] = t.VjpOrder()
+    return exported, vjp_orders
+
+
+def _check_method_inputs(
+    name: str, exp: Any, params_tree: Any, tensors: Sequence[_tensors.TensorInfo]
+) -> None:
+    """The method's first argument is the parameter tree, with the tensors' shapes and dtypes."""
+    args, kwargs = _args_of(exp.in_tree)
+    if kwargs.num_leaves or not args or args[0] != params_tree:
+        raise CorruptArchiveError(f"method {name!r}: its first argument is not the parameters")
+    for t, aval in zip(tensors, exp.in_avals, strict=False):
+        if tuple(aval.shape) != t.shape or aval.dtype.name != t.dtype:
+            raise CorruptArchiveError(
+                f"method {name!r} takes {t.path} as {aval.dtype.name}{list(aval.shape)}, "
+                f"the tensor is {t.dtype}{list(t.shape)}"
+            )
+
+
+def _args_of(in_tree: Any) -> tuple[list[Any], Any]:
+    """The treedefs of each positional argument, and of the keyword arguments."""
+    from jax import tree_util
+
+    args_kwargs = tree_util.treedef_children(in_tree)
+    if len(args_kwargs) != 2:
+        return [], tree_util.tree_structure(None)
+    return tree_util.treedef_children(args_kwargs[0]), args_kwargs[1]
+
+
+def section_reader(head: _archive.ArchiveHeader, view: memoryview, **kwargs: Any) -> Any:
+    """The ``SectionReader`` of an archive's payload; see ``_container.SectionReader``."""
+    return _container.SectionReader(
+        view[head.payload_start :], head.sections, payload_start=head.payload_start, **kwargs
+    )
+
+
+TensorReader = Callable[[_tensors.TensorInfo], Any]

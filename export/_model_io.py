@@ -1,0 +1,128 @@
+"""Reading model archives: ``load_model`` (a memory-mapped file), ``loads_model`` (bytes).
+
+Only the header and the modules' section are read when a model is opened; a tensor is read,
+and checked against its sha256, the first time it is used (``Model.tensor``, a method call,
+``Model.params``). From a file the tensors are views of a read-only memory map: nothing is
+copied, and a tensor costs no I/O until it is touched.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from jaxport._errors import CorruptArchiveError
+from jaxport.export import _archive, _container, _model_archive
+from jaxport.export._model import Model, TensorStore
+from jaxport.export._tensors import TensorInfo
+from jaxport.schema import fb
+
+__all__ = ["load_model", "loads_model", "open_model"]
+
+
+def loads_model(
+    data: bytes | bytearray | memoryview,
+    *,
+    allow_custom_calls: Iterable[str] = (),
+    allow_unsupported_calling_convention: bool = False,
+    max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
+    path: str | None = None,
+) -> Model:
+    """The model in a model archive's bytes; tensors are views of ``data``, read lazily.
+
+    Checks everything ``jaxport.loads`` checks of each method, and that the tensors match the
+    parameter tree and every method's first argument. Each tensor's sha256 is checked when it
+    is first used.
+
+    Raises:
+        CorruptArchiveError: not a well-formed model archive (a function archive included:
+            read those with ``jaxport.loads``); non-zero padding between sections.
+        IntegrityError: a digest of the header or of the modules' section does not match (a
+            tensor's, when it is used).
+        UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError: as ``loads``.
+    """
+    view = memoryview(data).cast("B")
+    head = _archive.read_header(view, len(view), path=path)
+    payload = view[head.payload_start :]
+    _container.check_padding(payload, head.sections, payload_start=head.payload_start, path=path)
+    reader = _container.SectionReader(
+        payload,
+        head.sections,
+        payload_start=head.payload_start,
+        path=path,
+        max_compression_ratio=max_compression_ratio,
+    )
+
+    def read(info: TensorInfo) -> bytes | memoryview:
+        s = head.sections[info.section]
+        if s.compression == fb.Compression.none:
+            return payload[s.offset : s.offset + s.length]
+        return reader.read(info.section, 0, s.uncompressed_length)
+
+    return open_model(
+        head,
+        reader,
+        read,
+        allow_custom_calls=allow_custom_calls,
+        allow_unsupported_calling_convention=allow_unsupported_calling_convention,
+        path=path,
+    )
+
+
+def open_model(
+    head: _archive.ArchiveHeader,
+    modules: _container.SectionReader,
+    read_tensor: Callable[[TensorInfo], bytes | memoryview],
+    *,
+    allow_custom_calls: Iterable[str] = (),
+    allow_unsupported_calling_convention: bool = False,
+    path: str | None = None,
+) -> Model:
+    """A ``Model`` from a checked header, its modules' reader and a reader of tensor bytes
+    (``read_tensor``: the bytes of a tensor, checked by the caller of nothing; the model checks
+    each against its digest). Raises: see ``loads_model``."""
+    header = _model_archive.read_model_header(
+        head,
+        modules,
+        allow_custom_calls=allow_custom_calls,
+        allow_unsupported_calling_convention=allow_unsupported_calling_convention,
+        path=path,
+    )
+    store = TensorStore(header.tensors, [None] * len(header.tensors), read_tensor, path)
+    return Model._of_store(
+        header.params_tree, store, header.exported, header.vjp_orders, header.metadata
+    )
+
+
+def load_model(
+    path: str | os.PathLike[str],
+    *,
+    allow_custom_calls: Iterable[str] = (),
+    allow_unsupported_calling_convention: bool = False,
+    max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
+) -> Model:
+    """The model archive at ``path``, memory-mapped: tensors are read when first used.
+
+    The file must not change while the model is in use (the map would show the change; each
+    tensor's digest is checked when it is read, so a change before then is caught).
+
+    Raises:
+        OSError: the file cannot be opened or mapped.
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError,
+            UnsupportedFeatureError, UnsafeArchiveError: see ``loads_model``.
+    """
+    with Path(path).open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise CorruptArchiveError("truncated: 0 bytes", path=str(path))
+        mapped: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return loads_model(
+        mapped,
+        allow_custom_calls=allow_custom_calls,
+        allow_unsupported_calling_convention=allow_unsupported_calling_convention,
+        max_compression_ratio=max_compression_ratio,
+        path=str(path),
+    )

@@ -1,0 +1,153 @@
+"""Parameter tensors: host arrays <-> ``jaxport.fb.Tensor`` records and their bytes.
+
+A tensor is stored as its elements in C order, little-endian, as numpy lays them out (one byte
+per element for the sub-byte types of ml_dtypes, such as int4), with the sha256 of those bytes.
+Reading checks the digest before an array is made over the bytes, which are not copied: an
+array read from a memory-mapped file is a read-only view of the map.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import flatbuffers
+import numpy as np
+
+from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
+from jaxport.export import _dtypes, _fb, _limits
+from jaxport.export._dtypes import numpy_dtype
+from jaxport.schema import fb
+
+__all__ = [
+    "TensorInfo",
+    "array_from_bytes",
+    "decode_tensor",
+    "encode_tensor",
+    "host_array",
+    "numpy_dtype",
+    "tensor_bytes",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """A parameter tensor as the header describes it.
+
+    Attributes:
+        path: the leaf's key path in the parameter pytree (``jax.tree_util.keystr``), e.g.
+            ``"['dense']['kernel']"``.
+        shape: its shape.
+        dtype: its numpy dtype name, e.g. ``"float32"``, ``"bfloat16"``.
+        nbytes: its size in bytes.
+        sha256: hex digest of its bytes.
+        section: the archive section that holds its bytes.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    sha256: str
+    section: int
+
+
+def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
+    """``leaf`` (a numpy or jax array, or a scalar) as a C-ordered little-endian host array.
+
+    A sharded ``jax.Array`` is gathered. Raises:
+        UnsupportedFeatureError: a typed PRNG key or ``float0`` (store ``jax.random.key_data``),
+            or a leaf that is not an array.
+    """
+    import jax
+
+    if isinstance(leaf, jax.Array):
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            raise UnsupportedFeatureError(
+                f"parameter {path} is a typed PRNG key: store jax.random.key_data(key) instead"
+            )
+        leaf = np.asarray(jax.device_get(leaf))
+    elif not isinstance(leaf, np.ndarray | np.generic | int | float | complex | bool):
+        raise UnsupportedFeatureError(f"parameter {path} is a {type(leaf).__name__}, not an array")
+    array = np.asarray(leaf, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    _dtypes.encode_dtype(array.dtype)  # refuses what no archive can hold
+    return array
+
+
+def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
+    """The bytes of a ``host_array`` result, without a copy."""
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+def encode_tensor(builder: flatbuffers.Builder, info: TensorInfo) -> int:
+    """An ``fb.Tensor``."""
+    path = builder.CreateString(info.path)
+    shape = _fb.int64_vector(builder, info.shape)
+    digest = _fb.bytes_vector(builder, bytes.fromhex(info.sha256))
+    dtype, _ = _dtypes.encode_dtype(np.dtype(numpy_dtype(info.dtype)))
+    fb.TensorStart(builder)
+    fb.TensorAddPath(builder, path)
+    fb.TensorAddShape(builder, shape)
+    fb.TensorAddDtype(builder, dtype)
+    fb.TensorAddByteOrder(builder, fb.ByteOrder.little)
+    fb.TensorAddSection(builder, info.section)
+    fb.TensorAddSha256(builder, digest)
+    return int(fb.TensorEnd(builder))
+
+
+def decode_tensor(table: fb.Tensor, index: int, sections: Sequence[Any]) -> TensorInfo:
+    """The ``TensorInfo`` of tensor ``index``, checked against its section.
+
+    Raises:
+        CorruptArchiveError: a negative or oversized dimension, an unknown dtype or byte order,
+            no such section, a digest that is not 32 bytes, or a section whose size is not the
+            tensor's.
+        UnsupportedFeatureError: a dtype the running jax does not define.
+    """
+    where = f"tensor {index}"
+    shape = tuple(_fb.read_ints(table, "Shape"))
+    if len(shape) > _limits.MAX_RANK or any(not 0 <= d < 2**62 for d in shape):
+        raise CorruptArchiveError(f"{where}: shape {shape[:8]} is not a valid static shape")
+    if table.ByteOrder() != fb.ByteOrder.little:
+        raise CorruptArchiveError(f"{where}: unknown byte order {table.ByteOrder()}")
+    if table.Dtype() in (fb.DType.prng_key, fb.DType.float0):
+        raise CorruptArchiveError(f"{where}: dtype {table.Dtype()} is not a tensor dtype")
+    dtype = np.dtype(_dtypes.decode_dtype(table.Dtype(), None))
+    digest = _fb.read_bytes(table, "Sha256") or b""
+    if len(digest) != 32:
+        raise CorruptArchiveError(f"{where}: no sha256 digest")
+    section = table.Section()
+    if section >= len(sections):
+        raise CorruptArchiveError(f"{where}: section {section} does not exist")
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if sections[section].uncompressed_length != nbytes:
+        raise CorruptArchiveError(
+            f"{where}: {nbytes} bytes for shape {shape} {dtype.name}, its section holds "
+            f"{sections[section].uncompressed_length}"
+        )
+    path = _fb.read_str(table.Path())
+    return TensorInfo(path, shape, dtype.name, nbytes, digest.hex(), section)
+
+
+def array_from_bytes(
+    info: TensorInfo, data: bytes | memoryview, *, path: str | None = None
+) -> np.ndarray[Any, Any]:
+    """The array over ``data`` (no copy), once ``data`` matches the tensor's digest.
+
+    Raises:
+        IntegrityError: the bytes do not match the digest (or the size).
+    """
+    found = hashlib.sha256(data).hexdigest()
+    if len(data) != info.nbytes or found != info.sha256:
+        raise IntegrityError(
+            f"parameter {info.path} digest mismatch",
+            expected=info.sha256,
+            found=found,
+            path=path,
+        )
+    dtype = np.dtype(numpy_dtype(info.dtype))
+    return np.frombuffer(data, dtype=dtype).reshape(info.shape)
