@@ -83,7 +83,7 @@ def callback():
 
 def _resealed(exp, vjp_order: int, claims: list[tuple[str, ...]]) -> bytes:
     """``dumps(exp)`` whose header lists ``claims`` as the modules' targets, digests valid."""
-    chain = _archive._vjp_chain(exp, vjp_order)
+    chain = _archive.vjp_chain(exp, vjp_order)
     modules = [bytes(e.mlir_module_serialized) for e in chain]
     chunks, section = _container.compress_section(modules)
     refs, offset = [], 0

@@ -57,9 +57,10 @@ def write_v1() -> None:
     exp = jax.export.export(jax.jit(golden_function), platforms=("cpu", "cuda", "tpu"))(
         jax.ShapeDtypeStruct((b, 4), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32)
     )
-    _write(GOLDEN / "v1_poly_vjp1.jaxport", lambda out: jaxport.save(
-        exp, out, vjp_order=1, metadata={"golden": "v1"}
-    ))
+    _write(
+        GOLDEN / "v1_poly_vjp1.jaxport",
+        lambda out: jaxport.save(exp, out, vjp_order=1, metadata={"golden": "v1"}),
+    )
 
 
 def write_v2() -> None:
