@@ -240,16 +240,7 @@ def _in_shardings(exp: Any, platform: str) -> list[Any]:
     """Shardings over the platform's first ``nr_devices`` devices for a sharded export's inputs."""
     if exp.nr_devices <= 1:
         return [None] * len(exp.in_avals)
-    import jax
-    import numpy as np
-
-    devices = _devices(platform)[: exp.nr_devices]
-    _, named, _ = _compat.exported_named_shardings(exp)
-    abstract = next((s.mesh for s in named if s is not None), None)
-    if abstract is None:  # jax < 0.9: only the HloSharding form
-        return _compat.hlo_shardings_on(exp.in_shardings_hlo, devices)
-    mesh = jax.sharding.Mesh(np.array(devices).reshape(abstract.axis_sizes), abstract.axis_names)
-    return list(exp.in_shardings_jax(mesh))
+    return _compat.in_shardings_on(exp, _devices(platform))
 
 
 def _symbolic(exp: Any) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "exported_named_shardings",
     "hlo_sharding_to_proto",
     "hlo_shardings_on",
+    "in_shardings_on",
     "jax_versions",
     "local_device_count",
     "local_platform",
@@ -148,6 +149,23 @@ def hlo_shardings_on(shardings: Sequence[Any], devices: Sequence[Any]) -> list[A
         else sharding_impls.GSPMDSharding.get_replicated(devs)
         for h in shardings
     ]
+
+
+def in_shardings_on(exp: Any, devices: Sequence[Any]) -> list[Any]:
+    """Concrete shardings on ``devices`` (the first ``exp.nr_devices`` are used) for the inputs
+    of a sharded Exported: over a mesh of the export's axis names and sizes when it has named
+    shardings, else (jax < 0.9) the HloSharding form on the devices in order."""
+    import numpy as np
+
+    devs = list(devices)[: exp.nr_devices]
+    _, named, _ = exported_named_shardings(exp)
+    abstract = next((s.mesh for s in named if s is not None), None)
+    if abstract is None:
+        return hlo_shardings_on(exp.in_shardings_hlo, devs)
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(devs).reshape(abstract.axis_sizes), abstract.axis_names)
+    return list(exp.in_shardings_jax(mesh))
 
 
 def hlo_sharding_to_proto(sharding: Any) -> bytes:

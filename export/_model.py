@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxport._errors import JaxportError, ParamsMismatchError, UnsupportedFeatureError
 from jaxport._io import atomic_write
-from jaxport.export import _model_archive, _tensors
+from jaxport.export import _compat, _model_archive, _tensors
 from jaxport.export._tensors import TensorInfo
 
 if TYPE_CHECKING:
@@ -145,12 +145,12 @@ class Model:
         specs = input_specs if isinstance(input_specs, Mapping) else {DEFAULT_METHOD: input_specs}
         _check_names(fns, specs, "input_specs")
         params_tree, leaves, paths = _flatten(params)
-        param_specs = _param_specs(params_tree, leaves)
+        arrays = [_tensors.host_array(x, p) for x, p in zip(leaves, paths, strict=True)]
+        param_specs = _param_specs(params_tree, leaves, arrays)
         exported = {
             name: _export_method(name, fn, param_specs, specs[name], platforms)
             for name, fn in fns.items()
         }
-        arrays = [_tensors.host_array(x, p) for x, p in zip(leaves, paths, strict=True)]
         self._setup(params_tree, TensorStore.of_arrays(arrays), exported, vjp_order, metadata)
 
     @classmethod
@@ -177,6 +177,49 @@ class Model:
         for name, exp in model._exported.items():
             model._check_method(name, exp)
         return model
+
+    @classmethod
+    def from_safetensors(
+        cls,
+        path: str | os.PathLike[str],
+        apply_fn: Callable[..., Any] | Mapping[str, Callable[..., Any]],
+        input_specs: Sequence[Any] | Mapping[str, Sequence[Any]],
+        **model_kwargs: Any,
+    ) -> Model:
+        """A model whose parameters are a safetensors file's tensors, keys ``"a.b"`` nested as
+        ``{"a": {"b": ...}}`` (``jaxport.export._import.nest_keys``); the other arguments are
+        ``Model``'s. Needs ``pip install jaxport[safetensors]``.
+
+        Raises:
+            UnsupportedFeatureError: ``safetensors`` is not installed; conflicting keys
+                (``"a"`` and ``"a.b"``); and as ``Model``.
+            CorruptArchiveError: not a well-formed safetensors file.
+            OSError: the file cannot be read.
+        """
+        from jaxport.export._import import params_from_safetensors
+
+        return cls(params_from_safetensors(path), apply_fn, input_specs, **model_kwargs)
+
+    @classmethod
+    def from_orbax(
+        cls,
+        directory: str | os.PathLike[str],
+        apply_fn: Callable[..., Any] | Mapping[str, Callable[..., Any]],
+        input_specs: Sequence[Any] | Mapping[str, Sequence[Any]],
+        **model_kwargs: Any,
+    ) -> Model:
+        """A model whose parameters are an Orbax checkpoint's pytree, restored as numpy arrays
+        (``jaxport.export._import.params_from_orbax``); the other arguments are ``Model``'s.
+        Needs ``pip install jaxport[orbax]``.
+
+        Raises:
+            UnsupportedFeatureError: ``orbax-checkpoint`` is not installed; and as ``Model``.
+            CorruptArchiveError: ``directory`` is not a checkpoint Orbax can restore.
+            FileNotFoundError: ``directory`` does not exist.
+        """
+        from jaxport.export._import import params_from_orbax
+
+        return cls(params_from_orbax(directory), apply_fn, input_specs, **model_kwargs)
 
     @classmethod
     def _of_store(
@@ -418,18 +461,20 @@ def _flatten(params: Any) -> tuple[Any, list[Any], list[str]]:
     return treedef, leaves, _model_archive.tensor_paths(treedef)
 
 
-def _param_specs(params_tree: Any, leaves: Sequence[Any]) -> Any:
-    """ShapeDtypeStructs of the parameters, with the sharding of sharded jax Arrays."""
+def _param_specs(params_tree: Any, leaves: Sequence[Any], arrays: Sequence[Any]) -> Any:
+    """ShapeDtypeStructs of the parameters (the host arrays' shapes and canonical dtypes),
+    with the sharding of the leaves that are sharded jax Arrays."""
     import jax
     from jax import tree_util
 
-    def spec(x: Any) -> Any:
-        sharding = getattr(x, "sharding", None)
-        if isinstance(x, jax.Array) and len(sharding.device_set) > 1:  # type: ignore[union-attr]
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-        return jax.ShapeDtypeStruct(np.shape(x), np.result_type(x))
+    def spec(leaf: Any, array: Any) -> Any:
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(leaf, jax.Array) and len(sharding.device_set) > 1:  # type: ignore[union-attr]
+            return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=sharding)
+        return jax.ShapeDtypeStruct(array.shape, array.dtype)
 
-    return tree_util.tree_unflatten(params_tree, [spec(x) for x in leaves])
+    specs = [spec(x, a) for x, a in zip(leaves, arrays, strict=True)]
+    return tree_util.tree_unflatten(params_tree, specs)
 
 
 def _export_method(
@@ -463,8 +508,7 @@ def _shardings(exp: Any, n: int) -> list[Any] | None:
             f"{len(devices)} (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
             f"{exp.nr_devices})"
         )
-    mesh = jax.sharding.Mesh(np.array(devices[: exp.nr_devices]), ("_jaxport",))
-    return list(exp.in_shardings_jax(mesh)[:n])
+    return _compat.in_shardings_on(exp, devices)[:n]
 
 
 def _bind(model: Model, name: str) -> Callable[..., Any]:

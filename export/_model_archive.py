@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
-from jaxport.export import _archive, _container, _custom_calls, _fb, _modules, _pytrees, _tensors
+from jaxport.export import (
+    _archive,
+    _container,
+    _custom_calls,
+    _fb,
+    _limits,
+    _modules,
+    _pytrees,
+    _tensors,
+)
 from jaxport.export._avals import AvalTables
 from jaxport.export._exported import (
     check_calling_convention_version,
@@ -37,7 +46,7 @@ __all__ = [
 ]
 
 #: The most methods a model archive holds.
-MAX_METHODS = 256
+MAX_METHODS = 64
 _ALIGN = 64
 _HASH_THREADS = 4
 
@@ -217,6 +226,11 @@ def read_model_header(
     allowed = _custom_calls.allowed_targets(allow_custom_calls)
     with _fb.translating_read_errors(path):
         model = head.archive.Model()
+        methods = min(model.MethodsLength(), MAX_METHODS) if model is not None else 0
+    # Methods share the parameters' aval tables, and each method's decoder reads them: the
+    # budget is the header's, once per method and once for the rest (schema/FORMAT.md, Limits).
+    budget = (methods + 1) * head.preamble.header_length
+    with _fb.translating_read_errors(path), _limits.header_budget(budget):
         if model is None:
             raise CorruptArchiveError(
                 "a function archive, not a model archive: read it with jaxport.load", path=path
@@ -329,13 +343,3 @@ def _args_of(in_tree: Any) -> tuple[list[Any], Any]:
     if len(args_kwargs) != 2:
         return [], tree_util.tree_structure(None)
     return tree_util.treedef_children(args_kwargs[0]), args_kwargs[1]
-
-
-def section_reader(head: _archive.ArchiveHeader, view: memoryview, **kwargs: Any) -> Any:
-    """The ``SectionReader`` of an archive's payload; see ``_container.SectionReader``."""
-    return _container.SectionReader(
-        view[head.payload_start :], head.sections, payload_start=head.payload_start, **kwargs
-    )
-
-
-TensorReader = Callable[[_tensors.TensorInfo], Any]

@@ -57,7 +57,8 @@ class TensorInfo:
 def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
     """``leaf`` (a numpy or jax array, or a scalar) as a C-ordered little-endian host array.
 
-    A sharded ``jax.Array`` is gathered. Raises:
+    A sharded ``jax.Array`` is gathered. The dtype is jax's canonical one, what a method
+    receives (``float64`` becomes ``float32`` unless ``jax_enable_x64`` is set). Raises:
         UnsupportedFeatureError: a typed PRNG key or ``float0`` (store ``jax.random.key_data``),
             or a leaf that is not an array.
     """
@@ -72,8 +73,9 @@ def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
     elif not isinstance(leaf, np.ndarray | np.generic | int | float | complex | bool):
         raise UnsupportedFeatureError(f"parameter {path} is a {type(leaf).__name__}, not an array")
     array = np.asarray(leaf, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(array.dtype))  # float64 -> float32
+    if array.dtype != canonical or array.dtype.byteorder == ">":
+        array = array.astype(canonical.newbyteorder("<"))
     _dtypes.encode_dtype(array.dtype)  # refuses what no archive can hold
     return array
 

@@ -391,6 +391,97 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     _emit(as_json, info, info_tables)
 
 
+@main.command()
+@click.argument("source")
+@click.argument("method")
+@click.option(
+    "-i",
+    "--input",
+    "inputs",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="An .npz of the method's inputs: arr_0, arr_1, ... (numpy.savez(f, *arrays)) in "
+    "order, or keyed by their paths as inspect shows them ([0], [1]['w']).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The .npz to write (default: METHOD-out.npz in the current directory).",
+)
+@click.option("--platform", help="With a registry reference: the variant's platform.")
+@click.option(
+    "--devices", type=click.IntRange(min=1), help="With a registry reference: its device count."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@json_option
+@pass_ctx
+def run(
+    ctx: _Context,
+    source: str,
+    method: str,
+    inputs: Path,
+    output: Path | None,
+    platform: str | None,
+    devices: int | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Run a model's method on arrays from an .npz; write its outputs to an .npz.
+
+    SOURCE is a model archive file (an existing file, or a path with a '/' or ending in
+    .jaxport) or a registry reference (see jaxport -h). The outputs are named out plus their
+    key paths (out, out[0], out['logits']); a table shows each one's shape, dtype, min, max
+    and first values.
+    """
+    from jaxport import _cli_run
+    from jaxport._cli_output import check_output, write_output
+    from jaxport._cli_render import outputs_table
+
+    target = output or Path(f"{method}-out.npz")
+    check_output(target, force=force)
+    model = _open_model(ctx, source, platform, devices)
+    specs = _cli_run.input_specs(model, method)
+    arrays = _cli_run.load_inputs(inputs, specs, method)
+    result = _cli_run.call_method(model, method, arrays, specs)
+    outputs = _cli_run.output_arrays(result)
+    data = _cli_run.output_bytes(outputs)
+    write_output(target, data)
+    ran = {
+        "path": str(target),
+        "bytes": len(data),
+        "method": method,
+        "outputs": [_cli_run.summarize(name, a) for name, a in outputs.items()],
+    }
+    _emit(as_json, ran, outputs_table)
+
+
+def _open_model(ctx: _Context, source: str, platform: str | None, devices: int | None) -> Any:
+    """The model ``run`` runs: from a file, else pulled from the registry."""
+    import errno
+
+    from jaxport._cli_run import RunError
+
+    path = Path(source)
+    if path.is_file():
+        if platform is not None or devices is not None:
+            raise click.UsageError("--platform and --devices choose a registry variant, not a file")
+        from jaxport import inspect, load_model
+
+        if inspect(path).kind != "model":
+            raise RunError(f"{path} is a function archive, not a model: run it with jaxport.load")
+        return load_model(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a model archive", source)
+    if "/" in source or path.suffix == ".jaxport":
+        raise FileNotFoundError(errno.ENOENT, "no such file", source)
+    kwargs: dict[str, Any] = {"nr_devices": devices}
+    if platform is not None:
+        kwargs["platform"] = platform
+    with ctx.registry() as reg:
+        return reg.pull_model(source, **kwargs)
+
+
 # -- audits ---------------------------------------------------------------------------------
 
 

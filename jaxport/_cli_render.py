@@ -25,6 +25,8 @@ __all__ = [
     "info_tables",
     "local_time",
     "matrix_table",
+    "model_tables",
+    "outputs_table",
     "ref_panel",
     "refs_table",
     "short_digest",
@@ -210,7 +212,10 @@ def verify_summary(report: Any) -> Group:
 
 
 def info_tables(info: Any) -> Group:
-    """``inspect``: the header's facts, the signature, the modules and the sections."""
+    """``inspect``: the header's facts, the signature, the modules and the sections (a model
+    archive: ``model_tables``)."""
+    if info.kind == "model":
+        return model_tables(info)
     head = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
     for key, value in (
         ("function", info.fun_name),
@@ -251,9 +256,10 @@ def _modules_table(info: Any) -> Table:
         _key("module"), _key("bytes"), _key("StableHLO"), _text("custom calls"), title="modules"
     )
     for m in info.modules:
+        kind = "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}"
         _row(
             modules,
-            "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}",
+            f"{m.method} {kind}" if m.method else kind,
             f"{m.length:,}",
             m.stablehlo_version,
             ", ".join(m.custom_call_targets),
@@ -272,6 +278,98 @@ def _sections_table(info: Any) -> Table:
             s.compression, s.sha256[:12],
         )  # fmt: skip
     return sections
+
+
+def model_tables(info: Any) -> Group:
+    """``inspect`` of a model archive: its facts, methods, parameters and modules (section
+    offsets and digests: ``--json``)."""
+    from jaxport._cli_run import aval_text, signature
+
+    total = sum(t.nbytes for t in info.tensors)
+    modules = info.sections[0] if info.sections else None
+    head = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
+    for key, value in (
+        ("methods", _join(m.name for m in info.methods)),
+        ("parameters", f"{len(info.tensors)} tensor(s), {total:,} bytes" + _approx(total)),
+        (
+            "modules",
+            f"{_size(modules.length)} {modules.compression} ({_size(modules.uncompressed_length)})"
+            if modules
+            else "-",
+        ),
+        ("format version", str(info.format_version)),
+        (
+            "written by",
+            f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
+        ),
+        ("custom calls", _join(info.custom_call_targets)),
+        ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
+    ):
+        _row(head, key, value)
+    methods = Table(
+        _key("method"), _text("signature", ratio=1), _text("platforms"), _key("devices"),
+        _key("vjp"), title="methods",
+    )  # fmt: skip
+    for m in info.methods:
+        sig = signature(
+            [(a.path, aval_text(a.shape, a.dtype)) for a in m.in_avals],
+            [(a.path, aval_text(a.shape, a.dtype)) for a in m.out_avals],
+        )
+        if m.symbolic_constraints:
+            sig += f" where {', '.join(m.symbolic_constraints)}"
+        _row(methods, m.name, sig, ", ".join(m.platforms), str(m.nr_devices), str(m.vjp_order))
+    return Group(head, methods, _parameters_table(info.tensors, total), _modules_table(info))
+
+
+def _approx(nbytes: int) -> str:
+    return f" ({_size(nbytes)})" if nbytes >= 1024 else ""
+
+
+def _parameters_table(tensors: Any, total: int) -> Table:
+    table = Table(
+        _text("path", ratio=1), _text("shape"), _key("dtype"), _key("bytes"), title="parameters"
+    )
+    for t in tensors:
+        _row(table, t.path, f"({', '.join(map(str, t.shape))})", t.dtype, f"{t.nbytes:,}")
+    table.add_section()
+    _row(table, "total", "", "", f"{total:,}")
+    return table
+
+
+def outputs_table(ran: dict[str, Any]) -> Group:
+    """``run``: the file written, then each output's shape, dtype, min, max, first values."""
+    outputs = ran["outputs"]
+    line = Text(
+        f"wrote {ran['path']} ({len(outputs)} array(s), {ran['bytes']:,} bytes): "
+        f"method {ran['method']}"
+    )
+    table = Table(
+        _text("output"), _text("shape"), _key("dtype"), _key("min"), _key("max"),
+        _text("first values", ratio=1),
+    )  # fmt: skip
+    for o in outputs:
+        first = ", ".join(map(_number, o.first))
+        more = ", ..." if len(o.first) < _count(o.shape) else ""
+        _row(
+            table, o.name, f"({', '.join(map(str, o.shape))})", o.dtype, _number(o.min),
+            _number(o.max), first + more,
+        )  # fmt: skip
+    return Group(line, table)
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 # -- audits ---------------------------------------------------------------------------------

@@ -10,7 +10,15 @@ from typing import Any
 
 import jaxport
 
-__all__ = ["Outcome", "Pair", "check_archive", "real_archives", "register_pair"]
+__all__ = [
+    "Outcome",
+    "Pair",
+    "check_archive",
+    "check_model_archive",
+    "real_archives",
+    "real_model_archive",
+    "register_pair",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +58,44 @@ def check_archive(data: bytes, *, measure_memory: bool = False) -> Outcome:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return Outcome(raw, error, seconds, peak)
+
+
+def check_model_archive(data: bytes) -> BaseException | None:
+    """Reads ``data`` with ``loads_model`` (then every tensor) and ``inspect``: the exception
+    that escaped as something else than a ``JaxportError``, or None."""
+    for read in (_load_model, jaxport.inspect):
+        try:
+            read(data)
+        except jaxport.JaxportError:
+            pass
+        except Exception as e:
+            return e
+    return None
+
+
+def _load_model(data: bytes) -> None:
+    model = jaxport.loads_model(data)
+    _ = model.params, model.tensors, model.exported
+
+
+def real_model_archive() -> bytes:
+    """A small model archive: two methods (one with a VJP), four tensors, no custom call."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params = {"w": np.ones((4, 3), np.float32), "b": np.zeros(3, np.float32), "s": np.int8(2)}
+    params["e"] = np.arange(6, dtype=np.float32).reshape(3, 2)
+    model = jaxport.Model(
+        params,
+        {"f": lambda p, x: x @ p["w"] + p["b"], "g": lambda p, i: p["e"][i] * p["s"]},
+        {
+            "f": [jax.ShapeDtypeStruct((2, 4), jnp.float32)],
+            "g": [jax.ShapeDtypeStruct((2,), "int32")],
+        },
+        vjp_order={"f": 1, "g": 0},
+    )
+    return model.dumps()
 
 
 def _load_all(data: bytes) -> None:

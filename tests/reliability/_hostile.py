@@ -493,7 +493,26 @@ def reseal(data: bytes) -> bytes:
             end += section.Length()
             if section._tab.VectorLen(o) == 32 and end <= len(data) and where + 32 <= len(header):
                 header[where : where + 32] = hashlib.sha256(data[start:end]).digest()
+        _reseal_tensors(archive, header, data, payload_start)
     except Exception:  # a header too broken to locate the sections: reseal the header only
         pass
     digest = hashlib.sha256(header).digest()
     return data[:24] + digest + bytes(header) + data[payload_start:]
+
+
+def _reseal_tensors(archive: Any, header: bytearray, data: bytes, payload_start: int) -> None:
+    """A model archive's tensor digests set to their sections' bytes (the first 64 tensors)."""
+    model = archive.Model()
+    if model is None:
+        return
+    for i in range(min(model.TensorsLength(), 64)):
+        tensor = model.Tensors(i)
+        o = tensor._tab.Offset(14)  # Tensor.sha256, field 5
+        if not o or tensor._tab.VectorLen(o) != 32 or tensor.Section() >= archive.SectionsLength():
+            continue
+        section = archive.Sections(tensor.Section())
+        start = payload_start + section.Offset()
+        end = start + section.Length()
+        where = tensor._tab.Vector(o)
+        if end <= len(data) and where + 32 <= len(header):
+            header[where : where + 32] = hashlib.sha256(data[start:end]).digest()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from _generate import HypothesisSource, RandomSource, hostile_archive, mutate
-from _harness import check_archive, real_archives
+from _harness import check_archive, check_model_archive, real_archives, real_model_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +75,21 @@ def test_hostile_headers_drawn_by_hypothesis(data: st.DataObject) -> None:
 def test_mutated_real_archives(real: list[bytes], data: st.DataObject) -> None:
     src = HypothesisSource(data)
     _assert_only_jaxport_errors(mutate(src, src.choice(real)))
+
+
+@pytest.fixture(scope="module")
+def real_model() -> bytes:
+    return real_model_archive()
+
+
+@_SETTINGS
+@given(data=st.data())
+def test_mutated_model_archives(real_model: bytes, data: st.DataObject) -> None:
+    """Byte mutations of a real model archive, every digest (tensors' too) recomputed: only
+    ``JaxportError`` escapes ``loads_model``, reading every tensor, and ``inspect``."""
+    raw = check_model_archive(mutate(HypothesisSource(data), real_model))
+    if raw is not None:
+        raise AssertionError(f"{type(raw).__name__} escaped the model reader") from raw
 
 
 def test_fixed_sweep(tmp_path: Path) -> None:
