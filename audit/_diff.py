@@ -29,7 +29,14 @@ class Change:
 
 
 def diff_archives(a: ArchiveInfo, b: ArchiveInfo, where: str = "") -> list[Change]:
-    """The changes from archive ``a`` to archive ``b`` (header fields only)."""
+    """The changes from archive ``a`` to archive ``b`` (header fields only); two models are
+    compared method by method and parameter by parameter (``_model_diff``)."""
+    if a.kind != b.kind:
+        return [Change("kind", where, a.kind, b.kind, True)]
+    if a.kind == "model":
+        from jaxport.audit._model_diff import diff_models
+
+        return diff_models(a, b, where)
     changes: list[Change] = []
     changes += _diff_avals("input", a.in_avals, b.in_avals, where)
     changes += _diff_avals("output", a.out_avals, b.out_avals, where)

@@ -52,10 +52,15 @@ def _layer_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
     return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale
 
 
+def embed_tokens(params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """Token plus position embeddings f32[batch, seq, d_model] for int32 tokens [batch, seq]."""
+    return params["embed"][tokens] + params["pos"][: tokens.shape[1]]
+
+
 def transformer_lm(params: dict[str, Any], tokens: jax.Array, n_heads: int = 4) -> jax.Array:
     """Next-token logits f32[batch, seq, vocab] for int32 tokens [batch, seq] (causal)."""
     batch, seq = tokens.shape
-    x = params["embed"][tokens] + params["pos"][:seq]
+    x = embed_tokens(params, tokens)
     d = x.shape[-1]
     mask = jnp.tril(jnp.ones((seq, seq), bool))
     for layer in params["layers"]:
@@ -120,3 +125,22 @@ def adam_step(
         return p - lr * m_hat / (jnp.sqrt(v_hat + 1e-16) + 1e-8)
 
     return jax.tree.map(update, params, m, v), {"m": m, "v": v, "step": step}, loss
+
+
+def fine_tune_head(
+    params: dict[str, Any], tokens: jax.Array, n_heads: int = 4, steps: int = 3, lr: float = 0.1
+) -> dict[str, Any]:
+    """A few SGD steps of next-token loss on the last layer and ``ln_f`` only (the rest frozen,
+    as when fine-tuning a head): only those tensors change."""
+
+    def loss(trainable: Any) -> jax.Array:
+        p = {**params, "layers": [*params["layers"][:-1], trainable[0]], "ln_f": trainable[1]}
+        logits = transformer_lm(p, tokens[:, :-1], n_heads)
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1).mean()
+
+    trainable = (params["layers"][-1], params["ln_f"])
+    for _ in range(steps):
+        grads = jax.grad(loss)(trainable)
+        trainable = jax.tree.map(lambda w, g: w - lr * g, trainable, grads)
+    return {**params, "layers": [*params["layers"][:-1], trainable[0]], "ln_f": trainable[1]}

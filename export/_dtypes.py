@@ -73,7 +73,8 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
     value = _ENUM_OF_NAME.get(name)
     if value is None:
         raise UnsupportedFeatureError(f"dtype {name} cannot be stored in a jaxport archive")
-    return np.dtype(decode_dtype(value, None))
+    dtype: np.dtype[Any] = np.dtype(decode_dtype(value, None))
+    return dtype
 
 
 def dtype_name(value: int, prng_impl: str | None) -> str:

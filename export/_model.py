@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,8 @@ __all__ = ["DEFAULT_METHOD", "Model", "TensorStore"]
 
 #: The method name of a model made from a single function.
 DEFAULT_METHOD = "apply"
+#: Threads that verify tensors when all of them are read (``TensorStore.all_arrays``).
+_VERIFY_THREADS = min(8, os.cpu_count() or 1)
 
 
 class TensorStore:
@@ -46,7 +49,8 @@ class TensorStore:
         self._arrays = list(arrays)
         self._read = read
         self._path = path
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards bytes_read
+        self._tensor_locks = [threading.Lock() for _ in self._arrays]  # each read once
         self.bytes_read = 0
 
     @classmethod
@@ -87,16 +91,26 @@ class TensorStore:
         array = self._arrays[index]
         if array is not None:
             return array
-        with self._lock:
+        with self._tensor_locks[index]:  # other tensors are read meanwhile, in other threads
             array = self._arrays[index]
             if array is None:
                 assert self._infos is not None and self._read is not None
                 info = self._infos[index]
                 data = self._read(info)
-                self.bytes_read += len(data)
+                with self._lock:
+                    self.bytes_read += len(data)
                 array = _tensors.array_from_bytes(info, data, path=self._path)
                 self._arrays[index] = array
         return array
+
+    def all_arrays(self) -> list[np.ndarray[Any, Any]]:
+        """Every tensor, as ``array`` gives it; those not read yet are read and verified in
+        threads (hashlib releases the GIL). Raises: as ``array``, for the first bad tensor."""
+        unread = [i for i, a in enumerate(self._arrays) if a is None]
+        if len(unread) > 1:
+            with ThreadPoolExecutor(_VERIFY_THREADS) as pool:
+                list(pool.map(self.array, unread))
+        return [self.array(i) for i in range(len(self._arrays))]
 
 
 def _sha256(data: memoryview) -> str:
@@ -289,7 +303,7 @@ class Model:
         """The parameter pytree of host arrays (every tensor read and verified)."""
         from jax import tree_util
 
-        arrays = [self._store.array(i) for i in range(len(self._store))]
+        arrays = self._store.all_arrays()
         return tree_util.tree_unflatten(self._params_tree, arrays)
 
     @property
@@ -398,11 +412,13 @@ class Model:
 
     def dump_chunks(self) -> list[bytes | memoryview]:
         """The model archive as consecutive chunks (see ``dumps``)."""
-        arrays = [self._store.array(i) for i in range(len(self._store))]
-        contents = _model_archive.ModelContents(
+        return _model_archive.dump_model_chunks(self._contents())
+
+    def _contents(self) -> _model_archive.ModelContents:
+        arrays = self._store.all_arrays()
+        return _model_archive.ModelContents(
             self._params_tree, arrays, self._exported, self._vjp_orders, self._metadata
         )
-        return _model_archive.dump_model_chunks(contents)
 
     def dumps(self) -> bytes:
         """The model archive (format version 2, schema/FORMAT.md "Model archives").
@@ -415,10 +431,15 @@ class Model:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes ``dumps()`` to ``path`` atomically (a temporary file renamed over it).
 
+        The tensors are hashed while they are written; the header, which holds their
+        digests, is written last, over a placeholder of its size.
+
         Raises:
             OSError: the directory is missing or not writable.
+            UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
         """
-        atomic_write(path, self.dump_chunks())
+        chunks, head = _model_archive.model_chunks(self._contents())
+        atomic_write(path, chunks, head=head)
 
     def _check_method(self, name: str, exp: Any) -> None:
         n = len(self._store)
@@ -440,7 +461,8 @@ class Model:
 
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(_dtype(dtype)).itemsize
+    itemsize: int = np.dtype(_dtype(dtype)).itemsize
+    return int(np.prod(shape, dtype=np.int64)) * itemsize
 
 
 def _dtype(name: str) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "ModelContents",
     "ModelHeader",
     "dump_model_chunks",
+    "model_chunks",
     "read_model_header",
     "tensor_paths",
 ]
@@ -81,6 +82,53 @@ def dump_model_chunks(contents: ModelContents) -> list[bytes | memoryview]:
             parse, or a part of an Exported that cannot be stored.
         UnsupportedVersionError: a calling convention version the running jax does not support.
     """
+    chunks, head = model_chunks(contents)
+    return [head(), *chunks[1:]]
+
+
+def model_chunks(
+    contents: ModelContents,
+) -> tuple[list[bytes | memoryview], Callable[[], bytes]]:
+    """The chunks of ``dump_model_chunks``, the first (preamble and header) a placeholder of
+    the same length, and ``head()``, which gives the real first chunk.
+
+    The tensors' digests, which the header holds, are computed in threads started here: they
+    hash while the caller writes the other chunks, then writes ``head()`` over the placeholder
+    (``atomic_write(path, chunks, head=head)``). Raises: as ``dump_model_chunks``.
+    """
+    names, chains, refs, module_chunks, module_section = _encode_modules(contents)
+    datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
+    pool = ThreadPoolExecutor(_HASH_THREADS)  # hashlib releases the GIL
+    futures = [pool.submit(lambda d: hashlib.sha256(d).digest(), d) for d in datas]
+    pool.shutdown(wait=False)  # the threads finish the digests, then exit
+
+    def encode(digests: Sequence[bytes]) -> tuple[bytes, list[_container.Section]]:
+        sections, infos = _place_tensors(module_section, datas, digests, contents)
+        header = _encode_header(contents, names, chains, refs, sections, infos)
+        return _container.encode_preamble(header, MODEL_FORMAT_VERSION) + header, sections
+
+    placeholder, sections = encode([bytes(32)] * len(datas))
+
+    def head() -> bytes:
+        first, _ = encode([f.result() for f in futures])
+        assert len(first) == len(placeholder)  # a digest's size does not depend on its value
+        return first
+
+    chunks: list[bytes | memoryview] = [placeholder, *module_chunks]
+    position = module_section.length
+    for s, data in zip(sections[1:], datas, strict=True):
+        chunks.append(bytes(s.offset - position))
+        chunks.append(data)
+        position = s.offset + s.length
+    return [c for c in chunks if len(c)], head
+
+
+def _encode_modules(
+    contents: ModelContents,
+) -> tuple[
+    list[str], dict[str, list[Any]], list[_modules.ModuleRef], list[bytes], _container.Section
+]:
+    """Method names, VJP chains, module references, section 0's chunks and section."""
     names = sorted(contents.exported)
     if not 0 < len(names) <= MAX_METHODS:
         raise UnsupportedFeatureError(f"a model has 1 to {MAX_METHODS} methods, not {len(names)}")
@@ -98,28 +146,16 @@ def dump_model_chunks(contents: ModelContents) -> list[bytes | memoryview]:
     for m, t in zip(modules, targets, strict=True):
         refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), t))
         offset += len(m)
-    datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
-    sections, infos = _place_tensors(module_section, datas, contents)
-    header = _encode_header(contents, names, chains, refs, sections, infos)
-    chunks: list[bytes | memoryview] = [
-        _container.encode_preamble(header, MODEL_FORMAT_VERSION),
-        header,
-        *module_chunks,
-    ]
-    position = module_section.length
-    for s, data in zip(sections[1:], datas, strict=True):
-        chunks.append(bytes(s.offset - position))
-        chunks.append(data)
-        position = s.offset + s.length
-    return [c for c in chunks if len(c)]
+    return names, chains, refs, module_chunks, module_section
 
 
 def _place_tensors(
-    module_section: _container.Section, datas: Sequence[memoryview], contents: ModelContents
+    module_section: _container.Section,
+    datas: Sequence[memoryview],
+    digests: Sequence[bytes],
+    contents: ModelContents,
 ) -> tuple[list[_container.Section], list[_tensors.TensorInfo]]:
     """Sections (the modules', then one per tensor, 64-byte aligned) and the tensors' infos."""
-    with ThreadPoolExecutor(_HASH_THREADS) as pool:  # hashlib releases the GIL
-        digests = list(pool.map(lambda d: hashlib.sha256(d).digest(), datas))
     paths = tensor_paths(contents.params_tree)
     sections, infos = [module_section], []
     position = module_section.length

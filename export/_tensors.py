@@ -82,7 +82,8 @@ def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
 
 def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     """The bytes of a ``host_array`` result, without a copy."""
-    return memoryview(array.reshape(-1).view(np.uint8))
+    flat: Any = array.reshape(-1).view(np.uint8)  # numpy's stubs do not say it is a Buffer
+    return memoryview(flat)
 
 
 def encode_tensor(builder: flatbuffers.Builder, info: TensorInfo) -> int:

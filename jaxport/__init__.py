@@ -29,6 +29,7 @@ from jaxport._errors import (
     UnsafeArchiveError,
     UnsupportedFeatureError,
     UnsupportedVersionError,
+    WrongKindError,
 )
 from jaxport._version import __version__
 
@@ -154,6 +155,7 @@ __all__ = [
     "UpgradeRow",
     "VariantInfo",
     "VerifyReport",
+    "WrongKindError",
     "__version__",
     "dumps",
     "inspect",

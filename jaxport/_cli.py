@@ -238,6 +238,14 @@ def pull(
         check_output(Path(output), force=force)
     with ctx.registry() as reg:
         chosen = _resolve(reg, reference, platform, devices)
+        if fmt == "jax" and chosen.kind == "model":
+            from jaxport._errors import WrongKindError
+
+            raise WrongKindError(
+                f"{chosen.name}:{chosen.version} is a model: jax has no format for it; "
+                "leave out --format jax",
+                found="model",
+            )
         target = output or _default_output(chosen, fmt)
         if output is None:
             check_output(Path(target), force=force)
@@ -382,7 +390,8 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
 def inspect_cmd(file: Path, as_json: bool) -> None:
     """Inspect an archive's header (no registry).
 
-    FILE's signature, shardings, platforms, versions, custom calls and section sizes.
+    FILE's signature, shardings, platforms, versions, custom calls and section sizes; of a
+    model archive, its methods (signature, platforms, devices, VJP order) and parameters.
     """
     from jaxport import inspect
     from jaxport._cli_render import info_tables
@@ -429,10 +438,10 @@ def run(
 ) -> None:
     """Run a model's method on arrays from an .npz; write its outputs to an .npz.
 
-    SOURCE is a model archive file (an existing file, or a path with a '/' or ending in
-    .jaxport) or a registry reference (see jaxport -h). The outputs are named out plus their
-    key paths (out, out[0], out['logits']); a table shows each one's shape, dtype, min, max
-    and first values.
+    METHOD of the model SOURCE: a model archive file (an existing file, or a path with a '/'
+    or ending in .jaxport) or a registry reference (see jaxport -h). The outputs are named out
+    plus their key paths (out, out[0], out['logits']); a table shows each one's shape, dtype,
+    min, max and first values.
     """
     from jaxport import _cli_run
     from jaxport._cli_output import check_output, write_output
@@ -443,7 +452,7 @@ def run(
     model = _open_model(ctx, source, platform, devices)
     specs = _cli_run.input_specs(model, method)
     arrays = _cli_run.load_inputs(inputs, specs, method)
-    result = _cli_run.call_method(model, method, arrays, specs)
+    result = _cli_run.call_method(model, method, arrays)
     outputs = _cli_run.output_arrays(result)
     data = _cli_run.output_bytes(outputs)
     write_output(target, data)

@@ -141,19 +141,30 @@ def ref_panel(data: dict[str, Any]) -> Group:
 
 
 def _variant_detail(v: Any) -> RenderableType:
+    """A variant's facts; a model's methods and parameters (when ``Registry.get`` read them)."""
     grid = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
     flags = [f"calling convention {v.calling_convention_version}", f"jaxlib {v.jaxlib_version}"]
     flags += ["sharded"] * v.sharded + ["shape-polymorphic"] * v.shape_polymorphic
+    model = v.kind == "model"
+    what = (
+        [(v.short_digest, f"model: {_join(m.name for m in v.methods)}")]
+        if model
+        else [
+            (v.short_digest, f"function {v.fun_name}"),
+            ("  in", v.in_signature),
+            ("  out", v.out_signature),
+        ]
+    )
     for key, value in (
-        (v.short_digest, f"function {v.fun_name}"),
-        ("  in", v.in_signature),
-        ("  out", v.out_signature),
+        *what,
         ("", ", ".join(flags)),
         ("  custom calls", _join(v.custom_call_targets)),
         ("  metadata", _join(f"{k}={val}" for k, val in sorted(v.metadata.items()))),
     ):
         _row(grid, key, value)
-    return grid
+    if not model:
+        return grid
+    return Group(grid, _methods_table(v.methods), _parameters_table(v.tensors))
 
 
 def alias_tables(data: dict[str, Any]) -> Group:
@@ -283,8 +294,6 @@ def _sections_table(info: Any) -> Table:
 def model_tables(info: Any) -> Group:
     """``inspect`` of a model archive: its facts, methods, parameters and modules (section
     offsets and digests: ``--json``)."""
-    from jaxport._cli_run import aval_text, signature
-
     total = sum(t.nbytes for t in info.tensors)
     modules = info.sections[0] if info.sections else None
     head = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
@@ -306,31 +315,46 @@ def model_tables(info: Any) -> Group:
         ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):
         _row(head, key, value)
-    methods = Table(
+    return Group(
+        head,
+        _methods_table(info.methods),
+        _parameters_table(info.tensors),
+        _modules_table(info),
+    )
+
+
+def _methods_table(methods: Iterable[Any]) -> Table:
+    """A model's methods (``MethodInfo``): signature, platforms, devices, VJP order."""
+    from jaxport._cli_run import aval_text, signature
+
+    table = Table(
         _key("method"), _text("signature", ratio=1), _text("platforms"), _key("devices"),
         _key("vjp"), title="methods",
     )  # fmt: skip
-    for m in info.methods:
+    for m in methods:
         sig = signature(
             [(a.path, aval_text(a.shape, a.dtype)) for a in m.in_avals],
             [(a.path, aval_text(a.shape, a.dtype)) for a in m.out_avals],
         )
         if m.symbolic_constraints:
             sig += f" where {', '.join(m.symbolic_constraints)}"
-        _row(methods, m.name, sig, ", ".join(m.platforms), str(m.nr_devices), str(m.vjp_order))
-    return Group(head, methods, _parameters_table(info.tensors, total), _modules_table(info))
+        _row(table, m.name, sig, ", ".join(m.platforms), str(m.nr_devices), str(m.vjp_order))
+    return table
 
 
 def _approx(nbytes: int) -> str:
     return f" ({_size(nbytes)})" if nbytes >= 1024 else ""
 
 
-def _parameters_table(tensors: Any, total: int) -> Table:
+def _parameters_table(tensors: Iterable[Any]) -> Table:
+    """A model's parameters (``TensorInfo``): path, shape, dtype, bytes, and the total."""
+    total = 0
     table = Table(
         _text("path", ratio=1), _text("shape"), _key("dtype"), _key("bytes"), title="parameters"
     )
     for t in tensors:
         _row(table, t.path, f"({', '.join(map(str, t.shape))})", t.dtype, f"{t.nbytes:,}")
+        total += t.nbytes
     table.add_section()
     _row(table, "total", "", "", f"{total:,}")
     return table

@@ -22,7 +22,9 @@ working for code that does not know jaxport::
         ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
         ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
         ├── ConflictError                      refused: e.g. deleting a version an alias points at
-        └── SchemaVersionError                 the database schema is older or newer than jaxport's
+        ├── SchemaVersionError                 the database schema is older or newer than jaxport's
+        └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
+                                               model: the message names the call to use
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "UnsafeArchiveError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
+    "WrongKindError",
 ]
 
 
@@ -181,4 +184,17 @@ class SchemaVersionError(RegistryError):
     def __init__(self, message: str, *, found: str | None, expected: str):
         self.found = found
         self.expected = expected
+        super().__init__(message)
+
+
+class WrongKindError(RegistryError, TypeError):
+    """A variant of another kind than asked for: a model archive pulled as an Exported
+    (``Registry.pull``) or a function archive as a model (``Registry.pull_model``).
+
+    Attributes:
+        found: the variant's kind, ``"function"`` or ``"model"``.
+    """
+
+    def __init__(self, message: str, *, found: str):
+        self.found = found
         super().__init__(message)

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = ["atomic_write"]
 
 
 def atomic_write(
-    target: str | os.PathLike[str], chunks: Iterable[bytes], *, sync_dir: bool = False
+    target: str | os.PathLike[str],
+    chunks: Iterable[bytes | memoryview],
+    *,
+    sync_dir: bool = False,
+    head: Callable[[], bytes] | None = None,
 ) -> None:
     """Writes ``chunks`` to ``target`` so that a reader sees the old file or the whole new one.
 
     The bytes go to a unique temporary file in the same directory (``.tmp-<name>.*``), which is
     flushed, fsynced and renamed over ``target``; ``sync_dir`` also fsyncs the directory, so the
     rename itself survives a crash. On any error the temporary file is removed.
+
+    ``head()``, when given, is called once every chunk is written: its bytes overwrite the
+    start of the file (a header that depends on what follows it; no longer than the chunks).
 
     The file gets the permissions of any new file (``0o666`` less the umask, or the directory's
     default ACL), as ``open(target, "wb")`` would give it: ``tempfile.mkstemp`` makes ``0o600``.
@@ -31,6 +38,9 @@ def atomic_write(
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
+            if head is not None:
+                f.seek(0)
+                f.write(head())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

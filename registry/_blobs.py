@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from jaxport._errors import IntegrityError, RegistryError
 from jaxport._io import atomic_write
@@ -50,7 +50,7 @@ class BlobStore(Protocol):
 
     url: str
 
-    def put(self, digest: str, data: bytes, *, replace: bool = False) -> None:
+    def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         """Stores ``data`` under ``digest`` durably and atomically; a no-op if it is there
         already, unless ``replace`` (which rewrites a corrupt blob)."""
 
@@ -120,7 +120,11 @@ class LocalBlobStore:
     def _path(self, digest: str) -> Path:
         return self.root / _relative(digest)
 
-    def put(self, digest: str, data: bytes, *, replace: bool = False) -> None:
+    def path(self, digest: str) -> Path:
+        """The file of ``digest`` (which may not exist), e.g. to memory-map it."""
+        return self._path(digest)
+
+    def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
         if path.exists() and not replace:
             return
@@ -191,20 +195,34 @@ class FsspecBlobStore:
     def _path(self, digest: str) -> str:
         return f"{self.root}/{_relative(digest)}"
 
-    def put(self, digest: str, data: bytes, *, replace: bool = False) -> None:
+    def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
         if not replace and self.fs.exists(path):
             return
         tmp = f"{self.root}/tmp/{uuid.uuid4().hex}"
         self.fs.makedirs(f"{self.root}/tmp", exist_ok=True)
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        self.fs.pipe_file(tmp, data)
+        self.fs.pipe_file(tmp, bytes(data))
         self.fs.mv(tmp, path)
 
     def get(self, digest: str) -> bytes:
         path = self._path(digest)
         try:
             return bytes(self.fs.cat_file(path))
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise FileNotFoundError(path) from e
+
+    def open(self, digest: str) -> BinaryIO:
+        """``digest``'s file opened for reading (ranges are fetched as they are read).
+
+        Raises:
+            FileNotFoundError: no such blob.
+        """
+        path = self._path(digest)
+        try:
+            return self.fs.open(path, "rb")  # type: ignore[no-any-return]
         except FileNotFoundError:
             raise
         except OSError as e:

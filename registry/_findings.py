@@ -1,5 +1,9 @@
 """Audits as the registry runs and keeps them: which variants to audit, the findings stored per
-digest x jax x platform, upgrade reports and diffs between versions."""
+digest x jax x platform, upgrade reports and diffs between versions.
+
+Model archives are not audited yet: their findings are ``not-run`` with that reason, never a
+verdict. Diffs of models compare methods and parameters (``jaxport.audit`` diff rules).
+"""
 
 from __future__ import annotations
 
@@ -17,18 +21,22 @@ from jaxport._errors import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore
 from jaxport.registry._maintenance import read_verified
+from jaxport.registry._model_parts import MODEL, header_info, parts_of
 from jaxport.registry._models import Audit, Model, Variant, Version
 from jaxport.registry._names import check_name, check_text, parse_reference
 from jaxport.registry._queries import Queries, check_limit, model_id_of
-from jaxport.registry._types import Ref
+from jaxport.registry._types import Ref, VariantInfo
 
 if TYPE_CHECKING:
-    from jaxport.audit import Change, Finding, UpgradeRow
+    from jaxport.audit import AuditResult, Change, Finding, UpgradeRow
+    from jaxport.export import ArchiveInfo
 
 __all__ = ["Findings"]
 
 #: What ``upgrade_report`` reads as a jax release rather than an interpreter: "0.7.0", "0.10".
 _RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?")
+#: The reason of a model variant's finding.
+MODELS_NOT_AUDITED = "model archives are not audited yet"
 
 
 class Findings:
@@ -58,7 +66,7 @@ class Findings:
             for v in ref.variants:
                 for p in v.platforms if platform is None else (platform,):
                     if p in v.platforms:
-                        targets.append((ref, v.digest, p, golden))
+                        targets.append((ref, v, p, golden))
         if not targets:
             if platform is not None and any(r.variants for r in refs):
                 have = sorted({p for r in refs for v in r.variants for p in v.platforms})
@@ -67,16 +75,18 @@ class Findings:
                 )
             return []
         jobs = [
-            AuditJob(self._reader(d), p, None if g is None else self._reader(g))
-            for _, d, p, g in targets
+            AuditJob(self._reader(v.digest), p, None if g is None else self._reader(g))
+            for _, v, p, g in targets
+            if v.kind != MODEL
         ]
-        env, results = run_audits(jobs, python=python, timeout=timeout)
+        env, ran = run_audits(jobs, python=python, timeout=timeout)
+        results = _with_models_not_run([v for _, v, _, _ in targets], ran)
         now = time.time()
         findings = [
             Finding(
                 name=ref.name,
                 version=ref.version,
-                digest=digest,
+                digest=v.digest,
                 jax_version=env.jax_version,
                 jaxlib_version=env.jaxlib_version,
                 platform=p,
@@ -86,7 +96,7 @@ class Findings:
                 seconds=r.seconds,
                 created_at=now,
             )
-            for (ref, digest, p, _), r in zip(targets, results, strict=True)
+            for (ref, v, p, _), r in zip(targets, results, strict=True)
         ]
         if store:
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
@@ -171,8 +181,31 @@ class Findings:
         pairs = []
         for reference in (a, b):
             ref = self._queries.get(reference)
-            pairs.append([(v, inspect(read_verified(self._blobs, v.digest))) for v in ref.variants])
+            pairs.append([(v, self._info(v, inspect)) for v in ref.variants])
         return diff_variant_sets(pairs[0], pairs[1])
+
+    def _info(self, variant: VariantInfo, inspect: Callable[[bytes], ArchiveInfo]) -> ArchiveInfo:
+        """The header of a variant's archive (a model's from its skeleton's header)."""
+        if variant.kind != MODEL:
+            return inspect(read_verified(self._blobs, variant.digest))
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            parts = parts_of(conn, variant.variant_id)
+        if not parts:
+            raise NotFoundError(f"{variant.name}:{variant.version} was deleted meanwhile")
+        return header_info(self._blobs, parts[0].digest, variant.size_bytes)
+
+
+def _with_models_not_run(variants: list[VariantInfo], ran: list[AuditResult]) -> list[AuditResult]:
+    """One result per target, in order: the audits run for functions, ``not-run`` for models."""
+    from jaxport.audit import NOT_RUN, AuditResult
+
+    results, done = [], iter(ran)
+    for v in variants:
+        if v.kind == MODEL:
+            results.append(AuditResult(NOT_RUN, MODELS_NOT_AUDITED, {}, 0.0))
+        else:
+            results.append(next(done))
+    return results
 
 
 def _audit_row(f: Finding) -> dict[str, Any]:

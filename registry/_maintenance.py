@@ -2,8 +2,10 @@
 
 ``gc`` and pushes share one protocol (``_publish``): gc deletes a blob only inside a write
 transaction holding the exclusive blob lock, and only when no variant, no golden examples and no
-live ``pending_blobs`` row of a push in flight needs it. Stale temporary files of killed writes
-are collected too; files that are not jaxport's are reported and left alone.
+live ``pending_blobs`` row of a push in flight needs it. A model variant needs its parts
+(``variant_parts``: the skeleton and each tensor), which its push registers as pending like any
+blob. Stale temporary files of killed writes are collected too; files that are not jaxport's
+are reported and left alone.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from jaxport._errors import ConflictError, IntegrityError
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, verify
+from jaxport.registry._model_parts import FUNCTION
 from jaxport.registry._models import (
     Alias,
     Blob,
     Model,
     PendingBlob,
     Variant,
+    VariantPart,
     Version,
     VersionExamples,
 )
@@ -85,6 +89,7 @@ class Maintenance:
                 for digest in doomed:
                     conn.execute(delete(Blob).where(Blob.digest == digest))
                     self._blobs.delete(digest)
+                _forget_rows_without_files(conn, needed | pending, set(stored))
                 conn.execute(
                     delete(PendingBlob).where(PendingBlob.created_at < time.time() - PENDING_TTL)
                 )
@@ -142,7 +147,11 @@ class Maintenance:
         """See ``Registry.verify``."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
             users = _users(conn)
-            archives = set(conn.execute(select(Variant.digest).distinct()).scalars())
+            archives = set(
+                conn.execute(
+                    select(Variant.digest).where(Variant.kind == FUNCTION).distinct()
+                ).scalars()
+            )
         problems, intact = [], []
         for digest in sorted(users):
             try:
@@ -187,10 +196,22 @@ def read_verified(blobs: BlobStore, digest: str) -> bytes:
 
 
 def referenced(conn: Connection) -> set[str]:
-    """Every digest a variant or a version's golden examples refers to."""
+    """Every digest a variant, a part of a model variant or a version's golden examples
+    refers to."""
     variants = conn.execute(select(Variant.digest).distinct()).scalars()
+    parts = conn.execute(select(VariantPart.digest).distinct()).scalars()
     examples = conn.execute(select(VersionExamples.digest).distinct()).scalars()
-    return set(variants) | set(examples)
+    return set(variants) | set(parts) | set(examples)
+
+
+def _forget_rows_without_files(conn: Connection, needed: set[str], stored: set[str]) -> None:
+    """Deletes the ``blobs`` rows that nothing needs and that have no file: those of deleted
+    model archives (whose bytes are their parts), or of blobs lost before their version was
+    deleted. Runs under the exclusive blob lock, so no push commits a row meanwhile."""
+    rows = set(conn.execute(select(Blob.digest)).scalars())
+    doomed = sorted(rows - needed - stored)
+    for start in range(0, len(doomed), 500):
+        conn.execute(delete(Blob).where(Blob.digest.in_(doomed[start : start + 500])))
 
 
 def _live_pending(conn: Connection, *, forget_dead: bool) -> set[str]:
@@ -222,10 +243,20 @@ def _alive(pid: int) -> bool:
 
 
 def _users(conn: Connection) -> dict[str, set[str]]:
-    """digest -> the ``name:version`` (and ``name:version examples``) that need it."""
+    """digest -> the ``name:version`` (and ``name:version examples``) that need it: the blob of
+    a function archive, the parts of a model archive (whose own digest is no blob)."""
     users: dict[str, set[str]] = defaultdict(set)
     rows = conn.execute(
         select(Variant.digest, Model.name, Version.version)
+        .join(Version, Variant.version_id == Version.id)
+        .join(Model, Model.id == Version.model_id)
+        .where(Variant.kind == FUNCTION)
+    )
+    for digest, name, version in rows:
+        users[digest].add(f"{name}:{version}")
+    rows = conn.execute(
+        select(VariantPart.digest, Model.name, Version.version)
+        .join(Variant, Variant.id == VariantPart.variant_id)
         .join(Version, Variant.version_id == Version.id)
         .join(Model, Model.id == Version.model_id)
     )

@@ -1,11 +1,15 @@
 """The registry's tables (SQLAlchemy 2 declarative models).
 
     models ─< versions ─< variants >─ blobs ─< audits (by digest)
-       │                     └─< variant_platforms
+       │                     ├─< variant_platforms
+       │                     └─< variant_parts >─ blobs   (model archives)
        └─< aliases, alias_history          pending_blobs (digests of pushes in flight)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
-each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. Times are
+each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
+archive (``variants.kind == "model"``) is stored in parts (``variant_parts``): its skeleton and
+each tensor is a blob of its own, so versions share the tensors they have in common; its own
+digest has a ``blobs`` row without a file (``_model_parts``). Times are
 unix seconds (float). Constraint names follow one naming convention so migrations are stable.
 """
 
@@ -35,6 +39,7 @@ __all__ = [
     "PendingBlob",
     "RegistryInfo",
     "Variant",
+    "VariantPart",
     "VariantPlatform",
     "Version",
     "VersionExamples",
@@ -74,7 +79,9 @@ class Version(Base):
 
 
 class Blob(Base):
-    """An archive in the blob store, by sha256 digest (hex); ``size`` in bytes."""
+    """A blob in the blob store, by sha256 digest (hex): an archive, golden examples, or a
+    part of a model archive; ``size`` in bytes. A model archive's own digest has a row (the
+    variants' foreign key) but no file: its bytes are its parts."""
 
     __tablename__ = "blobs"
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -132,6 +139,23 @@ class Variant(Base):
     out_signature: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+    kind: Mapped[str] = mapped_column(String(20), server_default="function")  # or "model"
+
+
+class VariantPart(Base):
+    """A part of a model archive: ``position`` 0 is the skeleton (bytes 0 to the end of
+    section 0), ``position`` i + 1 tensor i. The archive is the parts in position order, each at
+    its ``offset`` (bytes from the archive's start) after zero padding; ``size`` in bytes."""
+
+    __tablename__ = "variant_parts"
+    __table_args__ = (Index("ix_variant_parts_digest", "digest"),)
+    variant_id: Mapped[int] = mapped_column(
+        ForeignKey("variants.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
 
 
 class VariantPlatform(Base):

@@ -6,7 +6,10 @@ What is stored:
 - jax-native ``Exported.serialize()`` bytes (told apart by content) are converted once, with
   every VJP order they carry; the producer's jax is unknown (jax's format does not record it) and
   what the format lost is reported in ``PushResult.notes``;
-- an ``Exported`` is written with ``jaxport.dumps(exp, vjp_order=...)``.
+- an ``Exported`` is written with ``jaxport.dumps(exp, vjp_order=...)``;
+- a model archive (bytes or a file) is validated in full (every method, VJP level and tensor
+  digest), a ``jaxport.Model`` written with ``Model.dumps()``; either is stored in parts, its
+  skeleton and each tensor a blob (``_model_parts``); its digest is the whole archive's sha256.
 Push-time metadata belongs to the version; it never rewrites an archive.
 
 The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
@@ -47,11 +50,20 @@ from jaxport._errors import (
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
+from jaxport.registry._model_parts import (
+    FUNCTION,
+    MODEL,
+    Part,
+    part_bytes,
+    split_model,
+    validated_model,
+)
 from jaxport.registry._models import (
     Blob,
     Model,
     PendingBlob,
     Variant,
+    VariantPart,
     VariantPlatform,
     Version,
     VersionExamples,
@@ -76,7 +88,7 @@ MAX_NATIVE_VJP_ORDER = 8
 CONVERTED_KEY = "jaxport.converted_from"
 UNKNOWN = "unknown"
 
-#: What ``push`` accepts: an Exported, archive or jax-native bytes, or a path to either.
+#: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
 
 _NEXT_VERSION = (
@@ -91,13 +103,25 @@ _INSERT_VARIANT = insert(Variant).returning(Variant.id)
 
 @dataclasses.dataclass(frozen=True)
 class _Item:
-    """One variant to store: its archive bytes, header, the Exported (for examples), notes."""
+    """One variant to store: its archive bytes, header, the Exported (for examples; None for a
+    model), notes, and a model archive's parts."""
 
     data: bytes
     digest: str
     info: ArchiveInfo
-    exported: Exported
+    exported: Exported | None
     notes: tuple[str, ...]
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return MODEL if self.info.kind == MODEL else FUNCTION
+
+    def blobs(self) -> dict[str, bytes | memoryview]:
+        """The blobs to store: the archive, or a model archive's parts (views, not copies)."""
+        if self.kind == FUNCTION:
+            return {self.digest: self.data}
+        return {p.digest: part_bytes(self.data, p) for p in self.parts}
 
 
 class Publisher:
@@ -126,9 +150,10 @@ class Publisher:
         if isinstance(vjp_order, bool) or not isinstance(vjp_order, int) or vjp_order < 0:
             raise InvalidNameError(f"vjp_order must be an int >= 0, got {vjp_order!r:.40}")
         items = [_prepare(s, vjp_order) for s in listed]
+        _check_kinds(items, examples)
         name = _push_name(name, items[0])
         golden = _golden_blob(items, examples) if examples else None
-        blobs = {i.digest: i.data for i in items}
+        blobs = {d: b for i in items for d, b in i.blobs().items()}
         if golden is not None:
             blobs[golden[0]] = golden[1]
         notes = tuple(n for i in items for n in i.notes)
@@ -153,7 +178,7 @@ class Publisher:
             created=created, notes=notes, repaired=repaired,
         )  # fmt: skip
 
-    def _register_pending(self, token: str, blobs: Mapping[str, bytes]) -> None:
+    def _register_pending(self, token: str, blobs: Mapping[str, bytes | memoryview]) -> None:
         now, host, pid = time.time(), pid_scope(), os.getpid()
         rows = [
             {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now}
@@ -170,7 +195,7 @@ class Publisher:
         except Exception:  # the rows expire after PENDING_TTL; the push's own error matters
             pass
 
-    def _write_blobs(self, blobs: Mapping[str, bytes]) -> tuple[str, ...]:
+    def _write_blobs(self, blobs: Mapping[str, bytes | memoryview]) -> tuple[str, ...]:
         """Writes each blob that is missing or corrupt; returns the digests of those that the
         database already knew (repairs)."""
         with self._engine.connect() as conn:
@@ -201,7 +226,10 @@ class Publisher:
             return ref_on(conn, name, existing), False
         version, version_id = _insert_version(conn, name, meta)
         now = time.time()
-        blob_rows = [{"digest": i.digest, "size": len(i.data), "created_at": now} for i in items]
+        # A model archive's own digest gets a row too (the variants' foreign key), no file.
+        sizes = {i.digest: len(i.data) for i in items}
+        sizes |= {p.digest: p.size for i in items for p in i.parts}
+        blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
         if golden is not None:
             blob_rows.append({"digest": golden[0], "size": len(golden[1]), "created_at": now})
         _db.insert_ignoring_duplicates(conn, Blob.__table__, blob_rows, ["digest"])
@@ -241,16 +269,33 @@ def _intact(blobs: BlobStore, digest: str) -> bool:
 def _push_name(name: str | None, first: _Item) -> str:
     if name is not None:
         return check_name(name)
+    if first.kind == MODEL:
+        raise InvalidNameError("a model has no function name: pass name= to push")
     try:
         return check_name(first.info.fun_name)
     except InvalidNameError as e:
         raise InvalidNameError(f"{e}; pass name= to push") from None
 
 
+def _check_kinds(items: Sequence[_Item], examples: Sequence[Any] | None) -> None:
+    """A version's variants are all functions or all models; models take no examples yet."""
+    kinds = {i.kind for i in items}
+    if len(kinds) > 1:
+        raise InvalidNameError(
+            "a version's variants are all functions or all models: push them as two names"
+        )
+    if examples and MODEL in kinds:
+        raise UnsupportedFeatureError(
+            "golden examples of models are not supported yet: push the model without examples"
+        )
+
+
 # -- turning sources into archives -----------------------------------------------------------
 
 
 def _prepare(source: Source, vjp_order: int) -> _Item:
+    from jaxport.export._model import Model as JaxportModel
+
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         try:
@@ -262,12 +307,14 @@ def _prepare(source: Source, vjp_order: int) -> _Item:
         return _from_bytes(data, str(path))
     if isinstance(source, bytes | bytearray | memoryview):
         return _from_bytes(bytes(source), None)
+    if isinstance(source, JaxportModel):
+        return _model_item(source.dumps(), None, validate=False)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
 
         return _item(dumps(source, vjp_order=vjp_order), source, ())
     raise InvalidNameError(
-        f"push takes an Exported, archive bytes or a path, got {type(source).__name__}"
+        f"push takes an Exported, a Model, archive bytes or a path, got {type(source).__name__}"
     )
 
 
@@ -275,6 +322,10 @@ def _from_bytes(data: bytes, path: str | None) -> _Item:
     from jaxport.export._container import MAGIC
 
     if data.startswith(MAGIC):
+        from jaxport.export import inspect
+
+        if inspect(data).kind == MODEL:
+            return _model_item(data, path, validate=True)
         return _item(data, _validated(data, path), ())
     exported, order = _from_native(data, path)
     from jaxport.export import dumps
@@ -328,6 +379,18 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
     from jaxport.export import inspect
 
     return _Item(data, hashlib.sha256(data).hexdigest(), inspect(data), exported, notes)
+
+
+def _model_item(data: bytes, path: str | None, *, validate: bool) -> _Item:
+    """A model archive to store in parts; ``validate``: read it in full first (bytes from
+    outside; a ``Model`` just written by ``dumps`` is not read back)."""
+    from jaxport.export import inspect
+
+    if validate:
+        validated_model(data, path)
+    info = inspect(data)
+    parts = split_model(data, info, path)
+    return _Item(data, hashlib.sha256(data).hexdigest(), info, None, (), parts)
 
 
 def _is_symbolic(exported: Exported) -> bool:
@@ -388,14 +451,26 @@ def _insert_variant(conn: Connection, version_id: int, item: _Item, now: float) 
     platforms = [
         {"variant_id": variant_id, "platform": p} for p in dict.fromkeys(item.info.platforms)
     ]
-    conn.execute(insert(VariantPlatform), platforms)
+    if platforms:
+        conn.execute(insert(VariantPlatform), platforms)
+    if item.parts:
+        conn.execute(
+            insert(VariantPart),
+            [
+                {"variant_id": variant_id, "position": p.position, "digest": p.digest,
+                 "offset": p.offset, "size": p.size}
+                for p in item.parts
+            ],
+        )  # fmt: skip
 
 
 def variant_row(
     version_id: int, digest: str, size: int, info: ArchiveInfo, now: float
 ) -> dict[str, Any]:
-    """The ``variants`` row of an archive (``metadata_json``: the archive's own metadata)."""
+    """The ``variants`` row of an archive (``metadata_json``: the archive's own metadata); a
+    model's ``sharded`` and ``shape_polymorphic`` cover every method's signature."""
     avals = (*info.in_avals, *info.out_avals)
+    avals += tuple(a for m in info.methods for a in (*m.in_avals, *m.out_avals))
     converted = info.metadata.get(CONVERTED_KEY) == "jax-native"
     return {
         "version_id": version_id,
@@ -416,6 +491,7 @@ def variant_row(
         "out_signature": _signature(info.out_avals),
         "created_at": now,
         "metadata_json": json.dumps(info.metadata, sort_keys=True),
+        "kind": MODEL if info.kind == MODEL else FUNCTION,
     }
 
 
@@ -435,7 +511,12 @@ def _golden_blob(items: Sequence[_Item], examples: Sequence[Any]) -> tuple[str, 
 
     here = local_platform()
     runner = next(
-        (i.exported for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
+        (
+            i.exported
+            for i in items
+            if i.exported is not None and here in i.info.platforms and i.info.nr_devices == 1
+        ),
+        None,
     )
     flat = []
     for example in examples:

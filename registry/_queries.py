@@ -180,6 +180,17 @@ class Queries:
             found = conn.execute(select(Variant.id).where(Variant.id == variant_id)).first()
             return found is not None
 
+    def model_variant(self, digest: str) -> VariantInfo | None:
+        """The (oldest) model variant whose archive has exactly this digest, if any."""
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            row = conn.execute(
+                _variants_select()
+                .where(Variant.digest == digest, Variant.kind == "model")
+                .order_by(Variant.id)
+                .limit(1)
+            ).first()
+        return None if row is None else VariantInfo.from_row(row.m_name, row.v_number, row)
+
     def examples_digest(self, name: str, version: int) -> str | None:
         """The digest of a version's golden examples blob, if it has one."""
         with _db.translating_db_errors(), self._engine.connect() as conn:

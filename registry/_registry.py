@@ -1,16 +1,17 @@
 """``Registry``: the facade. Each method is one short delegation to the module that holds its
 concept: ``_publish`` (push), ``_queries`` (resolve, get, list, search), ``_aliases``,
-``_maintenance`` (delete, gc, verify), ``_findings`` (audits and their stored results)."""
+``_maintenance`` (delete, gc, verify), ``_findings`` (audits and their stored results),
+``_model_parts`` (model archives stored as a skeleton and one blob per tensor)."""
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxport._errors import (
-    IntegrityError,
     InvalidNameError,
     NotFoundError,
     SchemaVersionError,
@@ -22,7 +23,7 @@ from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import RegistryConfig
 from jaxport.registry._findings import Findings
-from jaxport.registry._maintenance import Maintenance, read_verified
+from jaxport.registry._maintenance import Maintenance
 from jaxport.registry._names import (
     check_name,
     check_seconds,
@@ -30,6 +31,7 @@ from jaxport.registry._names import (
     normalize_platform,
 )
 from jaxport.registry._publish import Publisher, Source
+from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, nothing_matches
 from jaxport.registry._types import (
     AliasMove,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from jax.export import Exported
 
     from jaxport.audit import Change, Example, Finding, UpgradeRow
+    from jaxport.export import Model
 
 __all__ = ["Registry"]
 
@@ -96,6 +99,7 @@ class Registry:
         self._queries = Queries(self._engine)
         self._aliases = Aliases(self._engine)
         self._publisher = Publisher(self._engine, self.blobs)
+        self._pulls = Pulls(self._engine, self.blobs, self._queries)
         self._maintenance = Maintenance(self._engine, self.blobs)
         self._findings = Findings(self._engine, self.blobs, self._queries)
 
@@ -126,9 +130,13 @@ class Registry:
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
-        A source is a ``jax.export.Exported``, the bytes of a jaxport archive or of jax's own
-        ``Exported.serialize()`` (told apart by content), or a path to either. A jaxport
-        archive is validated in full and stored verbatim (its digest is the file's sha256);
+        A source is a ``jax.export.Exported``, a ``jaxport.Model``, the bytes of a jaxport
+        archive (of a function or a model) or of jax's own ``Exported.serialize()`` (told
+        apart by content), or a path to either. A jaxport archive is validated in full (a
+        model's every method, VJP order and tensor digest) and stored verbatim (its digest is
+        the file's sha256; ``pull_bytes`` gives the same bytes back). A model archive is stored
+        in parts: each tensor is a blob of its own, shared by every version that holds the
+        same bytes, so a version that changes one layer stores one new tensor;
         jax-native bytes are converted once, keeping every VJP order they carry; an Exported
         is written with ``jaxport.dumps(exp, vjp_order=vjp_order)``. Pushing the same archives
         (and examples) again returns the existing version and rewrites any of its blobs that
@@ -137,25 +145,29 @@ class Registry:
 
         Args:
             source: what to store (see above), or a list of them (one per platform or
-                device count, say).
-            name: defaults to the first artifact's ``fun_name``.
-            vjp_order: VJP orders written with an ``Exported`` (archives keep their own).
+                device count, say): all functions or all models.
+            name: defaults to the first artifact's ``fun_name``; required for a model.
+            vjp_order: VJP orders written with an ``Exported`` (archives and models keep
+                their own).
             aliases: aliases to point at the version, e.g. ``["prod"]``.
             metadata: the version's user strings (never written into an archive).
             examples: golden examples that audits re-run: ``Example(args, kwargs, outputs)``
                 or ``(args, kwargs)`` tuples; outputs left None are computed now by the first
-                variant that runs here.
+                variant that runs here. Not for models (yet).
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what
             jax's native format lost) and the digests of repaired blobs.
 
         Raises:
-            InvalidNameError: a bad name, alias, metadata entry or source type.
+            InvalidNameError: a bad name, alias, metadata entry or source type; functions and
+                models in one version; a model without ``name``.
             NotFoundError: a path that does not exist.
             CorruptArchiveError: bytes that are neither a valid jaxport archive nor jax-native.
+            IntegrityError: a digest of the archive (a model's tensor's, say) does not match.
             SchemaVersionError: the database is newer than this jaxport.
-            UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
+            UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``; examples
+                with a model; a model archive not laid out as jaxport writes them.
         """
         self._check_writable()
         return self._publisher.push(
@@ -277,15 +289,45 @@ class Registry:
         Raises:
             NotFoundError: nothing matches; the message lists the versions, platforms and
                 device counts that exist.
+            WrongKindError: the variant is a model: use ``pull_model``.
             IntegrityError: the blob is missing or does not match its digest; nothing is
                 returned.
             (and see ``resolve`` and ``jaxport.loads``)
         """
-        from jaxport.export import loads
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        return self._pulls.exported(reference, chosen, allow_custom_calls)
 
-        data = self.pull_bytes(reference, version=version, platform=platform, nr_devices=nr_devices)
-        exported: Exported = loads(data, **_custom_calls(allow_custom_calls))
-        return exported
+    def pull_model(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+        allow_custom_calls: Sequence[str] = (),
+    ) -> Model:
+        """The ``jaxport.Model`` of the variant ``resolve`` chooses (same references and
+        variant choice as ``pull``).
+
+        Only the skeleton (header and modules) is read now, digest verified; each tensor's blob
+        is read when the model first uses it (memory-mapped from a local blob store, fetched
+        from another) and checked against its sha256 then: ``.exported["m"]`` reads no tensor,
+        a method call reads only the tensors that method uses (``Model.bytes_read``). The
+        blobs must stay until the tensors are read (``gc`` removes those of deleted versions).
+
+        Args:
+            reference, version, platform, nr_devices: as ``pull``.
+            allow_custom_calls: as ``pull``.
+
+        Raises:
+            NotFoundError: nothing matches (see ``pull``), or the version was deleted meanwhile.
+            WrongKindError: the variant is a function: use ``pull``.
+            IntegrityError: the skeleton is missing or corrupt; later, when a tensor is used,
+                its blob is missing or does not match its digest (no array is returned).
+            (and see ``resolve`` and ``jaxport.loads_model``)
+        """
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        return self._pulls.model(chosen, allow_custom_calls)
 
     def pull_bytes(
         self,
@@ -296,37 +338,66 @@ class Registry:
         nr_devices: int | None = None,
     ) -> bytes:
         """The archive bytes of the variant ``resolve`` chooses, exactly as pushed, digest
-        verified (see ``pull``)."""
+        verified (see ``pull``): a model archive is put together from its parts, each verified.
+        """
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        return self._pulls.archive_bytes(reference, chosen)
+
+    def pull_file(
+        self,
+        reference: str,
+        path: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> VariantInfo:
+        """Writes the archive ``pull_bytes`` gives to ``path``, atomically (a temporary file
+        renamed over it): a model archive one part at a time, never whole in memory.
+
+        Returns:
+            The variant written.
+
+        Raises:
+            OSError: the directory is missing or not writable.
+            (and see ``pull_bytes``; on any error ``path`` is left as it was)
+        """
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        self._pulls.write_file(reference, chosen, path)
+        return chosen
+
+    def read_blob(self, digest: str) -> bytes:
+        """A blob's bytes, verified against its digest; for the digest of a model archive (whose
+        parts are the blobs), the archive put together from its parts.
+
+        Raises:
+            IntegrityError: the blob (or a part) is missing or corrupt.
+            InvalidNameError: ``digest`` is not 64 lowercase hex digits.
+        """
+        return self._pulls.blob(digest)
+
+    def _chosen(
+        self, reference: str, version: int | None, platform: Any, nr_devices: int | None
+    ) -> VariantInfo:
         resolution = self.resolve(
             reference, version=version, platform=platform, nr_devices=nr_devices
         )
         if resolution.chosen is None:
             raise NotFoundError(nothing_matches(resolution))
-        try:
-            return self.read_blob(resolution.chosen.digest)
-        except IntegrityError as e:
-            if e.found is None and not self._queries.has_variant(resolution.chosen.variant_id):
-                raise NotFoundError(f"{reference} was deleted while it was being pulled") from None
-            raise
-
-    def read_blob(self, digest: str) -> bytes:
-        """A blob's bytes, verified against its digest.
-
-        Raises:
-            IntegrityError: the blob is missing or corrupt.
-            InvalidNameError: ``digest`` is not 64 lowercase hex digits.
-        """
-        return read_verified(self.blobs, digest)
+        return resolution.chosen
 
     def get(self, reference: str) -> Ref:
         """The version ``NAME:VERSION``, ``NAME@ALIAS`` or ``sha256:PREFIX`` names; the newest
-        for a bare ``NAME``.
+        for a bare ``NAME``. A model variant lists its ``methods`` and ``tensors``, read from
+        its archive's header (``jaxport.inspect``).
 
         Raises:
             NotFoundError: no such name, version, alias or digest, or a name without versions.
             InvalidNameError: a malformed reference.
+            IntegrityError: a model variant's skeleton blob is missing or its header corrupt.
         """
-        return self._queries.get(reference)
+        ref = self._queries.get(reference)
+        return dataclasses.replace(ref, variants=tuple(map(self._pulls.described, ref.variants)))
 
     def list(
         self, name: str | None = None, *, limit: int = 100, after: tuple[str, int] | None = None
@@ -517,8 +588,3 @@ def _platform(platform: Any) -> str | None:
 
         return local_platform()
     return normalize_platform(platform)
-
-
-def _custom_calls(allowed: Sequence[str]) -> dict[str, Any]:
-    """``loads`` keyword for an allowlist, passed only when given (older readers lack it)."""
-    return {"allow_custom_calls": tuple(allowed)} if allowed else {}

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxport.registry._names import DIGEST_PREFIX
 from jaxport.registry._rules import device_reason, platform_reason
+
+if TYPE_CHECKING:
+    from jaxport.export import MethodInfo, TensorInfo
 
 __all__ = [
     "AliasMove",
@@ -34,6 +37,13 @@ class VariantInfo:
 
     ``metadata`` is the archive's own (written into it by its producer); ``jax_version`` is the
     producer's jax, or ``"unknown"`` for jax-native bytes that do not record it.
+
+    ``kind`` is ``"function"`` (an Exported: ``Registry.pull``) or ``"model"`` (a
+    ``jaxport.Model``: ``Registry.pull_model``). A model variant's ``fun_name`` and signatures
+    are empty, its ``platforms`` are those every method runs on and ``nr_devices`` the most any
+    method needs (as ``jaxport.inspect``); ``Registry.get`` fills in ``methods`` (each method's
+    signature) and ``tensors`` (path, shape, dtype, size in bytes, sha256 of each parameter),
+    read from the archive's header; other queries leave them empty.
     """
 
     name: str
@@ -56,6 +66,9 @@ class VariantInfo:
     created_at: float
     metadata: dict[str, str]
     variant_id: int = 0
+    kind: str = "function"
+    methods: tuple[MethodInfo, ...] = ()
+    tensors: tuple[TensorInfo, ...] = ()
 
     @classmethod
     def from_row(cls, name: str, version: int, row: Any) -> VariantInfo:
@@ -81,6 +94,7 @@ class VariantInfo:
             created_at=row.created_at,
             metadata=json.loads(row.metadata_json),
             variant_id=row.id,
+            kind=row.kind,
         )
 
     @property

@@ -86,14 +86,24 @@ def test_jax_native_bytes_are_not_an_archive(archive):
         jaxport.loads(exp.serialize())
 
 
-@pytest.mark.parametrize("version", [0, 2, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
 def test_unsupported_format_version(archive, version):
     data = archive[:8] + struct.pack("<I", version) + archive[12:]
     with pytest.raises(jaxport.UnsupportedVersionError) as e:
         jaxport.loads(data)
     assert e.value.found_version == version
-    assert e.value.supported == (1, 1)
+    assert e.value.supported == (1, 2)
     assert "archive format version" in str(e.value)
+
+
+def test_a_version_1_layout_labelled_version_2_is_refused():
+    """Version 2 sections start 64-byte aligned; a version 1 archive's at 56 + H, anywhere."""
+    exp = jax.export.export(jax.jit(jnp.sin))(jnp.zeros(3))
+    archives = (jaxport.dumps(exp, metadata={"k": "v" * n}) for n in range(64))
+    v1 = next(a for a in archives if (56 + _header_length(a)) % 64)
+    data = v1[:8] + struct.pack("<I", 2) + v1[12:]
+    with pytest.raises(jaxport.CorruptArchiveError, match="section 0 starts at payload offset"):
+        jaxport.loads(data)
 
 
 def test_nonzero_flags(archive):

@@ -70,6 +70,7 @@ def test_revision_1_database_with_data_upgrades_intact(db_url, tmp_path):
     reg = jaxport.Registry(db_url, blobs=tmp_path / "b", upgrade=True)
     ref = reg.list("m")[0]
     assert (ref.name, ref.version, ref.digests) == ("m", 1, ("a" * 64,))
+    assert ref.variants[0].kind == "function"  # revision 0004's default for older rows
     assert reg.aliases("m") == {"prod": 1}
     assert reg.resolve("m@prod", platform="cpu").chosen.digest == "a" * 64
     reg.close()

@@ -55,6 +55,7 @@ PUBLIC = [
     "UpgradeRow",
     "VariantInfo",
     "VerifyReport",
+    "WrongKindError",
     "__version__",
     "dumps",
     "inspect",
@@ -116,6 +117,7 @@ def test_error_hierarchy():
         "InvalidNameError": (jaxport.RegistryError, ValueError),
         "ConflictError": (jaxport.RegistryError,),
         "SchemaVersionError": (jaxport.RegistryError,),
+        "WrongKindError": (jaxport.RegistryError, TypeError),
     }
     defined = {
         n

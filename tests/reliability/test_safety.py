@@ -250,6 +250,8 @@ REFERENCE_CALLS: dict[str, Call] = {
     "resolve": lambda r, s: r.resolve(s),
     "pull": lambda r, s: r.pull(s),
     "pull_bytes": lambda r, s: r.pull_bytes(s),
+    "pull_model": lambda r, s: r.pull_model(s),
+    "pull_file": lambda r, s: r.pull_file(s, os.devnull),  # must raise before writing
     "get": lambda r, s: r.get(s),
     "diff(a)": lambda r, s: r.diff(s, "ok:1"),
     "diff(b)": lambda r, s: r.diff("ok:1", s),
@@ -262,11 +264,13 @@ VERSION_CALLS: dict[str, Call] = {
     "delete(version)": lambda r, s: r.delete("ok", s),
     "resolve(version)": lambda r, s: r.resolve("ok", version=s),
     "pull(version)": lambda r, s: r.pull("ok", version=s),
+    "pull_model(version)": lambda r, s: r.pull_model("ok", version=s),
     "list(after version)": lambda r, s: r.list(after=("ok", s)),
 }
 PLATFORM_CALLS: dict[str, Call] = {
     "resolve(platform)": lambda r, s: r.resolve("ok", platform=s),
     "pull(platform)": lambda r, s: r.pull("ok", platform=s),
+    "pull_model(platform)": lambda r, s: r.pull_model("ok", platform=s),
     "search(platform)": lambda r, s: r.search(platform=s),
     "audit(platform)": lambda r, s: r.audit("ok", platform=s, store=False),
     "audit_results(platform)": lambda r, s: r.audit_results(platform=s),

@@ -1,0 +1,281 @@
+"""Model archives in parts: each tensor is a blob of its own, the rest one *skeleton* blob.
+
+A model archive (``jaxport.Model``, schema/FORMAT.md "Model archives") is the preamble, the
+header and section 0 (the methods' modules), then one uncompressed section per tensor, each after
+zero padding. The registry stores
+
+- the *skeleton*: bytes 0 to the end of section 0 (part 0), by its sha256;
+- each tensor's bytes (part i + 1 = tensor i), by ``TensorInfo.sha256``, so versions that share
+  a tensor share its blob: a version that changes one layer stores one new tensor blob;
+
+and the parts of each variant in ``variant_parts``. The variant's digest stays the sha256 of
+the whole archive, which is the parts in order, each at its offset after zero padding
+(``archive_chunks``): ``pull_bytes`` gives back the archive byte for byte. ``open_model`` reads
+the skeleton and each tensor's blob when the model first uses it (memory-mapped from a local
+store); the model checks each tensor against its digest then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import mmap
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select
+
+from jaxport._errors import IntegrityError, NotFoundError, UnsupportedFeatureError
+from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, verify
+from jaxport.registry._models import VariantPart
+
+if TYPE_CHECKING:
+    from jaxport.export import ArchiveInfo, Model, TensorInfo
+
+__all__ = [
+    "FUNCTION",
+    "MODEL",
+    "Part",
+    "archive_chunks",
+    "header_info",
+    "open_model",
+    "parts_of",
+    "split_model",
+    "validated_model",
+]
+
+FUNCTION = "function"
+MODEL = "model"
+#: Zero bytes written at a time between parts.
+_ZEROS = bytes(64 * 1024)
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A blob of a model archive: ``position`` 0 the skeleton, i + 1 tensor i; it lies at
+    ``offset`` bytes from the archive's start and is ``size`` bytes long."""
+
+    position: int
+    digest: str
+    offset: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """The offset just after the part."""
+        return self.offset + self.size
+
+
+def validated_model(data: bytes, path: str | None) -> Model:
+    """The model in ``data``, read in full: every method and VJP level, every tensor checked
+    against its digest.
+
+    Raises:
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError,
+            UnsupportedFeatureError: see ``jaxport.loads_model``.
+    """
+    from jaxport.export import loads_model
+
+    model = loads_model(data, path=path)
+    model.params  # noqa: B018  (reads every tensor and checks its digest)
+    for name, exported in model.exported.items():
+        current = exported
+        for _ in range(model.vjp_orders[name]):
+            current = current.vjp()
+    return model
+
+
+def split_model(data: bytes, info: ArchiveInfo, path: str | None) -> tuple[Part, ...]:
+    """The parts of a (validated) model archive: the skeleton, then each tensor in order.
+
+    Raises:
+        UnsupportedFeatureError: the archive is not laid out as jaxport writes model archives
+            (a compressed tensor, sections out of order, a section no tensor owns, bytes after
+            the last section): its parts would not give its bytes back.
+    """
+    from jaxport.export._container import PREAMBLE_LENGTH
+
+    where = path or "the model archive"
+    start = PREAMBLE_LENGTH + info.header_length
+    modules = info.sections[0]
+    skeleton_end = start + modules.offset + modules.length
+    digest = hashlib.sha256(memoryview(data)[:skeleton_end]).hexdigest()
+    parts = [Part(0, digest, 0, skeleton_end)]
+    if len(info.sections) != len(info.tensors) + 1:
+        raise UnsupportedFeatureError(
+            f"{where}: {len(info.sections)} sections for {len(info.tensors)} tensors: the "
+            "registry stores model archives as jaxport writes them"
+        )
+    for i, t in enumerate(info.tensors):
+        s = info.sections[t.section]
+        offset = start + s.offset
+        if s.compression != "none" or s.sha256 != t.sha256 or offset < parts[-1].end:
+            raise UnsupportedFeatureError(
+                f"{where}: tensor {t.path} is not stored uncompressed after the one before: "
+                "the registry stores model archives as jaxport writes them"
+            )
+        parts.append(Part(i + 1, t.sha256, offset, s.length))
+    if parts[-1].end != len(data):
+        raise UnsupportedFeatureError(
+            f"{where}: {len(data) - parts[-1].end} bytes after the last section"
+        )
+    return tuple(parts)
+
+
+def part_bytes(data: bytes, part: Part) -> memoryview:
+    """``part``'s bytes in the archive ``data``, without a copy."""
+    return memoryview(data)[part.offset : part.end]
+
+
+def parts_of(conn: Connection, variant_id: int) -> list[Part]:
+    """The parts of a model variant, in position order (empty for a function variant)."""
+    rows = conn.execute(
+        select(VariantPart.position, VariantPart.digest, VariantPart.offset, VariantPart.size)
+        .where(VariantPart.variant_id == variant_id)
+        .order_by(VariantPart.position)
+    )
+    return [Part(int(r.position), r.digest, int(r.offset), int(r.size)) for r in rows]
+
+
+def read_part(blobs: BlobStore, digest: str) -> bytes:
+    """A part's blob, verified against its digest.
+
+    Raises:
+        IntegrityError: the blob is missing (``found`` None) or corrupt.
+    """
+    try:
+        data = blobs.get(digest)
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"blob {digest} is missing from {blobs.url}", expected=digest
+        ) from None
+    return verify(digest, data)
+
+
+def archive_chunks(
+    blobs: BlobStore, parts: Sequence[Part], total: int
+) -> Iterator[bytes | memoryview]:
+    """The model archive's bytes, one part (or run of zero padding) at a time, each part
+    verified against its digest before it is yielded.
+
+    Raises:
+        IntegrityError: a part is missing or corrupt, or the parts do not make ``total`` bytes.
+    """
+    position = 0
+    for part in parts:
+        if part.offset < position:
+            raise IntegrityError(f"part {part.position} overlaps the one before")
+        while position < part.offset:
+            n = min(len(_ZEROS), part.offset - position)
+            yield memoryview(_ZEROS)[:n]
+            position += n
+        data = read_part(blobs, part.digest)
+        if len(data) != part.size:
+            raise IntegrityError(f"part {part.position} is {len(data)} bytes, not {part.size}")
+        yield data
+        position = part.end
+    if position != total:
+        raise IntegrityError(f"the parts make {position} bytes, the archive has {total}")
+
+
+def header_info(blobs: BlobStore, skeleton: str, total: int) -> ArchiveInfo:
+    """``jaxport.inspect`` of a model archive from its skeleton's preamble and header alone
+    (``total``: the archive's size in bytes).
+
+    Raises:
+        IntegrityError: the skeleton is missing, or its header does not match its digest.
+        CorruptArchiveError: a malformed header.
+    """
+    from jaxport.export import _archive, _container, _fb, _limits
+    from jaxport.export._info import _archive_info
+
+    try:
+        with _open(blobs, skeleton) as f:
+            start = f.read(_container.PREAMBLE_LENGTH)
+            preamble = _container.decode_preamble(start, path=None)
+            head_bytes = start + f.read(preamble.header_length)
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"blob {skeleton} is missing from {blobs.url}", expected=skeleton
+        ) from None
+    head = _archive.read_header(head_bytes, total, path=None)
+    with _fb.translating_read_errors(None), _limits.header_budget(head.preamble.header_length):
+        info: ArchiveInfo = _archive_info(head)
+    return info
+
+
+def open_model(
+    blobs: BlobStore,
+    parts: Sequence[Part],
+    total: int,
+    *,
+    where: str,
+    allow_custom_calls: Sequence[str] = (),
+) -> Model:
+    """The model of a variant: its skeleton read (and verified) now, each tensor's blob when
+    the model first uses it (``tensor_reader``).
+
+    Raises:
+        NotFoundError: the variant has no parts (it was deleted meanwhile).
+        IntegrityError: the skeleton is missing or corrupt.
+        CorruptArchiveError, UnsupportedVersionError, UnsupportedFeatureError,
+            UnsafeArchiveError: see ``jaxport.loads_model``.
+    """
+    from jaxport.export import _archive, _container, _model_io
+
+    if not parts:
+        raise NotFoundError(f"{where} was deleted while it was being pulled")
+    skeleton = memoryview(read_part(blobs, parts[0].digest))
+    head = _archive.read_header(skeleton, total, path=where)
+    modules = _container.SectionReader(
+        skeleton[head.payload_start :], head.sections, payload_start=head.payload_start, path=where
+    )
+    return _model_io.open_model(
+        head,
+        modules,
+        tensor_reader(blobs),
+        allow_custom_calls=allow_custom_calls,
+        path=where,
+    )
+
+
+def tensor_reader(blobs: BlobStore) -> Callable[[TensorInfo], bytes | memoryview]:
+    """Reads a tensor's blob (by its digest): memory-mapped from a local store, else fetched.
+    The bytes are not checked here: the model checks them against the digest when it uses them.
+
+    The reader raises ``IntegrityError`` for a missing blob.
+    """
+
+    def read(info: TensorInfo) -> bytes | memoryview:
+        try:
+            if isinstance(blobs, LocalBlobStore):
+                return _mapped(blobs.path(info.sha256))
+            return blobs.get(info.sha256)
+        except FileNotFoundError:
+            raise IntegrityError(
+                f"parameter {info.path}: blob {info.sha256} is missing from {blobs.url}",
+                expected=info.sha256,
+            ) from None
+
+    return read
+
+
+def _mapped(path: Path) -> bytes | memoryview:
+    """A read-only memory map of ``path`` (bytes for an empty file, which cannot be mapped)."""
+    with path.open("rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def _open(blobs: BlobStore, digest: str) -> Any:
+    """A blob opened for reading from its start (the whole blob, for another kind of store)."""
+    import io
+
+    if isinstance(blobs, LocalBlobStore):
+        return blobs.path(digest).open("rb")
+    if isinstance(blobs, FsspecBlobStore):
+        return blobs.open(digest)
+    return io.BytesIO(blobs.get(digest))
