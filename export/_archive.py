@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "load",
     "loads",
     "metadata_entries",
+    "module_section",
     "read_header",
     "save",
     "stored_vjp",
@@ -86,18 +87,31 @@ def dump_chunks(
     chain = vjp_chain(exported, vjp_order)
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
+    chunks, section, refs = module_section(chain, "the Exported")
+    header = _encode_header(chain, refs, [section], vjp_order, entries)
+    return [_container.encode_preamble(header, FUNCTION_FORMAT_VERSION), header, *chunks]
+
+
+def module_section(
+    chain: Sequence[Any], what: str
+) -> tuple[list[bytes], _container.Section, list[_modules.ModuleRef]]:
+    """Section 0: the modules of ``chain`` (Exported, in order) compressed together, the
+    Section (offset 0) and each module's reference into it (custom calls listed from the bytes).
+
+    Raises:
+        UnsupportedFeatureError: a module MLIR cannot parse where its custom calls must be read.
+    """
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
     try:
         all_targets = _modules.custom_call_targets(modules)
     except CorruptArchiveError as e:
-        raise UnsupportedFeatureError(f"cannot write the Exported: {e}") from None
+        raise UnsupportedFeatureError(f"cannot write {what}: {e}") from None
     chunks, section = _container.compress_section(modules)
     refs, offset = [], 0
     for m, targets in zip(modules, all_targets, strict=True):
         refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
         offset += len(m)
-    header = _encode_header(chain, refs, [section], vjp_order, entries)
-    return [_container.encode_preamble(header, FUNCTION_FORMAT_VERSION), header, *chunks]
+    return chunks, section, refs
 
 
 def metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:

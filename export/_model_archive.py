@@ -133,19 +133,11 @@ def _encode_modules(
     if not 0 < len(names) <= MAX_METHODS:
         raise UnsupportedFeatureError(f"a model has 1 to {MAX_METHODS} methods, not {len(names)}")
     chains = {n: _archive.vjp_chain(contents.exported[n], contents.vjp_orders[n]) for n in names}
-    modules = [bytes(e.mlir_module_serialized) for n in names for e in chains[n]]
     for n in names:
         for exp in chains[n]:
             check_calling_convention_version(exp.calling_convention_version)
-    try:
-        targets = _modules.custom_call_targets(modules)
-    except CorruptArchiveError as e:
-        raise UnsupportedFeatureError(f"cannot write the model: {e}") from None
-    module_chunks, module_section = _container.compress_section(modules)
-    refs, offset = [], 0
-    for m, t in zip(modules, targets, strict=True):
-        refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), t))
-        offset += len(m)
+    chain = [e for n in names for e in chains[n]]
+    module_chunks, module_section, refs = _archive.module_section(chain, "the model")
     return names, chains, refs, module_chunks, module_section
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "LocalBlobStore",
     "Stray",
     "open_blob_store",
+    "read_verified",
     "verify",
 ]
 
@@ -294,3 +295,18 @@ def open_blob_store(location: str | os.PathLike[str] | BlobStore) -> BlobStore:
     if text.startswith("file://"):
         return LocalBlobStore(text.removeprefix("file://"))
     return FsspecBlobStore(text)
+
+
+def read_verified(blobs: BlobStore, digest: str) -> bytes:
+    """A blob's bytes, verified against its digest.
+
+    Raises:
+        IntegrityError: the blob is missing (``found`` None) or corrupt.
+    """
+    try:
+        data = blobs.get(digest)
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"blob {digest} is missing from {blobs.url}", expected=digest
+        ) from None
+    return verify(digest, data)

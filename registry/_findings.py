@@ -19,8 +19,7 @@ from sqlalchemy import Engine, insert, select
 
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
-from jaxport.registry._blobs import BlobStore
-from jaxport.registry._maintenance import read_verified
+from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, header_info, parts_of
 from jaxport.registry._models import Audit, Model, Variant, Version
 from jaxport.registry._names import check_name, check_text, parse_reference

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, delete, select
 from jaxport._errors import ConflictError, IntegrityError
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
-from jaxport.registry._blobs import BlobStore, verify
+from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import FUNCTION
 from jaxport.registry._models import (
     Alias,
@@ -37,7 +37,7 @@ from jaxport.registry._publish import PENDING_TTL, pid_scope
 from jaxport.registry._queries import model_id_of, version_id_of
 from jaxport.registry._types import BlobProblem, GcReport, VerifyReport
 
-__all__ = ["Maintenance", "read_verified"]
+__all__ = ["Maintenance"]
 
 
 class Maintenance:
@@ -178,21 +178,6 @@ class Maintenance:
 
 def _reader(blobs: BlobStore, digest: str) -> Callable[[], bytes]:
     return lambda: read_verified(blobs, digest)
-
-
-def read_verified(blobs: BlobStore, digest: str) -> bytes:
-    """A blob's bytes, verified against its digest.
-
-    Raises:
-        IntegrityError: the blob is missing (``found`` None) or corrupt.
-    """
-    try:
-        data = blobs.get(digest)
-    except FileNotFoundError:
-        raise IntegrityError(
-            f"blob {digest} is missing from {blobs.url}", expected=digest
-        ) from None
-    return verify(digest, data)
 
 
 def referenced(conn: Connection) -> set[str]:

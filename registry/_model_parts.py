@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, select
 
 from jaxport._errors import IntegrityError, NotFoundError, UnsupportedFeatureError
-from jaxport.registry._blobs import BlobStore, FsspecBlobStore, LocalBlobStore, verify
+from jaxport.registry._blobs import (
+    BlobStore,
+    FsspecBlobStore,
+    LocalBlobStore,
+    read_verified,
+)
 from jaxport.registry._models import VariantPart
 
 if TYPE_CHECKING:
@@ -139,21 +144,6 @@ def parts_of(conn: Connection, variant_id: int) -> list[Part]:
     return [Part(int(r.position), r.digest, int(r.offset), int(r.size)) for r in rows]
 
 
-def read_part(blobs: BlobStore, digest: str) -> bytes:
-    """A part's blob, verified against its digest.
-
-    Raises:
-        IntegrityError: the blob is missing (``found`` None) or corrupt.
-    """
-    try:
-        data = blobs.get(digest)
-    except FileNotFoundError:
-        raise IntegrityError(
-            f"blob {digest} is missing from {blobs.url}", expected=digest
-        ) from None
-    return verify(digest, data)
-
-
 def archive_chunks(
     blobs: BlobStore, parts: Sequence[Part], total: int
 ) -> Iterator[bytes | memoryview]:
@@ -171,7 +161,7 @@ def archive_chunks(
             n = min(len(_ZEROS), part.offset - position)
             yield memoryview(_ZEROS)[:n]
             position += n
-        data = read_part(blobs, part.digest)
+        data = read_verified(blobs, part.digest)
         if len(data) != part.size:
             raise IntegrityError(f"part {part.position} is {len(data)} bytes, not {part.size}")
         yield data
@@ -227,7 +217,7 @@ def open_model(
 
     if not parts:
         raise NotFoundError(f"{where} was deleted while it was being pulled")
-    skeleton = memoryview(read_part(blobs, parts[0].digest))
+    skeleton = memoryview(read_verified(blobs, parts[0].digest))
     head = _archive.read_header(skeleton, total, path=where)
     modules = _container.SectionReader(
         skeleton[head.payload_start :], head.sections, payload_start=head.payload_start, path=where

@@ -18,8 +18,7 @@ from sqlalchemy import Engine
 
 from jaxport._errors import IntegrityError, NotFoundError, WrongKindError
 from jaxport.registry import _db
-from jaxport.registry._blobs import BlobStore
-from jaxport.registry._maintenance import read_verified
+from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import (
     MODEL,
     Part,
