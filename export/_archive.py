@@ -323,7 +323,7 @@ def loads(
 
     with _fb.translating_read_errors(path):
         table = head.archive.Exported()
-        if table is None and head.archive.Model() is not None:
+        if head.archive.Model() is not None:
             raise CorruptArchiveError(
                 "a model archive, not a function archive: read it with jaxport.load_model",
                 path=path,

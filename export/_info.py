@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from jaxport._errors import CorruptArchiveError
-from jaxport.export import _archive, _container, _fb, _limits, _modules, _pytrees, _tensors
+from jaxport.export import (
+    _archive,
+    _container,
+    _fb,
+    _limits,
+    _model_archive,
+    _modules,
+    _pytrees,
+    _tensors,
+)
 from jaxport.export._dtypes import dtype_name
 from jaxport.export._tensors import TensorInfo
 from jaxport.schema import fb
@@ -241,8 +250,10 @@ def _common_info(head: _archive.ArchiveHeader) -> dict[str, Any]:
 
 def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
     archive = head.archive
-    if archive.Exported() is None and archive.Model() is not None:
-        return _model_info(head, archive.Model())
+    model = archive.Model()
+    if model is not None:
+        _model_archive.check_model_table(head, model)
+        return _model_info(head, model)
     chain = _chain(archive.Exported())
     if not chain:
         raise CorruptArchiveError("the archive holds no Exported")

@@ -259,8 +259,11 @@ class Model:
         orders = {n: vjp_order for n in exported} if isinstance(vjp_order, int) else dict(vjp_order)
         _check_names(exported, orders, "vjp_order")
         for name in exported:
-            if not name.isidentifier():
-                raise UnsupportedFeatureError(f"method name {name!r} is not an identifier")
+            if not name.isidentifier() or name.startswith("_") or hasattr(Model, name):
+                raise UnsupportedFeatureError(
+                    f"method name {name!r} is not an identifier, starts with '_' or is an "
+                    "attribute of Model (such as 'params' or 'save')"
+                )
         self._params_tree = params_tree
         self._store = store
         self._exported = dict(sorted(exported.items()))

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_METHODS",
     "ModelContents",
     "ModelHeader",
+    "check_model_table",
     "dump_model_chunks",
     "model_chunks",
     "read_model_header",
@@ -263,8 +264,7 @@ def read_model_header(
             raise CorruptArchiveError(
                 "a function archive, not a model archive: read it with jaxport.load", path=path
             )
-        if head.archive.Exported() is not None:
-            raise CorruptArchiveError("an archive holds an Exported or a model, not both")
+        check_model_table(head, model)
         params_table = model.Params()
         if params_table is None:
             raise CorruptArchiveError("the model has no parameter tree")
@@ -281,6 +281,31 @@ def read_model_header(
             for e in _fb.read_tables(head.archive, "Metadata")
         }
     return ModelHeader(head, params_tree, tensors, exported, vjp_orders, metadata)
+
+
+def check_model_table(head: _archive.ArchiveHeader, model: fb.Model) -> None:
+    """The checks that come before a model's tables are read: a version-2 archive, no Exported
+    beside the model, at most MAX_METHODS methods and one tensor per section.
+
+    Raises:
+        CorruptArchiveError: any of them fails.
+    """
+    if head.preamble.format_version < MODEL_FORMAT_VERSION:
+        raise CorruptArchiveError(
+            f"a model in a format version {head.preamble.format_version} archive (models are "
+            f"version {MODEL_FORMAT_VERSION})"
+        )
+    if head.archive.Exported() is not None:
+        raise CorruptArchiveError("an archive holds an Exported or a model, not both")
+    if not 0 < model.MethodsLength() <= MAX_METHODS:
+        raise CorruptArchiveError(
+            f"a model has 1 to {MAX_METHODS} methods, not {model.MethodsLength()}"
+        )
+    if model.TensorsLength() >= len(head.sections):
+        raise CorruptArchiveError(
+            f"{model.TensorsLength()} tensors and {len(head.sections)} sections: each tensor "
+            "has its own, after the modules'"
+        )
 
 
 def _decode_tensors(
@@ -300,7 +325,9 @@ def _decode_tensors(
         if info.section == 0 or info.section in used:
             raise CorruptArchiveError(f"tensor {i}: section {info.section} is not its own")
         section = sections[info.section]
-        if section.compression == fb.Compression.none and section.sha256.hex() != info.sha256:
+        if section.compression != fb.Compression.none:
+            raise CorruptArchiveError(f"tensor {i}: its section is compressed")
+        if section.sha256.hex() != info.sha256:
             raise CorruptArchiveError(f"tensor {i}: its digest is not its section's")
         used.add(info.section)
         infos.append(info)

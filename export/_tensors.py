@@ -152,5 +152,6 @@ def array_from_bytes(
             found=found,
             path=path,
         )
-    dtype = np.dtype(numpy_dtype(info.dtype))
-    return np.frombuffer(data, dtype=dtype).reshape(info.shape)
+    array = np.frombuffer(data, dtype=np.dtype(numpy_dtype(info.dtype))).reshape(info.shape)
+    array.flags.writeable = False  # verified bytes stay as verified (a bytearray is writable)
+    return array

@@ -447,11 +447,15 @@ def run(
     from jaxport._cli_output import check_output, write_output
     from jaxport._cli_render import outputs_table
 
+    if output is not None and str(output) == "-":
+        raise click.BadParameter(
+            "run writes an .npz file; '-' (stdout) is not supported", param_hint="-o"
+        )
     target = output or Path(f"{method}-out.npz")
-    check_output(target, force=force)
     model = _open_model(ctx, source, platform, devices)
     specs = _cli_run.input_specs(model, method)
     arrays = _cli_run.load_inputs(inputs, specs, method)
+    check_output(target, force=force)  # after the source and inputs, whose errors come first
     result = _cli_run.call_method(model, method, arrays)
     outputs = _cli_run.output_arrays(result)
     data = _cli_run.output_bytes(outputs)
