@@ -18,6 +18,11 @@ statuses and what each proves: ``_report``):
    and compare with the producer's outputs, with dtype-aware tolerances
    (``_examples.tolerance``); the largest absolute and relative errors are reported.
 
+A model archive (``jaxport.Model``) goes through the same steps: every method's calling
+convention, the devices of the method that needs the most, loading (every tensor read and
+checked against its sha256), then every method compiled with its parameters' avals; models
+have no stored examples, so a model's ``ok`` means "loads and compiles every method".
+
 Anything else that goes wrong is ``error``, with the exception's type and message. Run this
 in a worker process (``_worker``): jaxlib can crash on malformed modules.
 """
@@ -39,6 +44,7 @@ from jaxport.export import (
     inspect,
     is_host_callback,
     loads,
+    loads_model,
     module_custom_calls,
     stable_custom_call_targets,
 )
@@ -74,9 +80,16 @@ def check_archive(data: bytes) -> AuditResult:
         info = inspect(data)
         targets = module_custom_calls(data)
         checks["custom calls (modules)"] = ", ".join(sorted({t for m in targets for t in m}))
-        exp = loads(data, allow_custom_calls=_auditable_targets(info))
-        for _ in range(info.vjp_order):
-            exp = exp.vjp()
+        allowed = _auditable_targets(info)
+        if info.kind == "model":
+            model = loads_model(data, allow_custom_calls=allowed)
+            _ = model.params  # every tensor read and checked against its sha256
+            chains = [(exp, model.vjp_orders[n]) for n, exp in model.exported.items()]
+        else:
+            chains = [(loads(data, allow_custom_calls=allowed), info.vjp_order)]
+        for exp, vjp_order in chains:
+            for _ in range(vjp_order):
+                exp = exp.vjp()
         status, reason = "ok", "every module reads, and matches the header"
     except Exception as e:  # a check reports failures; it does not raise them
         status, reason = "error", f"{type(e).__name__}: {e}"
@@ -97,6 +110,8 @@ def _audit(
     missing = _not_here(info, platform, checks)
     if missing:
         return NOT_RUN, missing
+    if info.kind == "model":
+        return _audit_model(data, info, platform, checks)
     try:
         # Compiling is what measures a custom call, so every target the header names is let
         # through, except host callbacks, which no archive may call (export/_custom_calls.py).
@@ -129,6 +144,28 @@ def _audit(
     return "ok", f"loads, compiles and matches {count} example(s)"
 
 
+def _audit_model(data: bytes, info: Any, platform: str, checks: dict[str, str]) -> tuple[str, str]:
+    """Steps 3 for a model: load it (every tensor verified), compile each method."""
+    try:
+        model = loads_model(data, allow_custom_calls=_auditable_targets(info))
+        _ = model.params  # reads every tensor and checks its sha256
+    except UnsupportedVersionError as e:
+        return "incompatible", str(e)
+    except JaxportError as e:
+        return "error", f"{type(e).__name__}: {e}"
+    checks["tensors"] = f"{len(model.tensors)} read, every sha256 checked"
+    for name, exp in model.exported.items():
+        try:
+            with _on(platform):
+                _compile(exp, platform, checks)
+        except Exception as e:  # XLA and jax raise many types for a module they cannot compile
+            checks[f"compile ({name})"] = f"{type(e).__name__}: {_first_line(e)}"
+            return "compile-error", f"method {name}: {checks[f'compile ({name})']}"
+        checks[f"compile ({name})"] = checks.pop("compile")
+    checks["golden"] = "no stored examples (models have none)"
+    return "ok", f"loads and compiles every method ({', '.join(model.exported)})"
+
+
 def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int]:
     import jax
 
@@ -153,16 +190,19 @@ def _static(info: Any, checks: dict[str, str]) -> str:
     lo, hi = MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION
     checks["format version"] = f"{info.format_version} (reader {lo}..{hi})"
     cc_lo, cc_hi = _compat.calling_convention_range()
-    cc = info.calling_convention_version
-    checks["calling convention"] = f"{cc} (jax {cc_lo}..{cc_hi})"
-    if not cc_lo <= cc <= cc_hi:
-        return f"calling convention version {cc} outside jax's {cc_lo}..{cc_hi}"
+    versions = {m.calling_convention_version for m in info.methods}
+    versions = versions or {info.calling_convention_version}
+    checks["calling convention"] = f"{', '.join(map(str, sorted(versions)))} (jax {cc_lo}..{cc_hi})"
+    outside = sorted(v for v in versions if not cc_lo <= v <= cc_hi)
+    if outside:
+        return f"calling convention version {outside[0]} outside jax's {cc_lo}..{cc_hi}"
     # The producer string is the writer's StableHLO version; jax writes modules for an older
     # target (its compatibility window), so a newer producer is reported, not failed on:
     # deserializing and compiling below measure whether this jaxlib reads it.
     shlo_lo, shlo_hi = _compat.stablehlo_range()
     for m in info.modules:
         label = "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}"
+        label = f"{m.method} {label}" if m.method else label
         inside = not m.stablehlo_version or _version_in(m.stablehlo_version, shlo_lo, shlo_hi)
         note = "" if inside else ", outside: compile decides"
         checks[f"StableHLO ({label})"] = (

@@ -172,7 +172,8 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
 def module_custom_calls(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview,
 ) -> tuple[tuple[str, ...], ...]:
-    """The custom-call targets each module calls, read from the modules themselves.
+    """The custom-call targets each module calls, read from the modules themselves (a model's:
+    every method's, in the order of ``inspect(...).modules``).
 
     ``inspect`` reports the targets the header lists (cheap, and a hostile author may lie);
     this reads every module (digests checked, decompressed) and parses with MLIR each that may
@@ -201,14 +202,26 @@ def module_custom_calls(
     )
     modules = []
     with _fb.translating_read_errors(path):
-        table = head.archive.Exported()
-        for order, exported in enumerate(_archive.exported_tables(table) if table else ()):
-            module = exported.Module()
-            if module is None:
-                raise CorruptArchiveError(f"module of VJP order {order} is missing", path=path)
-            ref = _modules.decode_module(module)
-            modules.append(reader.read(ref.section, ref.offset, ref.length))
+        for table in _primal_tables(head):
+            for order, exported in enumerate(_archive.exported_tables(table)):
+                module = exported.Module()
+                if module is None:
+                    raise CorruptArchiveError(f"module of VJP order {order} is missing", path=path)
+                ref = _modules.decode_module(module)
+                modules.append(reader.read(ref.section, ref.offset, ref.length))
     return tuple(_modules.custom_call_targets(modules, path=path))
+
+
+def _primal_tables(head: _archive.ArchiveHeader) -> list[fb.Exported]:
+    """The function's Exported table, or each model method's (by name), as ``inspect`` orders
+    the modules."""
+    model = head.archive.Model()
+    if model is None:
+        table = head.archive.Exported()
+        return [table] if table is not None else []
+    _model_archive.check_model_table(head, model)
+    tables = [m.Exported() for m in _fb.read_tables(model, "Methods")]
+    return [t for t in tables if t is not None]
 
 
 def _chain(exported: fb.Exported | None) -> list[fb.Exported]:

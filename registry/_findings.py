@@ -1,8 +1,9 @@
 """Audits as the registry runs and keeps them: which variants to audit, the findings stored per
 digest x jax x platform, upgrade reports and diffs between versions.
 
-Model archives are not audited yet: their findings are ``not-run`` with that reason, never a
-verdict. Diffs of models compare methods and parameters (``jaxport.audit`` diff rules).
+A model variant is audited from its archive put together from its parts (every tensor read and
+checked in the worker). Diffs of models compare methods and parameters (``jaxport.audit`` diff
+rules).
 """
 
 from __future__ import annotations
@@ -20,22 +21,20 @@ from sqlalchemy import Engine, insert, select
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import MODEL, header_info, parts_of
+from jaxport.registry._model_parts import MODEL, archive_chunks, header_info, parts_of
 from jaxport.registry._models import Audit, Model, Variant, Version
 from jaxport.registry._names import check_name, check_text, parse_reference
 from jaxport.registry._queries import Queries, check_limit, model_id_of
 from jaxport.registry._types import Ref, VariantInfo
 
 if TYPE_CHECKING:
-    from jaxport.audit import AuditResult, Change, Finding, UpgradeRow
+    from jaxport.audit import Change, Finding, UpgradeRow
     from jaxport.export import ArchiveInfo
 
 __all__ = ["Findings"]
 
 #: What ``upgrade_report`` reads as a jax release rather than an interpreter: "0.7.0", "0.10".
 _RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?")
-#: The reason of a model variant's finding.
-MODELS_NOT_AUDITED = "model archives are not audited yet"
 
 
 class Findings:
@@ -74,12 +73,10 @@ class Findings:
                 )
             return []
         jobs = [
-            AuditJob(self._reader(v.digest), p, None if g is None else self._reader(g))
+            AuditJob(self._archive_reader(v), p, None if g is None else self._reader(g))
             for _, v, p, g in targets
-            if v.kind != MODEL
         ]
-        env, ran = run_audits(jobs, python=python, timeout=timeout)
-        results = _with_models_not_run([v for _, v, _, _ in targets], ran)
+        env, results = run_audits(jobs, python=python, timeout=timeout)
         now = time.time()
         findings = [
             Finding(
@@ -105,6 +102,20 @@ class Findings:
     def _reader(self, digest: str) -> Callable[[], bytes]:
         """Reads a blob when the worker needs it (one archive in memory at a time)."""
         return lambda: read_verified(self._blobs, digest)
+
+    def _archive_reader(self, variant: VariantInfo) -> Callable[[], bytes]:
+        """Reads a variant's archive when the worker needs it (a model's from its parts)."""
+        if variant.kind != MODEL:
+            return self._reader(variant.digest)
+
+        def read() -> bytes:
+            with _db.translating_db_errors(), self._engine.connect() as conn:
+                parts = parts_of(conn, variant.variant_id)
+            if not parts:
+                raise NotFoundError(f"{variant.name}:{variant.version} was deleted meanwhile")
+            return b"".join(archive_chunks(self._blobs, parts, variant.size_bytes))
+
+        return read
 
     def _targets(self, reference: str | None) -> list[Ref]:
         if reference is None:
@@ -192,19 +203,6 @@ class Findings:
         if not parts:
             raise NotFoundError(f"{variant.name}:{variant.version} was deleted meanwhile")
         return header_info(self._blobs, parts[0].digest, variant.size_bytes)
-
-
-def _with_models_not_run(variants: list[VariantInfo], ran: list[AuditResult]) -> list[AuditResult]:
-    """One result per target, in order: the audits run for functions, ``not-run`` for models."""
-    from jaxport.audit import NOT_RUN, AuditResult
-
-    results, done = [], iter(ran)
-    for v in variants:
-        if v.kind == MODEL:
-            results.append(AuditResult(NOT_RUN, MODELS_NOT_AUDITED, {}, 0.0))
-        else:
-            results.append(next(done))
-    return results
 
 
 def _audit_row(f: Finding) -> dict[str, Any]:

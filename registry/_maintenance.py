@@ -22,7 +22,7 @@ from jaxport._errors import ConflictError, IntegrityError
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import FUNCTION
+from jaxport.registry._model_parts import FUNCTION, MODEL, Part, archive_chunks, parts_of
 from jaxport.registry._models import (
     Alias,
     Blob,
@@ -110,17 +110,23 @@ class Maintenance:
             kept_temp=young_temps,
         )
 
-    def _read_in_full(self, digests: list[str], users: dict[str, set[str]]) -> list[BlobProblem]:
-        """Each archive read in full (every module parsed) in a worker process, one in memory
-        at a time: the problems."""
+    def _read_in_full(
+        self, readers: dict[str, Callable[[], bytes]], users: dict[str, set[str]]
+    ) -> list[BlobProblem]:
+        """Each archive read in full (every module parsed, a model's every tensor checked) in
+        a worker process, one in memory at a time: the problems."""
         from jaxport.audit import AuditJob, run_audits
 
-        _, results = run_audits([AuditJob(_reader(self._blobs, d), None) for d in digests])
+        digests = sorted(readers)
+        _, results = run_audits([AuditJob(readers[d], None) for d in digests])
         return [
             BlobProblem(digest, "invalid", tuple(sorted(users[digest])), r.reason)
             for digest, r in zip(digests, results, strict=True)
             if r.status != "ok"
         ]
+
+    def _model_reader(self, parts: list[Part], size: int) -> Callable[[], bytes]:
+        return lambda: b"".join(archive_chunks(self._blobs, parts, size))
 
     @contextlib.contextmanager
     def _transaction(self, dry_run: bool) -> Iterator[Connection]:
@@ -152,6 +158,7 @@ class Maintenance:
                     select(Variant.digest).where(Variant.kind == FUNCTION).distinct()
                 ).scalars()
             )
+            models = _model_archives(conn) if deep else {}
         problems, intact = [], []
         for digest in sorted(users):
             try:
@@ -162,8 +169,14 @@ class Maintenance:
                 continue
             if deep and digest in archives:
                 intact.append(digest)
-        if intact:
-            problems += self._read_in_full(intact, users)
+        broken = {p.digest for p in problems}
+        readers = {d: _reader(self._blobs, d) for d in intact}
+        for digest, (parts, size, names) in models.items():
+            if not broken & {part.digest for part in parts}:
+                readers[digest] = self._model_reader(parts, size)
+                users.setdefault(digest, names)
+        if readers:
+            problems += self._read_in_full(readers, users)
         stored = set(self._blobs.digests())
         return VerifyReport(
             checked=len(users),
@@ -225,6 +238,22 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by another user
         return True
     return True
+
+
+def _model_archives(conn: Connection) -> dict[str, tuple[list[Part], int, set[str]]]:
+    """digest of each model archive -> its parts, its size in bytes and its ``name:version``s."""
+    rows = conn.execute(
+        select(Variant.id, Variant.digest, Variant.size_bytes, Model.name, Version.version)
+        .join(Version, Variant.version_id == Version.id)
+        .join(Model, Model.id == Version.model_id)
+        .where(Variant.kind == MODEL)
+    )
+    found: dict[str, tuple[list[Part], int, set[str]]] = {}
+    for variant_id, digest, size, name, version in rows:
+        if digest not in found:
+            found[digest] = (parts_of(conn, variant_id), size, set())
+        found[digest][2].add(f"{name}:{version}")
+    return found
 
 
 def _users(conn: Connection) -> dict[str, set[str]]:

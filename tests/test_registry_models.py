@@ -239,14 +239,30 @@ def test_diff_of_two_model_versions(registry):
     }
 
 
-def test_an_audit_of_a_model_is_not_run_never_ok(registry):
+def test_an_audit_of_a_model_loads_and_compiles_every_method(registry):
+    small = jaxport.Model(
+        {"w": np.ones(3, np.float32)},
+        {"scale": lambda p, x: x * p["w"], "shift": lambda p, x: x + p["w"]},
+        {"scale": [X3], "shift": [X3]},
+        platforms=("cpu", "tpu"),
+    )
+    registry.push(small, "a")
+    findings = {f.platform: f for f in registry.audit("a")}
+    assert findings["cpu"].status == "ok"
+    assert findings["cpu"].reason == "loads and compiles every method (scale, shift)"
+    assert findings["cpu"].checks["compile (scale)"] == "ok"
+    assert findings["cpu"].checks["tensors"] == "1 read, every sha256 checked"
+    assert (findings["tpu"].status, findings["tpu"].reason) == ("not-run", "no tpu device here")
+    assert sorted(f.status for f in registry.audit_results(name="a")) == ["not-run", "ok"]
+
+
+def test_an_audit_of_a_model_with_a_corrupt_tensor_is_an_error(registry):
     small = jaxport.Model({"w": np.ones(3, np.float32)}, lambda p, x: x * p["w"], [X3])
     registry.push(small, "a")
-    findings = registry.audit("a")
-    assert [(f.status, f.reason) for f in findings] == [
-        ("not-run", "model archives are not audited yet")
-    ]
-    assert [f.status for f in registry.audit_results(name="a")] == ["not-run"]
+    digest = small.tensors[0].sha256
+    registry.blobs.put(digest, b"\0" * 12, replace=True)
+    (finding,) = registry.audit("a")
+    assert finding.status == "error" and "IntegrityError" in finding.reason
 
 
 def test_a_model_in_an_fsspec_store_is_read_without_a_memory_map(db_url, model):
@@ -258,3 +274,12 @@ def test_a_model_in_an_fsspec_store_is_read_without_a_memory_map(db_url, model):
         np.testing.assert_allclose(back.first(_x()), model.first(_x()), rtol=1e-6)
         assert [m.name for m in reg.get("m").variants[0].methods] == ["first", "full"]
         assert reg.pull_bytes("m") == model.dumps()
+
+
+def test_a_deep_verify_reads_a_model_in_full_in_the_worker(registry, model):
+    registry.push(model, "lm")
+    report = registry.verify(deep=True)
+    assert report.ok and report.deep and report.problems == ()
+    registry.blobs.put(model.tensors[0].sha256, bytes(model.tensors[0].nbytes), replace=True)
+    report = registry.verify(deep=True)
+    assert [(p.state, p.used_by) for p in report.problems] == [("corrupt", ("lm:1",))]
