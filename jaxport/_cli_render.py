@@ -135,7 +135,7 @@ def ref_panel(data: dict[str, Any]) -> Group:
     for v in ref.variants:
         _row(
             table, v.short_digest, ",".join(v.platforms), str(v.nr_devices), v.jax_version,
-            str(v.vjp_order), _size(v.size_bytes),
+            "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
         )  # fmt: skip
     return Group(head, table, *(_variant_detail(v) for v in ref.variants))
 
