@@ -20,8 +20,9 @@ statuses and what each proves: ``_report``):
 
 A model archive (``jaxport.Model``) goes through the same steps: every method's calling
 convention, the devices of the method that needs the most, loading (every tensor read and
-checked against its sha256), then every method compiled with its parameters' avals; models
-have no stored examples, so a model's ``ok`` means "loads and compiles every method".
+checked against its sha256), then every method compiled with its parameters' avals, then each
+method's stored examples (``push(model, examples={method: [...]})``) re-run with the model's
+parameters bound.
 
 Anything else that goes wrong is ``error``, with the exception's type and message. Run this
 in a worker process (``_worker``): jaxlib can crash on malformed modules.
@@ -35,7 +36,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxport._errors import JaxportError, UnsupportedVersionError
-from jaxport.audit._examples import Comparison, compare, decode_examples
+from jaxport.audit._examples import (
+    Comparison,
+    compare,
+    decode_examples,
+    decode_model_examples,
+)
 from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
@@ -111,7 +117,7 @@ def _audit(
     if missing:
         return NOT_RUN, missing
     if info.kind == "model":
-        return _audit_model(data, info, platform, checks)
+        return _audit_model(data, info, platform, checks, examples)
     try:
         # Compiling is what measures a custom call, so every target the header names is let
         # through, except host callbacks, which no archive may call (export/_custom_calls.py).
@@ -144,8 +150,11 @@ def _audit(
     return "ok", f"loads, compiles and matches {count} example(s)"
 
 
-def _audit_model(data: bytes, info: Any, platform: str, checks: dict[str, str]) -> tuple[str, str]:
-    """Steps 3 for a model: load it (every tensor verified), compile each method."""
+def _audit_model(
+    data: bytes, info: Any, platform: str, checks: dict[str, str], examples: bytes | None
+) -> tuple[str, str]:
+    """Steps 3 and 4 for a model: load it (every tensor verified), compile each method, re-run
+    each method's stored examples."""
     try:
         model = loads_model(data, allow_custom_calls=_auditable_targets(info))
         _ = model.params  # reads every tensor and checks its sha256
@@ -162,8 +171,44 @@ def _audit_model(data: bytes, info: Any, platform: str, checks: dict[str, str]) 
             checks[f"compile ({name})"] = f"{type(e).__name__}: {_first_line(e)}"
             return "compile-error", f"method {name}: {checks[f'compile ({name})']}"
         checks[f"compile ({name})"] = checks.pop("compile")
-    checks["golden"] = "no stored examples (models have none)"
-    return "ok", f"loads and compiles every method ({', '.join(model.exported)})"
+    methods = ", ".join(model.exported)
+    if examples is None:
+        checks["golden"] = "no stored examples"
+        return "ok", f"loads and compiles every method ({methods})"
+    try:
+        with _on(platform):
+            comparison, count = _run_model_examples(model, examples)
+    except Exception as e:  # running may fail where compiling did not
+        checks["golden"] = f"{type(e).__name__}: {_first_line(e)}"
+        return "error", f"running the examples failed: {checks['golden']}"
+    checks["golden"] = (
+        f"{count} example(s): max abs error {comparison.max_abs:.3g}, "
+        f"max rel error {comparison.max_rel:.3g}"
+    )
+    if not comparison.ok:
+        return "mismatch", f"{comparison.worst} (beyond the dtype's tolerance)"
+    return "ok", f"loads, compiles every method ({methods}) and matches {count} example(s)"
+
+
+def _run_model_examples(model: Any, blob: bytes) -> tuple[Comparison, int]:
+    """Each method's examples re-run with the model's parameters bound."""
+    import jax
+    from jax import tree_util
+
+    worst, count = Comparison(0.0, 0.0, True, ""), 0
+    for name, pairs in decode_model_examples(blob).items():
+        exp = model.exported[name]
+        arg_trees = tree_util.treedef_children(tree_util.treedef_children(exp.in_tree)[0])[1:]
+        args_tree = tree_util.treedef_tuple(arg_trees)
+        for ins, outs in pairs:
+            args = tree_util.tree_unflatten(args_tree, ins)
+            c = compare(jax.tree.leaves(model.methods[name](*args)), outs)
+            worst = Comparison(
+                max(worst.max_abs, c.max_abs), max(worst.max_rel, c.max_rel),
+                worst.ok and c.ok, worst.worst or (f"{name}: {c.worst}" if c.worst else ""),
+            )  # fmt: skip
+            count += 1
+    return worst, count
 
 
 def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int]:

@@ -4,7 +4,9 @@ Stored as one blob per version (content-addressed like archives): an ``.npz`` fi
 ``allow_pickle=False``, holding the flat input leaves ``in_0..``, the flat output leaves
 ``out_0..`` (each as raw bytes in a uint8 array) and ``meta``, a JSON list of
 ``[key, dtype name, shape]``, so every jax dtype (bfloat16, float8, ...) round-trips.
-Audits re-run the inputs and compare outputs with dtype-aware tolerances.
+Audits re-run the inputs and compare outputs with dtype-aware tolerances. A model's blob
+holds examples per method: the same keys prefixed ``<method>.`` (method names are identifiers),
+the inputs being the method's own arguments (not the parameters).
 """
 
 from __future__ import annotations
@@ -12,14 +14,25 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from jaxport._errors import CorruptArchiveError
 
-__all__ = ["Comparison", "Example", "compare", "decode_examples", "encode_examples", "tolerance"]
+__all__ = [
+    "Comparison",
+    "Example",
+    "compare",
+    "decode_examples",
+    "decode_model_examples",
+    "encode_examples",
+    "encode_model_examples",
+    "tolerance",
+]
+
+Pairs = list[tuple[list[np.ndarray], list[np.ndarray]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,15 +47,25 @@ class Example:
 
 def encode_examples(flat: Sequence[tuple[list[Any], list[Any]]]) -> bytes:
     """An npz blob of examples given as ``(flat inputs, flat outputs)`` pairs."""
+    return _encode({"": flat})
+
+
+def encode_model_examples(by_method: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> bytes:
+    """An npz blob of a model's examples: per method, ``(flat arguments, flat outputs)``."""
+    return _encode({f"{name}.": pairs for name, pairs in sorted(by_method.items())})
+
+
+def _encode(by_prefix: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> bytes:
     arrays: dict[str, np.ndarray] = {}
     meta = []
-    for i, (ins, outs) in enumerate(flat):
-        for side, leaves in (("in", ins), ("out", outs)):
-            for j, leaf in enumerate(leaves):
-                a = np.asarray(leaf)
-                key = f"{i}_{side}_{j}"
-                arrays[key] = np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=np.uint8)
-                meta.append([key, a.dtype.name, list(a.shape)])
+    for prefix, flat in by_prefix.items():
+        for i, (ins, outs) in enumerate(flat):
+            for side, leaves in (("in", ins), ("out", outs)):
+                for j, leaf in enumerate(leaves):
+                    a = np.asarray(leaf)
+                    key = f"{prefix}{i}_{side}_{j}"
+                    arrays[key] = np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=np.uint8)
+                    meta.append([key, a.dtype.name, list(a.shape)])
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     buf = io.BytesIO()
     savez: Any = np.savez  # its stubs read **arrays as the allow_pickle flag
@@ -50,26 +73,41 @@ def encode_examples(flat: Sequence[tuple[list[Any], list[Any]]]) -> bytes:
     return buf.getvalue()
 
 
-def decode_examples(data: bytes) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+def decode_examples(data: bytes) -> Pairs:
     """The ``(flat inputs, flat outputs)`` pairs of an npz blob.
 
     Raises:
         CorruptArchiveError: not an examples blob.
     """
+    return _decode(data).get("", [])
+
+
+def decode_model_examples(data: bytes) -> dict[str, Pairs]:
+    """A model's examples blob: per method, its ``(flat arguments, flat outputs)`` pairs.
+
+    Raises:
+        CorruptArchiveError: not an examples blob.
+    """
+    return {prefix[:-1]: pairs for prefix, pairs in _decode(data).items() if prefix}
+
+
+def _decode(data: bytes) -> dict[str, Pairs]:
     import jax.numpy as jnp
 
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             meta = json.loads(npz["meta"].tobytes())
-            pairs: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+            found: dict[str, dict[int, tuple[list[np.ndarray], list[np.ndarray]]]] = {}
             for key, dtype_name, shape in meta:
-                i, side, _ = key.split("_")
+                prefix, _, rest = key.rpartition(".")
+                i, side, _ = rest.split("_")
                 dtype = np.dtype(getattr(jnp, dtype_name, dtype_name))
                 leaf = np.frombuffer(npz[key].tobytes(), dtype=dtype).reshape(shape)
+                pairs = found.setdefault(f"{prefix}." if prefix else "", {})
                 pairs.setdefault(int(i), ([], []))[0 if side == "in" else 1].append(leaf)
     except (ValueError, KeyError, OSError, TypeError) as e:
         raise CorruptArchiveError(f"not a golden-examples blob: {e}") from None
-    return [pairs[i] for i in sorted(pairs)]
+    return {prefix: [pairs[i] for i in sorted(pairs)] for prefix, pairs in found.items()}
 
 
 def tolerance(dtype: np.dtype) -> tuple[float, float]:

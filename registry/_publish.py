@@ -75,7 +75,6 @@ from jaxport.registry._types import PushResult, Ref
 if TYPE_CHECKING:
     from jax.export import Exported
 
-    from jaxport.audit import Example
     from jaxport.export import ArchiveInfo
 
 __all__ = ["PENDING_TTL", "Publisher", "Source", "pid_scope"]
@@ -139,7 +138,7 @@ class Publisher:
         vjp_order: int,
         aliases: Iterable[str],
         metadata: Mapping[str, str] | None,
-        examples: Sequence[Example | tuple[Any, ...]] | None,
+        examples: Any,
     ) -> PushResult:
         """See ``Registry.push``."""
         listed = list(sources) if isinstance(sources, list | tuple) else [sources]
@@ -277,16 +276,27 @@ def _push_name(name: str | None, first: _Item) -> str:
         raise InvalidNameError(f"{e}; pass name= to push") from None
 
 
-def _check_kinds(items: Sequence[_Item], examples: Sequence[Any] | None) -> None:
-    """A version's variants are all functions or all models; models take no examples yet."""
+def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
+    """A version's variants are all functions or all models; a model's examples are
+    ``{method: [Example, ...]}`` for methods it has, a function's a sequence."""
     kinds = {i.kind for i in items}
     if len(kinds) > 1:
         raise InvalidNameError(
             "a version's variants are all functions or all models: push them as two names"
         )
-    if examples and MODEL in kinds:
-        raise UnsupportedFeatureError(
-            "golden examples of models are not supported yet: push the model without examples"
+    if not examples:
+        return
+    if MODEL not in kinds:
+        if isinstance(examples, Mapping):
+            raise InvalidNameError("a function's examples are a sequence, not a mapping")
+        return
+    if not isinstance(examples, Mapping):
+        raise InvalidNameError("a model's examples are {method: [Example, ...]}")
+    methods = {m.name for m in items[0].info.methods}
+    unknown = sorted(set(examples) - methods)
+    if unknown:
+        raise InvalidNameError(
+            f"examples name methods {unknown} the model does not have ({sorted(methods)})"
         )
 
 
@@ -502,8 +512,10 @@ def _signature(avals: Any) -> str:
 # -- golden examples ------------------------------------------------------------------------
 
 
-def _golden_blob(items: Sequence[_Item], examples: Sequence[Any]) -> tuple[str, bytes]:
+def _golden_blob(items: Sequence[_Item], examples: Any) -> tuple[str, bytes]:
     """``(digest, npz bytes)`` of the examples, with outputs computed where not given."""
+    if items[0].kind == MODEL:
+        return _model_golden_blob(items, examples)
     import jax
 
     from jaxport.audit import Example, encode_examples
@@ -532,4 +544,40 @@ def _golden_blob(items: Sequence[_Item], examples: Sequence[Any]) -> tuple[str, 
             outputs = runner.call(*ex.args, **ex.kwargs)
         flat.append((ins, jax.tree.leaves(outputs)))
     data = encode_examples(flat)
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def _model_golden_blob(
+    items: Sequence[_Item], examples: Mapping[str, Sequence[Any]]
+) -> tuple[str, bytes]:
+    """A model's examples per method: the method's own arguments (no parameters) and its
+    outputs, computed by a variant that runs here where not given."""
+    import jax
+
+    from jaxport.audit import Example
+    from jaxport.audit._examples import encode_model_examples
+    from jaxport.export import loads_model
+    from jaxport.export._compat import local_platform
+
+    here = local_platform()
+    runner = next((i for i in items if here in i.info.platforms and i.info.nr_devices == 1), None)
+    model = loads_model(runner.data) if runner is not None else None
+    by_method = {}
+    for name, calls in examples.items():
+        flat = []
+        for call in calls:
+            ex = call if isinstance(call, Example) else Example(*call)
+            if ex.kwargs:
+                raise InvalidNameError(f"method {name!r} takes positional arguments only")
+            outputs = ex.outputs
+            if outputs is None:
+                if model is None:
+                    raise UnsupportedFeatureError(
+                        "no variant runs here to compute the examples' outputs: pass "
+                        "jaxport.Example(args, {}, outputs) with the producer's outputs"
+                    )
+                outputs = model.methods[name](*ex.args)
+            flat.append((jax.tree.leaves(tuple(ex.args)), jax.tree.leaves(outputs)))
+        by_method[name] = flat
+    data = encode_model_examples(by_method)
     return hashlib.sha256(data).hexdigest(), data

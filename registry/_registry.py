@@ -126,7 +126,9 @@ class Registry:
         vjp_order: int = 0,
         aliases: Iterable[str] = (),
         metadata: Mapping[str, str] | None = None,
-        examples: Sequence[Example | tuple[Any, ...]] | None = None,
+        examples: Sequence[Example | tuple[Any, ...]]
+        | Mapping[str, Sequence[Example | tuple[Any, ...]]]
+        | None = None,
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
@@ -153,7 +155,8 @@ class Registry:
             metadata: the version's user strings (never written into an archive).
             examples: golden examples that audits re-run: ``Example(args, kwargs, outputs)``
                 or ``(args, kwargs)`` tuples; outputs left None are computed now by the first
-                variant that runs here. Not for models (yet).
+                variant that runs here. For a model, ``{method: [Example(args), ...]}``: the
+                method's own arguments, without the parameters.
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what

@@ -96,8 +96,10 @@ def test_a_kind_pulled_as_the_other_names_the_call_to_use(registry, model):
         registry.push(model)
     with pytest.raises(jaxport.InvalidNameError, match="all functions or all models"):
         registry.push([model, jax.export.export(jax.jit(jnp.cos))(X)], "mixed")
-    with pytest.raises(jaxport.UnsupportedFeatureError, match="examples"):
+    with pytest.raises(jaxport.InvalidNameError, match=r"\{method: \[Example"):
         registry.push(model, "ex", examples=[((_x(),), {})])
+    with pytest.raises(jaxport.InvalidNameError, match="methods \\['nope'\\]"):
+        registry.push(model, "ex", examples={"nope": [((_x(),), {})]})
 
 
 def test_pull_bytes_gives_back_the_archive_byte_for_byte(registry, model, tmp_path):
@@ -254,6 +256,18 @@ def test_an_audit_of_a_model_loads_and_compiles_every_method(registry):
     assert findings["cpu"].checks["tensors"] == "1 read, every sha256 checked"
     assert (findings["tpu"].status, findings["tpu"].reason) == ("not-run", "no tpu device here")
     assert sorted(f.status for f in registry.audit_results(name="a")) == ["not-run", "ok"]
+
+
+def test_an_audit_of_a_model_re_runs_its_examples_per_method(registry, model):
+    x = _x()
+    registry.push(model, "ex", examples={"full": [((x,), {})], "first": [((x,),)]})
+    (finding,) = registry.audit("ex")
+    assert finding.status == "ok", finding.reason
+    assert finding.reason == "loads, compiles every method (first, full) and matches 2 example(s)"
+    wrong = jaxport.Example((x,), {}, np.ones_like(np.asarray(model.full(x))))
+    registry.push(model, "ex2", examples={"full": [wrong]})
+    (finding,) = registry.audit("ex2")
+    assert finding.status == "mismatch" and finding.reason.startswith("full: ")
 
 
 def test_an_audit_of_a_model_with_a_corrupt_tensor_is_an_error(registry):
