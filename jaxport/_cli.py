@@ -106,7 +106,8 @@ json_option = click.option(
 @click.version_option(__version__, "-V", "--version", prog_name="jaxport")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, blobs: str | None) -> None:
-    """jaxport: archives, a registry and compatibility audits for jax.export.Exported.
+    """jaxport: archives, a registry and compatibility audits for jax.export.Exported
+    functions and for models (parameters and methods).
 
     References: NAME (the newest version), NAME:VERSION, NAME@ALIAS, or a digest prefix
     sha256:HEX (at least 6 hex digits, e.g. the short form the tables show).
