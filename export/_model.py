@@ -10,113 +10,23 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxport._errors import JaxportError, ParamsMismatchError, UnsupportedFeatureError
+from jaxport._errors import ParamsMismatchError, UnsupportedFeatureError
 from jaxport._io import atomic_write
-from jaxport.export import _compat, _model_archive, _tensors
+from jaxport.export import _methods, _model_archive, _tensors
+from jaxport.export._tensor_store import TensorStore
 from jaxport.export._tensors import TensorInfo
 
 if TYPE_CHECKING:
     from jax.export import Exported
 
-__all__ = ["DEFAULT_METHOD", "Model", "TensorStore"]
+__all__ = ["DEFAULT_METHOD", "Model"]
 
 #: The method name of a model made from a single function.
 DEFAULT_METHOD = "apply"
-#: Threads that verify tensors when all of them are read (``TensorStore.all_arrays``).
-_VERIFY_THREADS = min(8, os.cpu_count() or 1)
-
-
-class TensorStore:
-    """The parameter tensors of a model: arrays in memory, or bytes read (and verified) lazily.
-
-    ``read`` gives a tensor's stored bytes (a memory-mapped view where it can); each tensor is
-    read and checked against its sha256 once, the first time it is asked for.
-    """
-
-    def __init__(
-        self,
-        infos: Sequence[TensorInfo] | None,
-        arrays: Sequence[np.ndarray[Any, Any] | None],
-        read: Callable[[TensorInfo], bytes | memoryview] | None = None,
-        path: str | None = None,
-    ):
-        self._infos = tuple(infos) if infos is not None else None
-        self._arrays = list(arrays)
-        self._read = read
-        self._path = path
-        self._lock = threading.Lock()  # guards bytes_read
-        self._tensor_locks = [threading.Lock() for _ in self._arrays]  # each read once
-        self.bytes_read = 0
-
-    @classmethod
-    def of_arrays(cls, arrays: Sequence[np.ndarray[Any, Any]]) -> TensorStore:
-        """A store of host arrays (``_tensors.host_array``), digests computed when asked."""
-        return cls(None, arrays)
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    def infos(self, paths: Sequence[str]) -> tuple[TensorInfo, ...]:
-        """Each tensor's info (the digests of in-memory arrays are computed now)."""
-        if self._infos is None:
-            infos = []
-            for i, (p, a) in enumerate(zip(paths, self._arrays, strict=True)):
-                assert a is not None
-                data = _tensors.tensor_bytes(a)
-                digest = _sha256(data)
-                infos.append(TensorInfo(p, tuple(a.shape), a.dtype.name, len(data), digest, i + 1))
-            self._infos = tuple(infos)
-        return self._infos
-
-    def spec(self, index: int) -> tuple[tuple[int, ...], str]:
-        """``(shape, dtype name)`` of tensor ``index``, without reading it."""
-        array = self._arrays[index]
-        if array is not None:
-            return tuple(array.shape), array.dtype.name
-        assert self._infos is not None
-        return self._infos[index].shape, self._infos[index].dtype
-
-    def array(self, index: int) -> np.ndarray[Any, Any]:
-        """Tensor ``index`` as a read-only host array, verified against its digest.
-
-        Raises:
-            IntegrityError: its bytes do not match its digest.
-            CorruptArchiveError, OSError: its bytes cannot be read.
-        """
-        array = self._arrays[index]
-        if array is not None:
-            return array
-        with self._tensor_locks[index]:  # other tensors are read meanwhile, in other threads
-            array = self._arrays[index]
-            if array is None:
-                assert self._infos is not None and self._read is not None
-                info = self._infos[index]
-                data = self._read(info)
-                with self._lock:
-                    self.bytes_read += len(data)
-                array = _tensors.array_from_bytes(info, data, path=self._path)
-                self._arrays[index] = array
-        return array
-
-    def all_arrays(self) -> list[np.ndarray[Any, Any]]:
-        """Every tensor, as ``array`` gives it; those not read yet are read and verified in
-        threads (hashlib releases the GIL). Raises: as ``array``, for the first bad tensor."""
-        unread = [i for i, a in enumerate(self._arrays) if a is None]
-        if len(unread) > 1:
-            with ThreadPoolExecutor(_VERIFY_THREADS) as pool:
-                list(pool.map(self.array, unread))
-        return [self.array(i) for i in range(len(self._arrays))]
-
-
-def _sha256(data: memoryview) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
 
 
 class Model:
@@ -160,9 +70,9 @@ class Model:
         _check_names(fns, specs, "input_specs")
         params_tree, leaves, paths = _flatten(params)
         arrays = [_tensors.host_array(x, p) for x, p in zip(leaves, paths, strict=True)]
-        param_specs = _param_specs(params_tree, leaves, arrays)
+        param_specs = _methods.param_specs(params_tree, leaves, arrays)
         exported = {
-            name: _export_method(name, fn, param_specs, specs[name], platforms)
+            name: _methods.export_method(name, fn, param_specs, specs[name], platforms)
             for name, fn in fns.items()
         }
         self._setup(params_tree, TensorStore.of_arrays(arrays), exported, vjp_order, metadata)
@@ -350,7 +260,14 @@ class Model:
         with self._lock:
             call = self._calls.get(name)
             if call is None:
-                call = self._calls[name] = _bind(self, name)
+                specs = [self._store.spec(i) for i in range(len(self._store))]
+                call = self._calls[name] = _methods.bind(
+                    name,
+                    self._exported[name],
+                    self._params_tree,
+                    specs,
+                    lambda: self.placed_params(name)[1],
+                )
         return call
 
     def placed_params(self, name: str) -> tuple[list[int], list[Any]]:
@@ -368,7 +285,7 @@ class Model:
         exp = self._exported[name]
         n = len(self._store)
         kept = sorted(i for i in exp.module_kept_var_idx if i < n)
-        shardings = _shardings(exp, n)
+        shardings = _methods.in_shardings(exp, n)
         placed = []
         for i in kept:
             key = (i, repr(shardings[i]) if shardings else "")
@@ -484,85 +401,6 @@ def _flatten(params: Any) -> tuple[Any, list[Any], list[str]]:
 
     leaves, treedef = tree_util.tree_flatten(params)
     return treedef, leaves, _model_archive.tensor_paths(treedef)
-
-
-def _param_specs(params_tree: Any, leaves: Sequence[Any], arrays: Sequence[Any]) -> Any:
-    """ShapeDtypeStructs of the parameters (the host arrays' shapes and canonical dtypes),
-    with the sharding of the leaves that are sharded jax Arrays."""
-    import jax
-    from jax import tree_util
-
-    def spec(leaf: Any, array: Any) -> Any:
-        sharding = getattr(leaf, "sharding", None)
-        if isinstance(leaf, jax.Array) and len(sharding.device_set) > 1:  # type: ignore[union-attr]
-            return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=sharding)
-        return jax.ShapeDtypeStruct(array.shape, array.dtype)
-
-    specs = [spec(x, a) for x, a in zip(leaves, arrays, strict=True)]
-    return tree_util.tree_unflatten(params_tree, specs)
-
-
-def _export_method(
-    name: str,
-    fn: Callable[..., Any],
-    param_specs: Any,
-    arg_specs: Sequence[Any],
-    platforms: Sequence[str] | None,
-) -> Any:
-    import jax
-    import jax.export
-
-    def method(params: Any, *args: Any) -> Any:
-        return fn(params, *args)
-
-    method.__name__ = method.__qualname__ = name
-    return jax.export.export(jax.jit(method), platforms=platforms)(param_specs, *arg_specs)
-
-
-def _shardings(exp: Any, n: int) -> list[Any] | None:
-    """The shardings the method expects for its first ``n`` inputs, on local devices, or None
-    for a single-device method."""
-    if exp.nr_devices == 1:
-        return None
-    import jax
-
-    devices = jax.local_devices()
-    if len(devices) < exp.nr_devices:
-        raise JaxportError(
-            f"the method was exported for {exp.nr_devices} devices, this process has "
-            f"{len(devices)} (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
-            f"{exp.nr_devices})"
-        )
-    return _compat.in_shardings_on(exp, devices)[:n]
-
-
-def _bind(model: Model, name: str) -> Callable[..., Any]:
-    """``method(*args)``: the Exported called with the parameters it keeps, placed once."""
-    import jax
-    import jax.numpy as jnp
-    from jax import tree_util
-
-    exp = model._exported[name]
-    n = len(model._store)
-    specs = [model._store.spec(i) for i in range(n)]
-    kept = sorted(i for i in exp.module_kept_var_idx if i < n)
-
-    def call(kept_values: list[Any], *args: Any) -> Any:
-        # Parameters the module does not use are dropped by jax (module_kept_var_idx):
-        # zeros stand in for them and XLA removes them.
-        values = dict(zip(kept, kept_values, strict=True))
-        leaves = [values[i] if i in values else jnp.zeros(*specs[i]) for i in range(n)]
-        return exp.call(tree_util.tree_unflatten(model._params_tree, leaves), *args)
-
-    jitted = jax.jit(call)
-
-    def method(*args: Any) -> Any:
-        _, placed = model.placed_params(name)
-        return jitted(placed, *args)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"Runs method {name!r} of the model with its parameters bound."
-    return method
 
 
 def _first_tree_difference(old: Sequence[str], new: Sequence[str], new_tree: Any) -> str:

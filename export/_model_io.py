@@ -16,7 +16,8 @@ from typing import Any
 
 from jaxport._errors import CorruptArchiveError
 from jaxport.export import _archive, _container, _model_archive
-from jaxport.export._model import Model, TensorStore
+from jaxport.export._model import Model
+from jaxport.export._tensor_store import TensorStore
 from jaxport.export._tensors import TensorInfo
 from jaxport.schema import fb
 

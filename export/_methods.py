@@ -1,0 +1,96 @@
+"""A model's methods: exported as ``method(params, *args)``, then run with the parameters bound
+and placed on the local devices with the shardings the method expects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jaxport._errors import JaxportError
+from jaxport.export import _compat
+
+__all__ = ["bind", "export_method", "in_shardings", "param_specs"]
+
+
+def param_specs(params_tree: Any, leaves: Sequence[Any], arrays: Sequence[Any]) -> Any:
+    """ShapeDtypeStructs of the parameters (the host arrays' shapes and canonical dtypes),
+    with the sharding of the leaves that are sharded jax Arrays."""
+    import jax
+    from jax import tree_util
+
+    def spec(leaf: Any, array: Any) -> Any:
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(leaf, jax.Array) and len(sharding.device_set) > 1:  # type: ignore[union-attr]
+            return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=sharding)
+        return jax.ShapeDtypeStruct(array.shape, array.dtype)
+
+    specs = [spec(x, a) for x, a in zip(leaves, arrays, strict=True)]
+    return tree_util.tree_unflatten(params_tree, specs)
+
+
+def export_method(
+    name: str,
+    fn: Callable[..., Any],
+    param_specs: Any,
+    arg_specs: Sequence[Any],
+    platforms: Sequence[str] | None,
+) -> Any:
+    import jax
+    import jax.export
+
+    def method(params: Any, *args: Any) -> Any:
+        return fn(params, *args)
+
+    method.__name__ = method.__qualname__ = name
+    return jax.export.export(jax.jit(method), platforms=platforms)(param_specs, *arg_specs)
+
+
+def in_shardings(exp: Any, n: int) -> list[Any] | None:
+    """The shardings the method expects for its first ``n`` inputs, on local devices, or None
+    for a single-device method."""
+    if exp.nr_devices == 1:
+        return None
+    import jax
+
+    devices = jax.local_devices()
+    if len(devices) < exp.nr_devices:
+        raise JaxportError(
+            f"the method was exported for {exp.nr_devices} devices, this process has "
+            f"{len(devices)} (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{exp.nr_devices})"
+        )
+    return _compat.in_shardings_on(exp, devices)[:n]
+
+
+def bind(
+    name: str,
+    exp: Any,
+    params_tree: Any,
+    specs: Sequence[tuple[tuple[int, ...], str]],
+    placed: Callable[[], list[Any]],
+) -> Callable[..., Any]:
+    """``method(*args)``: ``exp`` called with the parameters its module keeps, which
+    ``placed()`` gives on the devices (``Model.placed_params``); ``specs`` are every
+    parameter's ``(shape, dtype name)``."""
+    import jax
+    import jax.numpy as jnp
+    from jax import tree_util
+
+    n = len(specs)
+    kept = sorted(i for i in exp.module_kept_var_idx if i < n)
+
+    def call(kept_values: list[Any], *args: Any) -> Any:
+        # Parameters the module does not use are dropped by jax (module_kept_var_idx):
+        # zeros stand in for them and XLA removes them.
+        values = dict(zip(kept, kept_values, strict=True))
+        leaves = [values[i] if i in values else jnp.zeros(*specs[i]) for i in range(n)]
+        return exp.call(tree_util.tree_unflatten(params_tree, leaves), *args)
+
+    jitted = jax.jit(call)
+
+    def method(*args: Any) -> Any:
+        return jitted(placed(), *args)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Runs method {name!r} of the model with its parameters bound."
+    return method
