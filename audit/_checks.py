@@ -31,12 +31,14 @@ in a worker process (``_worker``): jaxlib can crash on malformed modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxport._errors import JaxportError, UnsupportedVersionError
 from jaxport.audit._examples import (
+    NO_DIFFERENCE,
     Comparison,
     compare,
     decode_examples,
@@ -135,9 +137,17 @@ def _audit(
     if examples is None:
         checks["golden"] = "no stored examples"
         return "ok", "loads and compiles"
+    run = functools.partial(_run_examples, exp, platform, examples)
+    return _golden(run, platform, checks, "compiles")
+
+
+def _golden(
+    run: Callable[[], tuple[Comparison, int]], platform: str, checks: dict[str, str], what: str
+) -> tuple[str, str]:
+    """Step 4: ``run()`` re-runs the stored examples; ``what`` is what passed before it."""
     try:
         with _on(platform):
-            comparison, count = _run_examples(exp, platform, examples)
+            comparison, count = run()
     except Exception as e:  # running may fail where compiling did not
         checks["golden"] = f"{type(e).__name__}: {_first_line(e)}"
         return "error", f"running the examples failed: {checks['golden']}"
@@ -147,7 +157,7 @@ def _audit(
     )
     if not comparison.ok:
         return "mismatch", f"{comparison.worst} (beyond the dtype's tolerance)"
-    return "ok", f"loads, compiles and matches {count} example(s)"
+    return "ok", f"loads, {what} and matches {count} example(s)"
 
 
 def _audit_model(
@@ -175,19 +185,8 @@ def _audit_model(
     if examples is None:
         checks["golden"] = "no stored examples"
         return "ok", f"loads and compiles every method ({methods})"
-    try:
-        with _on(platform):
-            comparison, count = _run_model_examples(model, examples)
-    except Exception as e:  # running may fail where compiling did not
-        checks["golden"] = f"{type(e).__name__}: {_first_line(e)}"
-        return "error", f"running the examples failed: {checks['golden']}"
-    checks["golden"] = (
-        f"{count} example(s): max abs error {comparison.max_abs:.3g}, "
-        f"max rel error {comparison.max_rel:.3g}"
-    )
-    if not comparison.ok:
-        return "mismatch", f"{comparison.worst} (beyond the dtype's tolerance)"
-    return "ok", f"loads, compiles every method ({methods}) and matches {count} example(s)"
+    run = functools.partial(_run_model_examples, model, examples)
+    return _golden(run, platform, checks, f"compiles every method ({methods})")
 
 
 def _run_model_examples(model: Any, blob: bytes) -> tuple[Comparison, int]:
@@ -195,7 +194,7 @@ def _run_model_examples(model: Any, blob: bytes) -> tuple[Comparison, int]:
     import jax
     from jax import tree_util
 
-    worst, count = Comparison(0.0, 0.0, True, ""), 0
+    worst, count = NO_DIFFERENCE, 0
     for name, pairs in decode_model_examples(blob).items():
         exp = model.exported[name]
         arg_trees = tree_util.treedef_children(tree_util.treedef_children(exp.in_tree)[0])[1:]
@@ -203,10 +202,7 @@ def _run_model_examples(model: Any, blob: bytes) -> tuple[Comparison, int]:
         for ins, outs in pairs:
             args = tree_util.tree_unflatten(args_tree, ins)
             c = compare(jax.tree.leaves(model.methods[name](*args)), outs)
-            worst = Comparison(
-                max(worst.max_abs, c.max_abs), max(worst.max_rel, c.max_rel),
-                worst.ok and c.ok, worst.worst or (f"{name}: {c.worst}" if c.worst else ""),
-            )  # fmt: skip
+            worst = worst.and_then(c, f"{name}: ")
             count += 1
     return worst, count
 
@@ -216,18 +212,14 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
 
     pairs = decode_examples(blob)
     shardings = _in_shardings(exp, platform)
-    worst = Comparison(0.0, 0.0, True, "")
+    worst = NO_DIFFERENCE
     for ins, outs in pairs:
         placed = [
             a if s is None else jax.device_put(a, s) for a, s in zip(ins, shardings, strict=True)
         ]
         args, kwargs = jax.tree.unflatten(exp.in_tree, placed)
         got = jax.tree.leaves(exp.call(*args, **kwargs))
-        c = compare(got, outs)
-        worst = Comparison(
-            max(worst.max_abs, c.max_abs), max(worst.max_rel, c.max_rel),
-            worst.ok and c.ok, worst.worst or c.worst,
-        )  # fmt: skip
+        worst = worst.and_then(compare(got, outs))
     return worst, len(pairs)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from jaxport._errors import CorruptArchiveError
 
 __all__ = [
+    "NO_DIFFERENCE",
     "Comparison",
     "Example",
     "compare",
@@ -135,6 +136,21 @@ class Comparison:
     max_rel: float
     ok: bool
     worst: str
+
+    def and_then(self, other: Comparison, label: str = "") -> Comparison:
+        """Both comparisons as one: the larger errors, ok if both are, the first worst case
+        (``other``'s prefixed with ``label``)."""
+        other_worst = f"{label}{other.worst}" if other.worst else ""
+        return Comparison(
+            max(self.max_abs, other.max_abs),
+            max(self.max_rel, other.max_rel),
+            self.ok and other.ok,
+            self.worst or other_worst,
+        )
+
+
+#: Nothing compared yet.
+NO_DIFFERENCE = Comparison(0.0, 0.0, True, "")
 
 
 def compare(got: Sequence[Any], want: Sequence[Any]) -> Comparison:

@@ -8,6 +8,7 @@ rules).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -21,9 +22,10 @@ from sqlalchemy import Engine, insert, select
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import MODEL, archive_chunks, header_info, parts_of
+from jaxport.registry._model_parts import MODEL, header_info, parts_of
 from jaxport.registry._models import Audit, Model, Variant, Version
 from jaxport.registry._names import check_name, check_text, parse_reference
+from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, check_limit, model_id_of
 from jaxport.registry._types import Ref, VariantInfo
 
@@ -40,10 +42,11 @@ _RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?")
 class Findings:
     """Audits and their stored results on one registry."""
 
-    def __init__(self, engine: Engine, blobs: BlobStore, queries: Queries):
+    def __init__(self, engine: Engine, blobs: BlobStore, queries: Queries, pulls: Pulls):
         self._engine = engine
         self._blobs = blobs
         self._queries = queries
+        self._pulls = pulls
 
     def audit(
         self,
@@ -105,17 +108,8 @@ class Findings:
 
     def _archive_reader(self, variant: VariantInfo) -> Callable[[], bytes]:
         """Reads a variant's archive when the worker needs it (a model's from its parts)."""
-        if variant.kind != MODEL:
-            return self._reader(variant.digest)
-
-        def read() -> bytes:
-            with _db.translating_db_errors(), self._engine.connect() as conn:
-                parts = parts_of(conn, variant.variant_id)
-            if not parts:
-                raise NotFoundError(f"{variant.name}:{variant.version} was deleted meanwhile")
-            return b"".join(archive_chunks(self._blobs, parts, variant.size_bytes))
-
-        return read
+        where = f"{variant.name}:{variant.version}"
+        return functools.partial(self._pulls.archive_bytes, where, variant)
 
     def _targets(self, reference: str | None) -> list[Ref]:
         if reference is None:

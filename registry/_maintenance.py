@@ -11,6 +11,7 @@ are reported and left alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections import defaultdict
@@ -22,7 +23,7 @@ from jaxport._errors import ConflictError, IntegrityError
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import FUNCTION, MODEL, Part, archive_chunks, parts_of
+from jaxport.registry._model_parts import FUNCTION, MODEL, Part, joined_archive, parts_of
 from jaxport.registry._models import (
     Alias,
     Blob,
@@ -126,7 +127,7 @@ class Maintenance:
         ]
 
     def _model_reader(self, parts: list[Part], size: int) -> Callable[[], bytes]:
-        return lambda: b"".join(archive_chunks(self._blobs, parts, size))
+        return functools.partial(joined_archive, self._blobs, parts, size)
 
     @contextlib.contextmanager
     def _transaction(self, dry_run: bool) -> Iterator[Connection]:

@@ -45,6 +45,7 @@ __all__ = [
     "Part",
     "archive_chunks",
     "header_info",
+    "joined_archive",
     "open_model",
     "parts_of",
     "split_model",
@@ -168,6 +169,11 @@ def archive_chunks(
         position = part.end
     if position != total:
         raise IntegrityError(f"the parts make {position} bytes, the archive has {total}")
+
+
+def joined_archive(blobs: BlobStore, parts: Sequence[Part], total: int) -> bytes:
+    """The whole model archive in memory (``archive_chunks`` joined). Raises: as it."""
+    return b"".join(archive_chunks(blobs, parts, total))
 
 
 def header_info(blobs: BlobStore, skeleton: str, total: int) -> ArchiveInfo:

@@ -24,6 +24,7 @@ from jaxport.registry._model_parts import (
     Part,
     archive_chunks,
     header_info,
+    joined_archive,
     open_model,
     parts_of,
 )
@@ -84,7 +85,7 @@ class Pulls:
                 return read_verified(self._blobs, chosen.digest)
             parts = self._parts(chosen.variant_id)
             if parts:
-                return b"".join(archive_chunks(self._blobs, parts, chosen.size_bytes))
+                return joined_archive(self._blobs, parts, chosen.size_bytes)
         except IntegrityError as e:
             if e.found is not None or self._queries.has_variant(chosen.variant_id):
                 raise

@@ -101,7 +101,7 @@ class Registry:
         self._publisher = Publisher(self._engine, self.blobs)
         self._pulls = Pulls(self._engine, self.blobs, self._queries)
         self._maintenance = Maintenance(self._engine, self.blobs)
-        self._findings = Findings(self._engine, self.blobs, self._queries)
+        self._findings = Findings(self._engine, self.blobs, self._queries, self._pulls)
 
     def close(self) -> None:
         """Releases the database connections."""
