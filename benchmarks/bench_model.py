@@ -8,11 +8,18 @@ trivial method (exported once, before timing). Each side writes to and reads fro
 temporary directory; nothing is dropped from the page cache: every file is read back right
 after it was written, so all three read from a warm cache (the sizes fit in memory).
 
-Measured, median of ``--repeat`` runs after one warm-up:
-- save: ``Model.save`` (sha256 of every tensor, hashed while it is written; fsync; atomic
-  rename) vs safetensors ``save_file`` (0.8: a temporary file renamed over the target, no
-  digests, no fsync; on ext4 the rename starts the write-back, so an fsync after it costs
-  about nothing) vs Orbax ``PyTreeCheckpointer().save`` (a new directory each time; fsyncs).
+Measured, median of ``--repeat`` rounds after one warm-up round; in a round the saves take
+turns, each after its file is removed and every dirty page written out (untimed):
+- save: ``Model.save`` (writes the tensors, hashes them in threads while the disk writes them
+  (fdatasync), writes the header, fsync, atomic rename) vs safetensors ``save_file`` (0.8: a
+  temporary file renamed over the target, no digests, no fsync) vs Orbax
+  ``PyTreeCheckpointer().save`` (a new directory each time; fsyncs).
+- save vs safetensors + fsync: ``save_file`` then an fsync of the file, the durability
+  ``Model.save`` gives.
+- sha256 alone: every tensor's sha256 in threads, nothing written: what any writer of the
+  format computes, the floor of a save that records digests on this machine.
+- save after update_params: a model loaded from a file (every tensor verified) with one of its
+  16 big tensors replaced; its 15 verified tensors are not hashed again.
 - load: ``load_model(p).params`` (every tensor's sha256 checked; arrays are views of the map) vs
   safetensors ``load_file`` (copies, checks nothing) vs Orbax ``restore`` as numpy arrays.
 - first tensor: ``load_model(p).tensor(path)`` of the small tensor (header, methods and one
@@ -50,15 +57,36 @@ FIRST = "a_first"  # sorts first: the first tensor of the archive and of the saf
 def _median_seconds(
     fn: Callable[[], object], repeat: int, before: Callable[[], object] = lambda: None
 ) -> float:
-    before()
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        before()  # untimed
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return _interleaved({"": (fn, before)}, repeat)[""]
+
+
+def _interleaved(
+    sides: dict[str, tuple[Callable[[], object], Callable[[], object]]], repeat: int
+) -> dict[str, float]:
+    """Median seconds of each side's ``fn``, the sides taking turns (one warm-up round, then
+    ``repeat`` rounds): each run follows its ``before`` (untimed), as do the others', so a
+    slow moment of the machine falls on every side alike."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for round_ in range(repeat + 1):
+        for name, (fn, before) in sides.items():
+            before()
+            t = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def _fresh(path: Path) -> Callable[[], None]:
+    """Before a save (untimed): removes the file it writes, so no save pays for freeing the
+    last one's pages, and writes every dirty page out, so a save that does not fsync leaves
+    no write-back for the next measured save to compete with."""
+
+    def before() -> None:
+        path.unlink(missing_ok=True)
+        os.sync()
+
+    return before
 
 
 def make_params(size_mb: int, tensors: int) -> dict[str, np.ndarray]:
@@ -106,14 +134,23 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
     ours, theirs = tmp / "model.jaxport", tmp / "model.safetensors"
     orbax = OrbaxSide(tmp, params)
     path = f"[{FIRST!r}]"
+    updated = _updated(model, tmp / "base.jaxport")
 
     def first_safetensors() -> np.ndarray:
         with safe_open(theirs, "np") as f:
             return f.get_tensor(FIRST)  # type: ignore[no-any-return]
 
-    s_ours = _median_seconds(lambda: model.save(ours), repeat)
-    s_st = _median_seconds(lambda: save_file(params, theirs), repeat)
-    s_ob = _median_seconds(orbax.save, repeat, before=orbax.next_directory)
+    saves = _interleaved(
+        {
+            "ours": (lambda: model.save(ours), _fresh(ours)),
+            "st": (lambda: save_file(params, theirs), _fresh(theirs)),
+            "st_fsync": (lambda: _save_file_fsync(params, theirs), _fresh(theirs)),
+            "orbax": (orbax.save, lambda: (orbax.next_directory(), os.sync())),
+            "sha256": (lambda: _digests_only(params), lambda: None),
+            "resave": (lambda: updated.save(tmp / "u.jaxport"), _fresh(tmp / "u.jaxport")),
+        },
+        repeat,
+    )
     l_ours = _median_seconds(lambda: jaxport.load_model(ours).params, repeat)
     l_st = _median_seconds(lambda: load_file(theirs), repeat)
     l_ob = _median_seconds(orbax.restore, repeat)
@@ -125,10 +162,40 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
     mb = [s / 2**20 for s in sizes]
     return [
         _row("size (MB)", mb[0], mb[1], mb[2], "{:.1f}"),
-        _row("save (s)", s_ours, s_st, s_ob),
+        _row("save (s)", saves["ours"], saves["st"], saves["orbax"]),
+        _row("save; safetensors + fsync (s)", saves["ours"], saves["st_fsync"], None),
+        _row("sha256 of every tensor alone (s)", saves["sha256"], saves["st"], None),
+        _row("save after update_params of 1 tensor (s)", saves["resave"], saves["st"], None),
         _row("load, jaxport verifies every sha256 (s)", l_ours, l_st, l_ob),
         _row("first tensor, mapped (ms)", f_ours * 1e3, f_st * 1e3, None, "{:.2f}"),
     ]
+
+
+def _save_file_fsync(params: dict[str, np.ndarray], path: Path) -> None:
+    """safetensors' save, then an fsync of the file: the durability ``Model.save`` gives."""
+    save_file(params, path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _digests_only(params: dict[str, np.ndarray]) -> None:
+    """What any writer of the format must compute: every tensor's sha256 (in threads)."""
+    from jaxport.export import _tensors
+
+    _tensors.tensor_digests([_tensors.tensor_bytes(a) for a in params.values()])
+
+
+def _updated(model: jaxport.Model, path: Path) -> jaxport.Model:
+    """``model`` saved to ``path``, loaded back (every tensor verified), with its first big
+    layer replaced through ``update_params``: a fine-tuning step's model."""
+    model.save(path)
+    loaded = jaxport.load_model(path)
+    new = dict(loaded.params)
+    new["layer_00"] = new["layer_00"] + np.float32(1)
+    return loaded.update_params(new)
 
 
 def _row(

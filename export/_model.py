@@ -324,7 +324,7 @@ class Model:
             arrays.append(array)
         return Model._of_store(
             params_tree,
-            TensorStore.of_arrays(arrays),
+            self._store.replaced(arrays),
             self._exported,
             self._vjp_orders,
             self._metadata,
@@ -337,7 +337,12 @@ class Model:
     def _contents(self) -> _model_archive.ModelContents:
         arrays = self._store.all_arrays()
         return _model_archive.ModelContents(
-            self._params_tree, arrays, self._exported, self._vjp_orders, self._metadata
+            self._params_tree,
+            arrays,
+            self._exported,
+            self._vjp_orders,
+            self._metadata,
+            known_digests=self._store.known_digests(),
         )
 
     def dumps(self) -> bytes:
@@ -351,8 +356,10 @@ class Model:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes ``dumps()`` to ``path`` atomically (a temporary file renamed over it).
 
-        The tensors are hashed while they are written; the header, which holds their
-        digests, is written last, over a placeholder of its size.
+        The tensors are written first; their digests are computed (in threads, one per core)
+        while the disk writes them, then the header, which holds the digests, is written over
+        a placeholder of its size and the file is fsynced. A tensor read from an archive is
+        not hashed again: it was checked against its digest when it was read.
 
         Raises:
             OSError: the directory is missing or not writable.

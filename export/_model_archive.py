@@ -9,9 +9,7 @@ tensor, each starting at a multiple of 64 bytes after zero padding.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import flatbuffers
@@ -50,7 +48,6 @@ __all__ = [
 #: The most methods a model archive holds.
 MAX_METHODS = 64
 _ALIGN = 64
-_HASH_THREADS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +59,8 @@ class ModelContents:
     exported: Mapping[str, Any]
     vjp_orders: Mapping[str, int]
     metadata: Mapping[str, str]
+    #: Per tensor, its sha256 (hex) where already verified (tensors read from an archive).
+    known_digests: Sequence[str | None] = ()
 
 
 def tensor_paths(params_tree: Any) -> list[str]:
@@ -93,15 +92,13 @@ def model_chunks(
     """The chunks of ``dump_model_chunks``, the first (preamble and header) a placeholder of
     the same length, and ``head()``, which gives the real first chunk.
 
-    The tensors' digests, which the header holds, are computed in threads started here: they
-    hash while the caller writes the other chunks, then writes ``head()`` over the placeholder
-    (``atomic_write(path, chunks, head=head)``). Raises: as ``dump_model_chunks``.
+    ``head()`` computes the digests the header holds (each tensor's sha256, in threads: hashlib
+    releases the GIL; a digest in ``contents.known_digests`` is taken as it is), so a writer
+    writes the other chunks first, then ``head()`` over the placeholder while the disk writes
+    them (``atomic_write(path, chunks, head=head)``). Raises: as ``dump_model_chunks``.
     """
     names, chains, refs, module_chunks, module_section = _encode_modules(contents)
     datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
-    pool = ThreadPoolExecutor(_HASH_THREADS)  # hashlib releases the GIL
-    futures = [pool.submit(lambda d: hashlib.sha256(d).digest(), d) for d in datas]
-    pool.shutdown(wait=False)  # the threads finish the digests, then exit
 
     def encode(digests: Sequence[bytes]) -> tuple[bytes, list[_container.Section]]:
         sections, infos = _place_tensors(module_section, datas, digests, contents)
@@ -111,7 +108,7 @@ def model_chunks(
     placeholder, sections = encode([bytes(32)] * len(datas))
 
     def head() -> bytes:
-        first, _ = encode([f.result() for f in futures])
+        first, _ = encode(_tensors.tensor_digests(datas, contents.known_digests))
         assert len(first) == len(placeholder)  # a digest's size does not depend on its value
         return first
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -35,7 +34,11 @@ class TensorStore:
         path: str | None = None,
     ):
         self._infos = tuple(infos) if infos is not None else None
+        # Per tensor, its sha256 where it is (or will be, when read) checked against it.
         self._arrays = list(arrays)
+        self._known: list[str | None] = (
+            [i.sha256 for i in self._infos] if self._infos is not None else [None] * len(arrays)
+        )
         self._read = read
         self._path = path
         self._lock = threading.Lock()  # guards bytes_read
@@ -53,14 +56,33 @@ class TensorStore:
     def infos(self, paths: Sequence[str]) -> tuple[TensorInfo, ...]:
         """Each tensor's info (the digests of in-memory arrays are computed now)."""
         if self._infos is None:
-            infos = []
-            for i, (p, a) in enumerate(zip(paths, self._arrays, strict=True)):
-                assert a is not None
-                data = _tensors.tensor_bytes(a)
-                digest = _sha256(data)
-                infos.append(TensorInfo(p, tuple(a.shape), a.dtype.name, len(data), digest, i + 1))
-            self._infos = tuple(infos)
+            arrays = [a for a in self._arrays if a is not None]
+            datas = [_tensors.tensor_bytes(a) for a in arrays]
+            digests = _tensors.tensor_digests(datas)
+            self._infos = tuple(
+                TensorInfo(p, tuple(a.shape), a.dtype.name, len(d), digest.hex(), i + 1)
+                for i, (p, a, d, digest) in enumerate(
+                    zip(paths, arrays, datas, digests, strict=True)
+                )
+            )
         return self._infos
+
+    def known_digests(self) -> list[str | None]:
+        """Each tensor's sha256 (hex) where it was read from an archive (and checked against
+        that digest before use), else None: an array in memory may have been changed since
+        its digest was computed."""
+        return list(self._known)
+
+    def replaced(self, arrays: Sequence[np.ndarray[Any, Any]]) -> TensorStore:
+        """A store of ``arrays`` (same count) that keeps the known digest of each array that
+        is the very (read-only, verified) array this store read: ``update_params`` with most
+        leaves unchanged hashes only the new ones when saved."""
+        store = TensorStore.of_arrays(arrays)
+        store._known = [
+            known if known is not None and new is old else None
+            for new, old, known in zip(arrays, self._arrays, self._known, strict=True)
+        ]
+        return store
 
     def spec(self, index: int) -> tuple[tuple[int, ...], str]:
         """``(shape, dtype name)`` of tensor ``index``, without reading it."""
@@ -100,7 +122,3 @@ class TensorStore:
             with ThreadPoolExecutor(_VERIFY_THREADS) as pool:
                 list(pool.map(self.array, unread))
         return [self.array(i) for i in range(len(self._arrays))]
-
-
-def _sha256(data: memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()

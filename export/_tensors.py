@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import flatbuffers
@@ -29,7 +31,11 @@ __all__ = [
     "host_array",
     "numpy_dtype",
     "tensor_bytes",
+    "tensor_digests",
 ]
+
+#: Threads that hash tensors: one per core (sha256 is CPU-bound; hashlib releases the GIL).
+_HASH_THREADS = max(2, min(32, os.cpu_count() or 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +90,22 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     """The bytes of a ``host_array`` result, without a copy."""
     flat: Any = array.reshape(-1).view(np.uint8)  # numpy's stubs do not say it is a Buffer
     return memoryview(flat)
+
+
+def tensor_digests(datas: Sequence[memoryview], known: Sequence[str | None] = ()) -> list[bytes]:
+    """The sha256 of each of ``datas``, hashed in threads, largest first; ``known[i]`` (hex),
+    where given, is taken for ``datas[i]`` without hashing it."""
+    given = [bytes.fromhex(k) if k else None for k in known] + [None] * (len(datas) - len(known))
+    todo = sorted((i for i, g in enumerate(given) if g is None), key=lambda i: -len(datas[i]))
+    if todo:
+        with ThreadPoolExecutor(min(_HASH_THREADS, len(todo))) as pool:
+            for i, digest in zip(todo, pool.map(_sha256, [datas[i] for i in todo]), strict=True):
+                given[i] = digest
+    return [g for g in given if g is not None]
+
+
+def _sha256(data: memoryview) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 def encode_tensor(builder: flatbuffers.Builder, info: TensorInfo) -> int:

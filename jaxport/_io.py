@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 __all__ = ["atomic_write"]
@@ -23,8 +24,10 @@ def atomic_write(
     flushed, fsynced and renamed over ``target``; ``sync_dir`` also fsyncs the directory, so the
     rename itself survives a crash. On any error the temporary file is removed.
 
-    ``head()``, when given, is called once every chunk is written: its bytes overwrite the
-    start of the file (a header that depends on what follows it; no longer than the chunks).
+    ``head()``, when given, is called once every chunk is written, while the kernel writes
+    those chunks to disk (``fdatasync`` in a thread): its bytes overwrite the start of the file
+    (a header that depends on what follows it, e.g. on digests ``head`` computes; no longer
+    than the chunks). The final fsync then has only the head left to write.
 
     The file gets the permissions of any new file (``0o666`` less the umask, or the directory's
     default ACL), as ``open(target, "wb")`` would give it: ``tempfile.mkstemp`` makes ``0o600``.
@@ -39,8 +42,10 @@ def atomic_write(
             for chunk in chunks:
                 f.write(chunk)
             if head is not None:
+                f.flush()
+                first = _while_flushing(f.fileno(), head)
                 f.seek(0)
-                f.write(head())
+                f.write(first)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -53,6 +58,16 @@ def atomic_write(
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _while_flushing(fd: int, compute: Callable[[], bytes]) -> bytes:
+    """``compute()``, called while another thread ``fdatasync``s ``fd``: the disk writes what is
+    written so far while the CPU computes (e.g. digests). Raises what either raises."""
+    with ThreadPoolExecutor(1) as pool:
+        flushed = pool.submit(os.fdatasync if hasattr(os, "fdatasync") else os.fsync, fd)
+        result = compute()  # on an error, leaving the block waits for the flush first
+        flushed.result()
+    return result
 
 
 def _create_temporary(path: Path) -> tuple[int, str]:

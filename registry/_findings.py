@@ -76,7 +76,11 @@ class Findings:
                 )
             return []
         jobs = [
-            AuditJob(self._archive_reader(v), p, None if g is None else self._reader(g))
+            AuditJob(
+                self._archive_reader(v),
+                p,
+                None if g is None else functools.partial(read_verified, self._blobs, g),
+            )
             for _, v, p, g in targets
         ]
         env, results = run_audits(jobs, python=python, timeout=timeout)
@@ -101,10 +105,6 @@ class Findings:
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
                 conn.execute(insert(Audit), [_audit_row(f) for f in findings])
         return findings
-
-    def _reader(self, digest: str) -> Callable[[], bytes]:
-        """Reads a blob when the worker needs it (one archive in memory at a time)."""
-        return lambda: read_verified(self._blobs, digest)
 
     def _archive_reader(self, variant: VariantInfo) -> Callable[[], bytes]:
         """Reads a variant's archive when the worker needs it (a model's from its parts)."""

@@ -171,7 +171,9 @@ class Maintenance:
             if deep and digest in archives:
                 intact.append(digest)
         broken = {p.digest for p in problems}
-        readers = {d: _reader(self._blobs, d) for d in intact}
+        readers: dict[str, Callable[[], bytes]] = {
+            d: functools.partial(read_verified, self._blobs, d) for d in intact
+        }
         for digest, (parts, size, names) in models.items():
             if not broken & {part.digest for part in parts}:
                 readers[digest] = self._model_reader(parts, size)
@@ -188,10 +190,6 @@ class Maintenance:
             invalid=tuple(p.digest for p in problems if p.state == "invalid"),
             deep=deep,
         )
-
-
-def _reader(blobs: BlobStore, digest: str) -> Callable[[], bytes]:
-    return lambda: read_verified(blobs, digest)
 
 
 def referenced(conn: Connection) -> set[str]:

@@ -17,6 +17,7 @@ store); the model checks each tensor against its digest then.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import mmap
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
 __all__ = [
     "FUNCTION",
     "MODEL",
+    "ArchiveChunks",
     "Part",
     "archive_chunks",
+    "chunks_info",
     "header_info",
     "joined_archive",
     "open_model",
@@ -93,7 +96,43 @@ def validated_model(data: bytes, path: str | None) -> Model:
     return model
 
 
-def split_model(data: bytes, info: ArchiveInfo, path: str | None) -> tuple[Part, ...]:
+class ArchiveChunks:
+    """An archive held as consecutive chunks: a ``Model``'s ``dump_chunks()`` (its tensors'
+    bytes are views of its arrays, never joined) or one ``bytes``."""
+
+    def __init__(self, chunks: Sequence[bytes | memoryview]):
+        self._chunks = [memoryview(c).cast("B") for c in chunks if len(c)]
+        self._starts = [0]
+        for c in self._chunks:
+            self._starts.append(self._starts[-1] + len(c))
+
+    @property
+    def size(self) -> int:
+        """The archive's length in bytes."""
+        return self._starts[-1]
+
+    def view(self, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``start`` to ``end``: a view where one chunk holds them, else a copy."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < len(self._chunks) and end <= self._starts[i + 1]:
+            return self._chunks[i][start - self._starts[i] : end - self._starts[i]]
+        pieces = []
+        while start < end:
+            i = bisect.bisect_right(self._starts, start) - 1
+            stop = min(end, self._starts[i + 1])
+            pieces.append(self._chunks[i][start - self._starts[i] : stop - self._starts[i]])
+            start = stop
+        return b"".join(pieces)
+
+    def sha256(self) -> str:
+        """The sha256 (hex) of the whole archive."""
+        digest = hashlib.sha256()
+        for c in self._chunks:
+            digest.update(c)
+        return digest.hexdigest()
+
+
+def split_model(archive: ArchiveChunks, info: ArchiveInfo, path: str | None) -> tuple[Part, ...]:
     """The parts of a (validated) model archive: the skeleton, then each tensor in order.
 
     Raises:
@@ -107,7 +146,7 @@ def split_model(data: bytes, info: ArchiveInfo, path: str | None) -> tuple[Part,
     start = PREAMBLE_LENGTH + info.header_length
     modules = info.sections[0]
     skeleton_end = start + modules.offset + modules.length
-    digest = hashlib.sha256(memoryview(data)[:skeleton_end]).hexdigest()
+    digest = hashlib.sha256(archive.view(0, skeleton_end)).hexdigest()
     parts = [Part(0, digest, 0, skeleton_end)]
     if len(info.sections) != len(info.tensors) + 1:
         raise UnsupportedFeatureError(
@@ -123,16 +162,11 @@ def split_model(data: bytes, info: ArchiveInfo, path: str | None) -> tuple[Part,
                 "the registry stores model archives as jaxport writes them"
             )
         parts.append(Part(i + 1, t.sha256, offset, s.length))
-    if parts[-1].end != len(data):
+    if parts[-1].end != archive.size:
         raise UnsupportedFeatureError(
-            f"{where}: {len(data) - parts[-1].end} bytes after the last section"
+            f"{where}: {archive.size - parts[-1].end} bytes after the last section"
         )
     return tuple(parts)
-
-
-def part_bytes(data: bytes, part: Part) -> memoryview:
-    """``part``'s bytes in the archive ``data``, without a copy."""
-    return memoryview(data)[part.offset : part.end]
 
 
 def parts_of(conn: Connection, variant_id: int) -> list[Part]:
@@ -184,19 +218,35 @@ def header_info(blobs: BlobStore, skeleton: str, total: int) -> ArchiveInfo:
         IntegrityError: the skeleton is missing, or its header does not match its digest.
         CorruptArchiveError: a malformed header.
     """
-    from jaxport.export import _archive, _container, _fb, _limits
-    from jaxport.export._info import _archive_info
-
     try:
         with _open(blobs, skeleton) as f:
-            start = f.read(_container.PREAMBLE_LENGTH)
-            preamble = _container.decode_preamble(start, path=None)
-            head_bytes = start + f.read(preamble.header_length)
+            return _head_info(f.read, total)
     except FileNotFoundError:
         raise IntegrityError(
             f"blob {skeleton} is missing from {blobs.url}", expected=skeleton
         ) from None
-    head = _archive.read_header(head_bytes, total, path=None)
+
+
+def chunks_info(archive: ArchiveChunks) -> ArchiveInfo:
+    """``jaxport.inspect`` of an archive held as chunks. Raises: as ``header_info``."""
+    position = 0
+
+    def read(n: int) -> bytes | memoryview:
+        nonlocal position
+        start, position = position, min(archive.size, position + n)
+        return archive.view(start, position)
+
+    return _head_info(read, archive.size)
+
+
+def _head_info(read: Callable[[int], bytes | memoryview], total: int) -> ArchiveInfo:
+    """The header of an archive of ``total`` bytes, its preamble and header read by ``read``."""
+    from jaxport.export import _archive, _container, _fb, _limits
+    from jaxport.export._info import _archive_info
+
+    start = bytes(read(_container.PREAMBLE_LENGTH))
+    preamble = _container.decode_preamble(start, path=None)
+    head = _archive.read_header(start + read(preamble.header_length), total, path=None)
     with _fb.translating_read_errors(None), _limits.header_budget(head.preamble.header_length):
         info: ArchiveInfo = _archive_info(head)
     return info

@@ -53,8 +53,9 @@ from jaxport.registry._blobs import BlobStore
 from jaxport.registry._model_parts import (
     FUNCTION,
     MODEL,
+    ArchiveChunks,
     Part,
-    part_bytes,
+    chunks_info,
     split_model,
     validated_model,
 )
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from jax.export import Exported
 
     from jaxport.export import ArchiveInfo
+    from jaxport.export._model import Model as JaxportModel
 
 __all__ = ["PENDING_TTL", "Publisher", "Source", "pid_scope"]
 
@@ -102,25 +104,22 @@ _INSERT_VARIANT = insert(Variant).returning(Variant.id)
 
 @dataclasses.dataclass(frozen=True)
 class _Item:
-    """One variant to store: its archive bytes, header, the Exported (for examples; None for a
-    model), notes, and a model archive's parts."""
+    """One variant to store: its digest and size (bytes), header, what runs it (an Exported or
+    a Model, for examples), notes, a model archive's parts, and the blobs to store (a function
+    archive's bytes; a model's parts, views of its chunks where they can be)."""
 
-    data: bytes
     digest: str
+    size: int
     info: ArchiveInfo
-    exported: Exported | None
     notes: tuple[str, ...]
+    blobs: Mapping[str, bytes | memoryview]
+    exported: Exported | None = None
+    model: JaxportModel | None = None
     parts: tuple[Part, ...] = ()
 
     @property
     def kind(self) -> str:
         return MODEL if self.info.kind == MODEL else FUNCTION
-
-    def blobs(self) -> dict[str, bytes | memoryview]:
-        """The blobs to store: the archive, or a model archive's parts (views, not copies)."""
-        if self.kind == FUNCTION:
-            return {self.digest: self.data}
-        return {p.digest: part_bytes(self.data, p) for p in self.parts}
 
 
 class Publisher:
@@ -152,7 +151,7 @@ class Publisher:
         _check_kinds(items, examples)
         name = _push_name(name, items[0])
         golden = _golden_blob(items, examples) if examples else None
-        blobs = {d: b for i in items for d, b in i.blobs().items()}
+        blobs = {d: b for i in items for d, b in i.blobs.items()}
         if golden is not None:
             blobs[golden[0]] = golden[1]
         notes = tuple(n for i in items for n in i.notes)
@@ -226,7 +225,7 @@ class Publisher:
         version, version_id = _insert_version(conn, name, meta)
         now = time.time()
         # A model archive's own digest gets a row too (the variants' foreign key), no file.
-        sizes = {i.digest: len(i.data) for i in items}
+        sizes = {i.digest: i.size for i in items}
         sizes |= {p.digest: p.size for i in items for p in i.parts}
         blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
         if golden is not None:
@@ -318,7 +317,7 @@ def _prepare(source: Source, vjp_order: int) -> _Item:
     if isinstance(source, bytes | bytearray | memoryview):
         return _from_bytes(bytes(source), None)
     if isinstance(source, JaxportModel):
-        return _model_item(source.dumps(), None, validate=False)
+        return _model_item(ArchiveChunks(source.dump_chunks()), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
 
@@ -335,7 +334,7 @@ def _from_bytes(data: bytes, path: str | None) -> _Item:
         from jaxport.export import inspect
 
         if inspect(data).kind == MODEL:
-            return _model_item(data, path, validate=True)
+            return _model_item(ArchiveChunks([data]), validated_model(data, path), path)
         return _item(data, _validated(data, path), ())
     exported, order = _from_native(data, path)
     from jaxport.export import dumps
@@ -388,19 +387,17 @@ def _from_native(data: bytes, path: str | None) -> tuple[Exported, int]:
 def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
     from jaxport.export import inspect
 
-    return _Item(data, hashlib.sha256(data).hexdigest(), inspect(data), exported, notes)
+    digest = hashlib.sha256(data).hexdigest()
+    return _Item(digest, len(data), inspect(data), notes, {digest: data}, exported=exported)
 
 
-def _model_item(data: bytes, path: str | None, *, validate: bool) -> _Item:
-    """A model archive to store in parts; ``validate``: read it in full first (bytes from
-    outside; a ``Model`` just written by ``dumps`` is not read back)."""
-    from jaxport.export import inspect
-
-    if validate:
-        validated_model(data, path)
-    info = inspect(data)
-    parts = split_model(data, info, path)
-    return _Item(data, hashlib.sha256(data).hexdigest(), info, None, (), parts)
+def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -> _Item:
+    """A model archive to store in parts, never joined: ``archive`` is a ``Model``'s chunks
+    (its tensors are views of its arrays) or validated bytes (``validated_model``)."""
+    info = chunks_info(archive)
+    parts = split_model(archive, info, path)
+    blobs = {p.digest: archive.view(p.offset, p.end) for p in parts}
+    return _Item(archive.sha256(), archive.size, info, (), blobs, model=model, parts=parts)
 
 
 def _is_symbolic(exported: Exported) -> bool:
@@ -456,7 +453,7 @@ def _insert_version(conn: Connection, name: str, meta: dict[str, str]) -> tuple[
 
 
 def _insert_variant(conn: Connection, version_id: int, item: _Item, now: float) -> None:
-    row = variant_row(version_id, item.digest, len(item.data), item.info, now)
+    row = variant_row(version_id, item.digest, item.size, item.info, now)
     variant_id = conn.execute(_INSERT_VARIANT, row).scalar_one()
     platforms = [
         {"variant_id": variant_id, "platform": p} for p in dict.fromkeys(item.info.platforms)
@@ -523,12 +520,7 @@ def _golden_blob(items: Sequence[_Item], examples: Any) -> tuple[str, bytes]:
 
     here = local_platform()
     runner = next(
-        (
-            i.exported
-            for i in items
-            if i.exported is not None and here in i.info.platforms and i.info.nr_devices == 1
-        ),
-        None,
+        (i.exported for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
     )
     flat = []
     for example in examples:
@@ -556,12 +548,12 @@ def _model_golden_blob(
 
     from jaxport.audit import Example
     from jaxport.audit._examples import encode_model_examples
-    from jaxport.export import loads_model
     from jaxport.export._compat import local_platform
 
     here = local_platform()
-    runner = next((i for i in items if here in i.info.platforms and i.info.nr_devices == 1), None)
-    model = loads_model(runner.data) if runner is not None else None
+    model = next(
+        (i.model for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
+    )
     by_method = {}
     for name, calls in examples.items():
         flat = []

@@ -1,5 +1,6 @@
-"""Writing and verifying model archives fast: Model.save hashes while it writes (the header,
-which holds the digests, goes last), Model.params verifies tensors in threads."""
+"""Writing and verifying model archives fast: Model.save writes the tensors, then hashes them
+while the disk writes them (the header, which holds the digests, goes last); a tensor read from
+an archive is not hashed again; Model.params verifies tensors in threads."""
 
 from __future__ import annotations
 
@@ -88,3 +89,30 @@ def test_atomic_write_head_overwrites_the_start(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="disk full"):
         atomic_write(tmp_path / "g", [b"data"], head=failing)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # no temporary file left
+
+
+def test_update_params_keeps_the_digests_of_unchanged_verified_tensors(
+    model: jaxport.Model, tmp_path: Path
+) -> None:
+    model.save(tmp_path / "m.jaxport")
+    loaded = jaxport.load_model(tmp_path / "m.jaxport")
+    new = loaded.params  # read-only views, each checked against its digest
+    new["big"] = [*new["big"][:2], new["big"][2] + 1, *new["big"][3:]]
+    updated = loaded.update_params(new)
+    known = updated._store.known_digests()
+    changed = [t.path for t, k in zip(loaded.tensors, known, strict=True) if k is None]
+    assert changed == ["['big'][2]"]  # only the new array is hashed when saved
+    fresh = model.update_params(jax.tree.map(np.array, new))  # copies: every tensor hashed
+    updated.save(tmp_path / "u.jaxport")
+    assert (tmp_path / "u.jaxport").read_bytes() == fresh.dumps()
+
+
+def test_arrays_in_memory_are_hashed_at_every_save(tmp_path: Path) -> None:
+    mine = params()
+    m = jaxport.Model(mine, apply, [jax.ShapeDtypeStruct((3,), jnp.float32)])
+    assert m._store.known_digests() == [None] * len(m.tensors)
+    m.save(tmp_path / "1.jaxport")
+    mine["big"][0][0, 0] += 1  # the caller's array, which the model may share
+    m.save(tmp_path / "2.jaxport")
+    saved = jaxport.load_model(tmp_path / "2.jaxport")
+    jax.tree.map(np.testing.assert_array_equal, saved.params, m.params)  # digests hold
