@@ -325,7 +325,7 @@ def loads(
         table = head.archive.Exported()
         if head.archive.Model() is not None:
             raise CorruptArchiveError(
-                "a model archive, not a function archive: read it with jaxport.load_model",
+                "a model archive, not a function archive: use jaxport.load_model or `jaxport run`",
                 path=path,
             )
         if table is None:

@@ -106,7 +106,9 @@ class ArchiveInfo:
     A function archive (``kind == "function"``) describes its Exported in the top-level
     fields. A model archive (``kind == "model"``) lists ``methods`` and ``tensors``; its
     top-level ``platforms`` are those every method was exported for, ``nr_devices`` the most
-    any method needs, ``modules`` every method's, and the function fields are empty.
+    any method needs, ``calling_convention_version`` the oldest and ``vjp_order`` the lowest
+    any method has, ``modules`` every method's, and the function fields (``fun_name``, the
+    avals, constraints, effects, disabled checks, ``uses_global_constants``) are empty.
     """
 
     format_version: int

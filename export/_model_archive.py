@@ -259,7 +259,7 @@ def read_model_header(
     with _fb.translating_read_errors(path), _limits.header_budget(budget):
         if model is None:
             raise CorruptArchiveError(
-                "a function archive, not a model archive: read it with jaxport.load", path=path
+                "a function archive, not a model archive: use jaxport.load", path=path
             )
         check_model_table(head, model)
         params_table = model.Params()

@@ -123,7 +123,9 @@ def _emit(as_json: bool, data: Any, render: Any) -> None:
         return
     from rich.console import Console
 
-    Console(highlight=False).print(render(data))
+    from jaxport._cli_render import Trimmed
+
+    Console(highlight=False).print(Trimmed(render(data)))
 
 
 def _parse_meta(
@@ -471,10 +473,16 @@ def run(
 
 
 def _open_model(ctx: _Context, source: str, platform: str | None, devices: int | None) -> Any:
-    """The model ``run`` runs: from a file, else pulled from the registry."""
-    import errno
+    """The model ``run`` runs: from a file, else pulled from the registry.
 
-    from jaxport._cli_run import RunError
+    Raises:
+        WrongKindError: the file or variant is a function (a registry variant: its message
+            from ``Registry.pull_model``).
+        click.UsageError: --platform or --devices with a file.
+        FileNotFoundError, IsADirectoryError: SOURCE looks like a file and is none.
+        JaxportError: as ``jaxport.load_model`` or ``Registry.pull_model``.
+    """
+    import errno
 
     path = Path(source)
     if path.is_file():
@@ -482,8 +490,12 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
             raise click.UsageError("--platform and --devices choose a registry variant, not a file")
         from jaxport import inspect, load_model
 
-        if inspect(path).kind != "model":
-            raise RunError(f"{path} is a function archive, not a model: run it with jaxport.load")
+        if (kind := inspect(path).kind) != "model":
+            from jaxport._errors import WrongKindError
+
+            raise WrongKindError(
+                f"{path} is a function archive, not a model: use jaxport.load", found=kind
+            )
         return load_model(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a model archive", source)

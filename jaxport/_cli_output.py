@@ -22,6 +22,7 @@ import click
 
 __all__ = [
     "CLI_WORDS",
+    "FUNCTION_ONLY",
     "STDOUT",
     "check_output",
     "cli_message",
@@ -34,12 +35,30 @@ __all__ = [
 ]
 
 #: The library's words in messages -> the CLI's (a message says ``force=True``; a CLI user
-#: passes ``--force``). Applied to every error message the CLI prints.
+#: passes ``--force``). Applied to every error message the CLI prints. A message that names
+#: what to call where the CLI has a command too names both, the Python call first
+#: (``use Registry.pull_model or `jaxport run` ``): the CLI prints the command alone.
 CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bforce=True\b"), "--force"),
     (re.compile(r"\bname=(?=\W|$)"), "--name"),
     (re.compile(r"\bblobs=(?=\W|$)"), "--blobs"),
-    (re.compile(r"\bRegistry\(\.\.\., upgrade=True\) or "), ""),
+    (re.compile(r"\b(?:Registry|jaxport)(?:\.\w+)*(?:\([^()]*\))? or (?=`jaxport )"), ""),
+)
+#: Fields of ``ArchiveInfo`` and ``VariantInfo`` that describe one exported function: empty in
+#: a model's, so its JSON leaves them out (each of its ``methods`` has its own signature).
+FUNCTION_ONLY = frozenset(
+    {
+        "disabled_safety_checks",
+        "fun_name",
+        "in_avals",
+        "in_signature",
+        "ordered_effects",
+        "out_avals",
+        "out_signature",
+        "symbolic_constraints",
+        "unordered_effects",
+        "uses_global_constants",
+    }
 )
 #: The ``-o`` value meaning standard output.
 STDOUT = "-"
@@ -81,9 +100,16 @@ def iso_time(seconds: float) -> str:
 
 
 def to_json(data: Any) -> Any:
-    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at`` -> ISO."""
+    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at`` -> ISO.
+
+    A model's ``ArchiveInfo`` or ``VariantInfo`` (``kind == "model"``) leaves out the
+    ``FUNCTION_ONLY`` fields, which a model leaves empty (its methods have their own).
+    """
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        data = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
+        skip = FUNCTION_ONLY if getattr(data, "kind", None) == "model" else frozenset()
+        data = {
+            f.name: getattr(data, f.name) for f in dataclasses.fields(data) if f.name not in skip
+        }
     if isinstance(data, dict):
         return {str(k): _field(str(k), v) for k, v in data.items()}
     if isinstance(data, list | tuple):

@@ -1,9 +1,10 @@
 """rich renderings of what the CLI prints (tables and panels); JSON is printed apart.
 
 Every table reads in 80 columns: key columns (names, versions, platforms, digests) never
-wrap or get cut, long values fold, and secondary fields are left to ``--json``. Digests show
-in their short form (``sha256:`` + 12 hex digits), which every command takes as a reference;
-times are local, to the minute.
+wrap or get cut, long values fold, and secondary fields are left to ``--json``; the CLI prints
+each rendering ``Trimmed``, so no line ends in a space. Digests show in their short form
+(``sha256:`` + 12 hex digits), which every command takes as a reference; times are local, to
+the minute.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 
 __all__ = [
+    "Trimmed",
     "alias_tables",
     "changes_table",
     "findings_table",
@@ -34,6 +37,37 @@ __all__ = [
     "variants_table",
     "verify_summary",
 ]
+
+
+#: What ``ls`` and ``search`` add to a model's name or version (the kind is in ``--json``).
+_MODEL_MARK = " (model)"
+
+
+class Trimmed:
+    """``renderable`` with no line ending in whitespace.
+
+    rich pads every cell of a table column, and a table's centred title, to the column's or
+    table's width; a terminal does not show the spaces, but diffs, ``grep`` and copies do.
+    """
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in console.render_lines(self.renderable, options, pad=False):
+            yield from _rstripped(line)
+            yield Segment.line()
+
+
+def _rstripped(line: list[Segment]) -> list[Segment]:
+    """``line`` without its trailing whitespace (styles kept)."""
+    line = list(line)
+    while line and not line[-1].control and not line[-1].text.rstrip():
+        line.pop()
+    if line and not line[-1].control:
+        last = line[-1]
+        line[-1] = Segment(last.text.rstrip(), last.style)
+    return line
 
 
 def short_digest(digest: str) -> str:
@@ -79,8 +113,14 @@ def _join(items: Iterable[str]) -> str:
 # -- registry -------------------------------------------------------------------------------
 
 
+def _marked(label: str, kind: str) -> str:
+    """``label`` with ``_MODEL_MARK`` if ``kind`` is a model's."""
+    return label + _MODEL_MARK if kind == "model" else label
+
+
 def refs_table(refs: list[Any]) -> Table:
-    """``ls``: one row per version; a version's variants are separated by `` / ``."""
+    """``ls``: one row per version, a model's name marked ``(model)``; a version's variants
+    are separated by `` / ``."""
     table = Table(
         _text("name"), _key("version"), _text("platforms"), _key("devices"), _key("size"),
         _key("created"),
@@ -88,7 +128,7 @@ def refs_table(refs: list[Any]) -> Table:
     for r in refs:
         _row(
             table,
-            r.name,
+            _marked(r.name, r.kind),
             str(r.version),
             " / ".join(",".join(v.platforms) for v in r.variants),
             " / ".join(str(v.nr_devices) for v in r.variants),
@@ -99,7 +139,8 @@ def refs_table(refs: list[Any]) -> Table:
 
 
 def variants_table(variants: list[Any]) -> Table:
-    """``search``: one row per variant (calling convention, VJP order: ``--json``)."""
+    """``search``: one row per variant, a model's version marked ``(model)`` (calling
+    convention, VJP order: ``--json``)."""
     table = Table(
         _text("version"), _text("platforms"), _key("devices"), _key("jax"), _key("digest"),
         _key("size"),
@@ -107,7 +148,7 @@ def variants_table(variants: list[Any]) -> Table:
     for v in variants:
         _row(
             table,
-            f"{v.name}:{v.version}",
+            _marked(f"{v.name}:{v.version}", v.kind),
             ",".join(v.platforms),
             str(v.nr_devices),
             v.jax_version,

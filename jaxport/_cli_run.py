@@ -22,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxport._errors import JaxportError
+from jaxport._errors import JaxportError, RunError
 
 __all__ = [
     "InputSpec",
     "OutputSummary",
-    "RunError",
     "aval_text",
     "call_method",
     "input_specs",
@@ -40,11 +39,6 @@ __all__ = [
 
 #: Leading values an output summary shows.
 _FIRST_VALUES = 3
-
-
-class RunError(JaxportError, ValueError):
-    """``run`` cannot do what was asked: no such method, a function archive, inputs that are
-    not an ``.npz`` of arrays or do not fit the method; the message says what it takes."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,9 @@ working for code that does not know jaxport::
     │                                          refuses (not allowed by name, or host callbacks)
     ├── ParamsMismatchError (ValueError)       new parameters of another tree, shape or dtype
     │                                          than the model's methods take
+    ├── RunError (ValueError)                  ``jaxport run`` cannot call the method as asked:
+    │                                          no such method, inputs that do not fit it, a
+    │                                          call jax refuses here
     ├── AuditError                             an audit could not be carried out at all (its
     │                                          worker did not start); failures of an archive
     │                                          are findings, not errors
@@ -24,7 +27,8 @@ working for code that does not know jaxport::
         ├── ConflictError                      refused: e.g. deleting a version an alias points at
         ├── SchemaVersionError                 the database schema is older or newer than jaxport's
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
-                                               model: the message names the call to use
+                                               model (also by ``jaxport run``): the message
+                                               names the call to use
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "NotFoundError",
     "ParamsMismatchError",
     "RegistryError",
+    "RunError",
     "SchemaVersionError",
     "UnsafeArchiveError",
     "UnsupportedFeatureError",
@@ -152,6 +157,14 @@ class ParamsMismatchError(JaxportError, ValueError):
     """Parameters that do not fit a model's methods; the message names the first differing path."""
 
 
+class RunError(JaxportError, ValueError):
+    """``jaxport run`` cannot call a model's method as asked: the model has no such method, the
+    inputs are not an ``.npz`` of arrays or do not fit the method (number, dtype, shape), or
+    jax refused the call here (a platform or device count the method was not exported for).
+    The message says what the method takes. A function archive given to ``run`` is a
+    ``WrongKindError``."""
+
+
 class AuditError(JaxportError):
     """An audit could not be carried out: e.g. the worker process did not start in the given
     Python environment. What an archive fails on is a finding (``jaxport.Finding``), not this."""
@@ -189,7 +202,8 @@ class SchemaVersionError(RegistryError):
 
 class WrongKindError(RegistryError, TypeError):
     """A variant of another kind than asked for: a model archive pulled as an Exported
-    (``Registry.pull``) or a function archive as a model (``Registry.pull_model``).
+    (``Registry.pull``) or a function archive as a model (``Registry.pull_model``, or a
+    function archive or variant given to ``jaxport run``).
 
     Attributes:
         found: the variant's kind, ``"function"`` or ``"model"``.

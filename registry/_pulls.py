@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Pulls"]
 
+#: How to get a variant's archive, in Python and on the command line (``_cli_output.CLI_WORDS``).
+_ARCHIVE_CALLS = "Registry.pull_bytes or `jaxport pull`"
+
 
 class Pulls:
     """Reads variants chosen by ``Registry.resolve``; see the ``Registry`` methods."""
@@ -55,8 +58,8 @@ class Pulls:
 
         if chosen.kind == MODEL:
             raise WrongKindError(
-                f"{chosen.name}:{chosen.version} is a model: use Registry.pull_model (or "
-                "pull_bytes for its archive)",
+                f"{chosen.name}:{chosen.version} is a model: use Registry.pull_model or "
+                f"`jaxport run` (its archive: {_ARCHIVE_CALLS})",
                 found=MODEL,
             )
         data = self.archive_bytes(reference, chosen)
@@ -67,7 +70,8 @@ class Pulls:
         """``Registry.pull_model``."""
         if chosen.kind != MODEL:
             raise WrongKindError(
-                f"{chosen.name}:{chosen.version} is a function, not a model: use Registry.pull",
+                f"{chosen.name}:{chosen.version} is a function, not a model: use Registry.pull "
+                f"(its archive: {_ARCHIVE_CALLS})",
                 found=chosen.kind,
             )
         return open_model(

@@ -40,8 +40,9 @@ class VariantInfo:
 
     ``kind`` is ``"function"`` (an Exported: ``Registry.pull``) or ``"model"`` (a
     ``jaxport.Model``: ``Registry.pull_model``). A model variant's ``fun_name`` and signatures
-    are empty, its ``platforms`` are those every method runs on and ``nr_devices`` the most any
-    method needs (as ``jaxport.inspect``); ``Registry.get`` fills in ``methods`` (each method's
+    are empty, its ``platforms`` are those every method runs on, ``nr_devices`` the most any
+    method needs, ``calling_convention_version`` the oldest and ``vjp_order`` the lowest any
+    method has (as ``jaxport.inspect``); ``Registry.get`` fills in ``methods`` (each method's
     signature) and ``tensors`` (path, shape, dtype, size in bytes, sha256 of each parameter),
     read from the archive's header; other queries leave them empty.
     """
@@ -112,13 +113,22 @@ class VariantInfo:
 
 @dataclasses.dataclass(frozen=True)
 class Ref:
-    """A version of a name: its variants, push-time ``metadata`` and creation time."""
+    """A version of a name: its variants, push-time ``metadata`` and creation time.
+
+    ``kind`` is its variants' (a version's variants are all functions or all models):
+    ``"function"`` or ``"model"``; it is not passed, but taken from ``variants``.
+    """
 
     name: str
     version: int
     variants: tuple[VariantInfo, ...]
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
     created_at: float = 0.0
+    kind: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        kind = self.variants[0].kind if self.variants else "function"
+        object.__setattr__(self, "kind", kind)
 
     @property
     def digests(self) -> tuple[str, ...]:

@@ -4,7 +4,9 @@ registry), ``pull`` and ``show`` of a model; the installed script in a subproces
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +16,7 @@ import pytest
 from test_cli import base_env, fits, run
 
 import jaxport
-from jaxport._cli_output import to_json
+from jaxport._cli_output import FUNCTION_ONLY, to_json
 
 METHODS = ("embed", "half", "logits")
 
@@ -84,6 +86,18 @@ def test_inspect_lists_methods_and_parameters_in_80_columns(env, model_file):
     assert "logits vjp 1" in text  # the modules, by method
 
 
+def test_what_a_model_leaves_out_of_its_json_is_empty(model_file, registry):
+    """The FUNCTION_ONLY fields of a model's ArchiveInfo and VariantInfo hold nothing."""
+    info = jaxport.inspect(model_file)
+    variant = registry.get(str(registry.push(model_file, "m"))).variants[0]
+    for data in (info, variant):
+        names = {f.name for f in dataclasses.fields(data)}
+        assert FUNCTION_ONLY & names
+        assert not [f for f in FUNCTION_ONLY & names if getattr(data, f)], data
+    known = {f.name for data in (info, variant) for f in dataclasses.fields(data)}
+    assert known >= FUNCTION_ONLY  # no name that is no field
+
+
 def _column(text, header):
     """The cells of the table column ``header``, folded lines joined by spaces."""
     lines = text.splitlines()
@@ -99,10 +113,21 @@ def _column(text, header):
     return " ".join(cells)
 
 
+#: What ``inspect --json`` of a model has (README, "The command line").
+MODEL_KEYS = {
+    "calling_convention_version", "custom_call_targets", "format_version", "header_length",
+    "header_sha256", "jax_version", "jaxlib_version", "jaxport_version", "kind", "metadata",
+    "methods", "modules", "nr_devices", "platforms", "sections", "tensors", "total_length",
+    "vjp_order",
+}  # fmt: skip
+
+
 def test_inspect_json_is_the_archive_info(env, model_file):
     doc = run(env, "inspect", str(model_file), "--json").json()
     assert doc == json.loads(json.dumps(to_json(jaxport.inspect(model_file))))
     assert doc["kind"] == "model"
+    assert set(doc) == MODEL_KEYS  # a function's keys left out
+    assert (doc["vjp_order"], doc["nr_devices"], doc["platforms"]) == (0, 1, ["cpu"])
     assert [m["name"] for m in doc["methods"]] == list(METHODS)
     logits = doc["methods"][2]
     assert logits["in_avals"][0]["shape"] == ["b", 4] and logits["vjp_order"] == 1
@@ -234,7 +259,7 @@ def test_run_refuses_what_is_no_model(env, tmp_path):
     jaxport.save(exp, fn)
     npz = _savez(tmp_path / "x.npz", np.zeros(4, np.float32))
     err = run(env, "run", str(fn), "apply", "-i", npz, code=1).err
-    assert err.startswith("RunError: ") and "function archive" in err
+    assert err == f"WrongKindError: {fn} is a function archive, not a model: use jaxport.load\n"
     for source, error in (
         (str(tmp_path / "missing.jaxport"), "FileNotFoundError"),
         ("missing.jaxport", "FileNotFoundError"),
@@ -304,8 +329,12 @@ def test_a_model_in_the_registry(reg_env, model_file, tmp_path):
     text = fits(run(env, "show", "lm").out, "method", "signature", "path", "dtype", "bytes")
     assert "model: embed, half, logits" in text and "(float32[b,4]) -> float32[b,3]" in text
     assert "['dense']['w']" in text and "100" in text
-    (variant,) = run(env, "show", "lm", "--json").json()["ref"]["variants"]
-    assert variant["kind"] == "model" and [m["name"] for m in variant["methods"]] == list(METHODS)
+    shown = run(env, "show", "lm", "--json").json()["ref"]
+    (variant,) = shown["variants"]
+    assert shown["kind"] == variant["kind"] == "model"
+    assert [m["name"] for m in variant["methods"]] == list(METHODS)
+    assert not {"fun_name", "in_signature", "out_signature"} & set(variant)
+    assert variant["vjp_order"] == 0 and variant["calling_convention_version"] >= 9
     assert [t["path"] for t in variant["tensors"]] == [
         "['dense']['b']",
         "['dense']['w']",
@@ -317,4 +346,45 @@ def test_a_model_in_the_registry(reg_env, model_file, tmp_path):
     jaxport.save(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4)), fn)
     run(env, "push", str(fn), "--name", "sin")
     wrong = run(env, "run", "sin", "apply", "-i", npz, "--json", code=1).error()
-    assert wrong["type"] == "WrongKindError" and "not a model" in wrong["message"]
+    assert wrong == {
+        "type": "WrongKindError",
+        "message": "sin:1 is a function, not a model: use Registry.pull (its archive: "
+        "`jaxport pull`)",
+    }
+
+    # ls and search: the kind in JSON, a model marked in the tables
+    listed = run(env, "ls", "--json").json()
+    assert [(r["name"], r["kind"]) for r in listed] == [("lm", "model"), ("sin", "function")]
+    found = run(env, "search", "--json").json()
+    assert [(v["name"], v["kind"]) for v in found] == [("lm", "model"), ("sin", "function")]
+    assert "fun_name" not in found[0] and found[1]["fun_name"] == "sin"
+    table = fits(run(env, "ls").out, "name", "version", "platforms", "devices", "created")
+    assert re.search(r"│ lm \(model\) +│ 1 ", table) and re.search(r"│ sin +│ 1 ", table)
+    table = fits(run(env, "search").out, "version", "platforms", "devices", "jax", "digest")
+    assert re.search(r"│ lm:1 \(model\) +│", table) and re.search(r"│ sin:1 +│", table)
+
+
+def test_no_line_ends_in_a_space_or_passes_80_columns(reg_env, model_file, tmp_path):
+    """inspect and show of a function and a model, ls and search: rich pads table cells and
+    titles to their width, which must not reach the output."""
+    fn = tmp_path / "poly.jaxport"
+    (b,) = jax.export.symbolic_shape("b")
+    exp = jax.export.export(jax.jit(lambda x: {"y": jnp.sin(x)}), platforms=("cpu", "tpu"))(
+        jax.ShapeDtypeStruct((b, 8), jnp.float32)
+    )
+    jaxport.save(exp, fn, vjp_order=1, metadata={"owner": "a-rather-long-team-name"})
+    run(reg_env, "push", str(fn), "--name", "a-function-with-a-long-name", "--meta", "k=v")
+    run(reg_env, "push", str(model_file), "--name", "a-model-with-a-long-name")
+    for args in (
+        ["inspect", str(fn)],
+        ["inspect", str(model_file)],
+        ["show", "a-function-with-a-long-name"],
+        ["show", "a-model-with-a-long-name"],
+        ["ls"],
+        ["search"],
+    ):
+        out = run(reg_env, *args).out
+        fits(out)
+        lines = out.splitlines()
+        assert len(lines) > 3, args
+        assert not [line for line in lines if line != line.rstrip()], (args, out)

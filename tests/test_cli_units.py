@@ -30,13 +30,26 @@ TRANSLATIONS = [
         "upgrade it with Registry(..., upgrade=True) or `jaxport db upgrade` (back it up first)",
         "upgrade it with `jaxport db upgrade` (back it up first)",
     ),
+    (
+        "lm:1 is a model: use Registry.pull_model or `jaxport run` (its archive: "
+        "Registry.pull_bytes or `jaxport pull`)",
+        "lm:1 is a model: use `jaxport run` (its archive: `jaxport pull`)",
+    ),
+    (
+        "sin:1 is a function, not a model: use Registry.pull (its archive: Registry.pull_bytes "
+        "or `jaxport pull`)",
+        "sin:1 is a function, not a model: use Registry.pull (its archive: `jaxport pull`)",
+    ),
+    (
+        "a model archive, not a function archive: use jaxport.load_model or `jaxport run`",
+        "a model archive, not a function archive: use `jaxport run`",
+    ),
 ]
 
 
 def test_every_cli_word_has_a_translation_test():
-    assert len(TRANSLATIONS) == len(CLI_WORDS)
-    for (pattern, _), (library, _) in zip(CLI_WORDS, TRANSLATIONS, strict=True):
-        assert pattern.search(library), pattern
+    for pattern, _ in CLI_WORDS:
+        assert any(pattern.search(library) for library, _ in TRANSLATIONS), pattern
 
 
 @pytest.mark.parametrize("library, cli", TRANSLATIONS)
@@ -46,6 +59,8 @@ def test_library_words_become_cli_words(library, cli):
 
 def test_words_inside_other_words_are_kept():
     assert cli_message("fun_name= and filename=x") == "fun_name= and filename=x"
+    # a Python call with no command after it stays: the CLI has no other way
+    assert cli_message("use jaxport.load or Registry.pull") == "use jaxport.load or Registry.pull"
 
 
 def test_error_documents():

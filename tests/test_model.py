@@ -194,9 +194,11 @@ def test_update_params_refuses_another_tree(
 
 
 def test_a_function_archive_is_not_a_model(model: jaxport.Model) -> None:
-    with pytest.raises(jaxport.CorruptArchiveError, match=r"read it with jaxport\.load$"):
+    with pytest.raises(jaxport.CorruptArchiveError, match=r"use jaxport\.load$"):
         jaxport.loads_model(jaxport.dumps(model.exported["embed"]))
-    with pytest.raises(jaxport.CorruptArchiveError, match=r"read it with jaxport\.load_model"):
+    with pytest.raises(
+        jaxport.CorruptArchiveError, match=r"use jaxport\.load_model or `jaxport run`$"
+    ):
         jaxport.loads(model.dumps())
 
 

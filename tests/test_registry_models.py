@@ -87,10 +87,12 @@ def test_round_trip_of_a_two_method_model(registry, model):
 def test_a_kind_pulled_as_the_other_names_the_call_to_use(registry, model):
     registry.push(model, "m")
     registry.push(jax.export.export(jax.jit(jnp.sin))(X), "f")
-    with pytest.raises(jaxport.WrongKindError, match="pull_model") as e:
+    with pytest.raises(jaxport.WrongKindError, match=r"Registry\.pull_model or `jaxport run`") as e:
         registry.pull("m")
-    assert e.value.found == "model"
-    with pytest.raises(jaxport.WrongKindError, match=r"Registry\.pull\b"):
+    assert e.value.found == "model" and "Registry.pull_bytes or `jaxport pull`" in str(e.value)
+    with pytest.raises(
+        jaxport.WrongKindError, match=r"use Registry\.pull \(its archive: .*`jaxport pull`\)"
+    ):
         registry.pull_model("f")
     with pytest.raises(jaxport.InvalidNameError, match="name="):
         registry.push(model)
@@ -100,6 +102,24 @@ def test_a_kind_pulled_as_the_other_names_the_call_to_use(registry, model):
         registry.push(model, "ex", examples=[((_x(),), {})])
     with pytest.raises(jaxport.InvalidNameError, match="methods \\['nope'\\]"):
         registry.push(model, "ex", examples={"nope": [((_x(),), {})]})
+
+
+def test_versions_and_variants_say_their_kind(registry, model):
+    """``list`` rows (``Ref.kind``) and ``search`` rows say function or model."""
+    registry.push(model, "m")
+    sines = [jax.export.export(jax.jit(jnp.sin), platforms=(p,))(X) for p in ("cpu", "tpu")]
+    registry.push(sines, "f")
+    refs = registry.list()
+    assert [(r.name, r.kind) for r in refs] == [("f", "function"), ("m", "model")]
+    assert [v.kind for r in refs for v in r.variants] == ["function", "function", "model"]
+    found = registry.search()
+    assert [(v.name, v.kind) for v in found] == [
+        ("m", "model"),
+        ("f", "function"),
+        ("f", "function"),
+    ]
+    assert [v.kind for v in registry.search(platform="tpu")] == ["function"]
+    assert registry.get("m").kind == "model" and registry.push(model, "m").kind == "model"
 
 
 def test_pull_bytes_gives_back_the_archive_byte_for_byte(registry, model, tmp_path):
