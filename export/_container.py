@@ -265,7 +265,7 @@ def check_padding(
         position = s.offset + s.length
 
 
-def compress_section(parts: Sequence[bytes]) -> tuple[list[bytes], Section]:
+def compress_section(parts: Sequence[bytes | memoryview]) -> tuple[list[bytes], Section]:
     """zstd-compresses ``parts`` as one frame with long-distance matching.
 
     Long-distance matching finds the constants that the primal and each VJP module repeat
@@ -299,7 +299,8 @@ class SectionReader:
     """Verifies and decompresses sections of one archive, on demand, with bounded output.
 
     A section's declared decompressed size is believed only up to ``max_compression_ratio``
-    times its stored size (or ``_limits.RATIO_FREE_BYTES``), checked when the reader is made.
+    times its stored size (or ``_limits.RATIO_FREE_BYTES``), and so is the total of all zstd
+    sections (``_limits.within_ratio``), checked when the reader is made.
     A section's digest is checked once, before its bytes reach the decompressor, and the
     decompressor never writes more than the declared size. A prefix of a section can be
     decompressed alone, so loading the primal module does not pay for the VJPs.
@@ -325,15 +326,28 @@ class SectionReader:
         self._decompressed: dict[int, bytes | bytearray] = {}
         for i, s in enumerate(sections):
             self._check_ratio(i, s, max_compression_ratio)
+        self._check_total_ratio(max_compression_ratio)
 
     def _check_ratio(self, index: int, s: Section, ratio: float) -> None:
-        believed = max(ratio * s.length, _limits.RATIO_FREE_BYTES)
-        if s.compression == fb.Compression.zstd and s.uncompressed_length > believed:
+        within = _limits.within_ratio(s.uncompressed_length, s.length, ratio)
+        if s.compression == fb.Compression.zstd and not within:
             raise CorruptArchiveError(
                 f"section {index} declares {s.uncompressed_length} bytes decompressed from "
                 f"{s.length} stored, a ratio over the limit of {ratio:g} (pass a larger "
                 "max_compression_ratio to read an archive known to be this compressible)",
                 offset=self._payload_start + s.offset,
+                path=self._path,
+            )
+
+    def _check_total_ratio(self, ratio: float) -> None:
+        zstd = [s for s in self._sections if s.compression == fb.Compression.zstd]
+        declared, stored = sum(s.uncompressed_length for s in zstd), sum(s.length for s in zstd)
+        if not _limits.within_ratio(declared, stored, ratio):
+            raise CorruptArchiveError(
+                f"{len(zstd)} zstd sections {_which(zstd, self._sections)}declare {declared} bytes "
+                f"decompressed from {stored} "
+                f"stored, a ratio over the limit of {ratio:g} (pass a larger "
+                "max_compression_ratio to read an archive known to be this compressible)",
                 path=self._path,
             )
 
@@ -425,6 +439,13 @@ class SectionReader:
                 path=self._path,
             )
         return data
+
+
+def _which(zstd: Sequence[Section], sections: Sequence[Section]) -> str:
+    """``(the modules and N tensors) `` where the first zstd section is the modules'."""
+    if len(zstd) > 1 and zstd[0] is sections[0]:
+        return f"(the modules and {len(zstd) - 1} tensors) "
+    return ""
 
 
 def _decompress_prefix(dctx: zstandard.ZstdDecompressor, stored: memoryview, end: int) -> bytearray:

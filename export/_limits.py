@@ -42,6 +42,7 @@ __all__ = [
     "charge",
     "charge_symbolic",
     "header_budget",
+    "within_ratio",
 ]
 
 #: Levels of a PyTreeDef, the root counting as one.
@@ -82,7 +83,8 @@ MAX_DEVICES = 2**20
 #: identity or mostly-zero constants reach 500-6,000x, zstd's ceiling is about 32,000x (all
 #: measured). Over it, ``loads(..., max_compression_ratio=...)`` opts in.
 MAX_COMPRESSION_RATIO = 1000
-#: Sections that decompress to at most this many bytes are believed at any ratio.
+#: Sections that decompress to at most this many bytes are believed at any ratio; the same
+#: allowance holds for all the zstd sections of an archive together (``within_ratio``).
 RATIO_FREE_BYTES = 16 * 2**20
 #: The work budget of a header, in bytes read: ``BUDGET_FACTOR * len(header) + BUDGET_SLACK``.
 BUDGET_FACTOR = 4
@@ -160,3 +162,11 @@ def charge_symbolic(nchars: int) -> None:
     budget = _CURRENT.get()
     if budget is not None:
         budget.charge_symbolic(nchars)
+
+
+def within_ratio(declared: int, stored: int, ratio: float = MAX_COMPRESSION_RATIO) -> bool:
+    """Whether ``declared`` decompressed bytes from ``stored`` compressed bytes are believed:
+    at most ``ratio`` times ``stored``, or ``RATIO_FREE_BYTES``. Applied to each section and to
+    all the zstd sections of an archive together, so no archive of N bytes makes a reader
+    allocate more than ``ratio * N + RATIO_FREE_BYTES`` bytes for decompressed sections."""
+    return declared <= max(ratio * stored, RATIO_FREE_BYTES)

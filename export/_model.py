@@ -330,11 +330,12 @@ class Model:
             self._metadata,
         )
 
-    def dump_chunks(self) -> list[bytes | memoryview]:
-        """The model archive as consecutive chunks (see ``dumps``)."""
-        return _model_archive.dump_model_chunks(self._contents())
+    def dump_chunks(self, *, compress: bool = False) -> list[bytes | memoryview]:
+        """The model archive as consecutive chunks (see ``dumps``); raw tensors are views of
+        the model's arrays, not copies."""
+        return _model_archive.dump_model_chunks(self._contents(compress))
 
-    def _contents(self) -> _model_archive.ModelContents:
+    def _contents(self, compress: bool) -> _model_archive.ModelContents:
         arrays = self._store.all_arrays()
         return _model_archive.ModelContents(
             self._params_tree,
@@ -343,18 +344,25 @@ class Model:
             self._vjp_orders,
             self._metadata,
             known_digests=self._store.known_digests(),
+            compress=compress,
         )
 
-    def dumps(self) -> bytes:
+    def dumps(self, *, compress: bool = False) -> bytes:
         """The model archive (format version 2, schema/FORMAT.md "Model archives").
 
-        The same model gives the same bytes. Raises:
+        ``compress``: zstd-compress each tensor's section where that saves at least an eighth
+        of its bytes (and stays within the ratio readers accept by default); such a tensor is
+        decompressed (a copy) when read, never memory-mapped. Off by default: raw tensors are
+        mapped without copying and saved without compressing.
+
+        The same model (and ``compress``) gives the same bytes. Raises:
             UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
         """
-        return b"".join(self.dump_chunks())
+        return b"".join(self.dump_chunks(compress=compress))
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes ``dumps()`` to ``path`` atomically (a temporary file renamed over it).
+    def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> None:
+        """Writes ``dumps(compress=compress)`` to ``path`` atomically (a temporary file renamed
+        over it).
 
         The tensors are written first; their digests are computed (in threads, one per core)
         while the disk writes them, then the header, which holds the digests, is written over
@@ -365,7 +373,7 @@ class Model:
             OSError: the directory is missing or not writable.
             UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
         """
-        chunks, head = _model_archive.model_chunks(self._contents())
+        chunks, head = _model_archive.model_chunks(self._contents(compress))
         atomic_write(path, chunks, head=head)
 
     def _check_method(self, name: str, exp: Any) -> None:

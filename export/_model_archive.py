@@ -2,8 +2,9 @@
 
 Layout (schema/FORMAT.md, "Model archives"): the preamble, the header padded with zero bytes to
 a multiple of 64 bytes from the start of the archive, section 0 (zstd: the StableHLO modules of
-every method and VJP order, one after the other), then one uncompressed section per parameter
-tensor, each starting at a multiple of 64 bytes after zero padding.
+every method and VJP order, one after the other), then one section per parameter tensor (its
+raw bytes, or a zstd frame where the writer chose to compress it), each starting at a multiple
+of 64 bytes after zero padding.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from jaxport.export._exported import (
     decode_exported,
     encode_exported,
 )
-from jaxport.export._versions import MODEL_FORMAT_VERSION
+from jaxport.export._tensor_payloads import TensorPayload, tensor_payloads
+from jaxport.export._versions import COMPRESSED_MODEL_FORMAT_VERSION, MODEL_FORMAT_VERSION
 from jaxport.schema import FILE_IDENTIFIER, fb
 
 __all__ = [
@@ -61,6 +63,8 @@ class ModelContents:
     metadata: Mapping[str, str]
     #: Per tensor, its sha256 (hex) where already verified (tensors read from an archive).
     known_digests: Sequence[str | None] = ()
+    #: zstd-compress tensor sections where it pays (``_tensor_payloads``); else all raw.
+    compress: bool = False
 
 
 def tensor_paths(params_tree: Any) -> list[str]:
@@ -99,11 +103,14 @@ def model_chunks(
     """
     names, chains, refs, module_chunks, module_section = _encode_modules(contents)
     datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
+    payloads = tensor_payloads(datas, compress=contents.compress, modules=module_section)
+    compressed = any(p.compression != fb.Compression.none for p in payloads)
+    version = COMPRESSED_MODEL_FORMAT_VERSION if compressed else MODEL_FORMAT_VERSION
 
     def encode(digests: Sequence[bytes]) -> tuple[bytes, list[_container.Section]]:
-        sections, infos = _place_tensors(module_section, datas, digests, contents)
+        sections, infos = _place_tensors(module_section, datas, payloads, digests, contents)
         header = _encode_header(contents, names, chains, refs, sections, infos)
-        return _container.encode_preamble(header, MODEL_FORMAT_VERSION) + header, sections
+        return _container.encode_preamble(header, version) + header, sections
 
     placeholder, sections = encode([bytes(32)] * len(datas))
 
@@ -114,9 +121,9 @@ def model_chunks(
 
     chunks: list[bytes | memoryview] = [placeholder, *module_chunks]
     position = module_section.length
-    for s, data in zip(sections[1:], datas, strict=True):
+    for s, payload in zip(sections[1:], payloads, strict=True):
         chunks.append(bytes(s.offset - position))
-        chunks.append(data)
+        chunks.extend(payload.chunks)
         position = s.offset + s.length
     return [c for c in chunks if len(c)], head
 
@@ -142,25 +149,26 @@ def _encode_modules(
 def _place_tensors(
     module_section: _container.Section,
     datas: Sequence[memoryview],
+    payloads: Sequence[TensorPayload],
     digests: Sequence[bytes],
     contents: ModelContents,
 ) -> tuple[list[_container.Section], list[_tensors.TensorInfo]]:
-    """Sections (the modules', then one per tensor, 64-byte aligned) and the tensors' infos."""
+    """Sections (the modules', then one per tensor, 64-byte aligned) and the tensors' infos
+    (``digests``: each tensor's sha256; a raw section's digest is its tensor's)."""
     paths = tensor_paths(contents.params_tree)
     sections, infos = [module_section], []
     position = module_section.length
-    for i, (data, digest) in enumerate(zip(datas, digests, strict=True)):
+    for i, (data, p, digest) in enumerate(zip(datas, payloads, digests, strict=True)):
         start = -(-position // _ALIGN) * _ALIGN  # the payload starts 64-byte aligned
-        sections.append(
-            _container.Section(start, len(data), fb.Compression.none, len(data), digest)
-        )
+        stored = p.stored_sha256 if p.stored_sha256 is not None else digest
+        sections.append(_container.Section(start, p.length, p.compression, len(data), stored))
         a = contents.arrays[i]
         infos.append(
             _tensors.TensorInfo(
                 paths[i], tuple(a.shape), a.dtype.name, len(data), digest.hex(), i + 1
             )
         )
-        position = start + len(data)
+        position = start + p.length
     return sections, infos
 
 
@@ -281,8 +289,9 @@ def read_model_header(
 
 
 def check_model_table(head: _archive.ArchiveHeader, model: fb.Model) -> None:
-    """The checks that come before a model's tables are read: a version-2 archive, no Exported
-    beside the model, at most MAX_METHODS methods and one tensor per section.
+    """The checks that come before a model's tables are read: a version-2 archive or later, no
+    Exported beside the model, at most MAX_METHODS methods, one tensor per section, and raw
+    tensor sections below version 3.
 
     Raises:
         CorruptArchiveError: any of them fails.
@@ -303,6 +312,14 @@ def check_model_table(head: _archive.ArchiveHeader, model: fb.Model) -> None:
             f"{model.TensorsLength()} tensors and {len(head.sections)} sections: each tensor "
             "has its own, after the modules'"
         )
+    version = head.preamble.format_version
+    if version < COMPRESSED_MODEL_FORMAT_VERSION:
+        for i, s in enumerate(head.sections[1:], 1):
+            if s.compression != fb.Compression.none:
+                raise CorruptArchiveError(
+                    f"section {i} is compressed: a version-{version} archive's tensor sections "
+                    f"are raw (compressed ones are version {COMPRESSED_MODEL_FORMAT_VERSION})"
+                )
 
 
 def _decode_tensors(
@@ -322,10 +339,8 @@ def _decode_tensors(
         if info.section == 0 or info.section in used:
             raise CorruptArchiveError(f"tensor {i}: section {info.section} is not its own")
         section = sections[info.section]
-        if section.compression != fb.Compression.none:
-            raise CorruptArchiveError(f"tensor {i}: its section is compressed")
-        if section.sha256.hex() != info.sha256:
-            raise CorruptArchiveError(f"tensor {i}: its digest is not its section's")
+        if section.compression == fb.Compression.none and section.sha256.hex() != info.sha256:
+            raise CorruptArchiveError(f"tensor {i}: its digest is not its raw section's")
         used.add(info.section)
         infos.append(info)
     return tuple(infos)

@@ -24,6 +24,7 @@ from jaxport.export._dtypes import numpy_dtype
 from jaxport.schema import fb
 
 __all__ = [
+    "THREADS",
     "TensorInfo",
     "array_from_bytes",
     "decode_tensor",
@@ -34,8 +35,9 @@ __all__ = [
     "tensor_digests",
 ]
 
-#: Threads that hash tensors: one per core (sha256 is CPU-bound; hashlib releases the GIL).
-_HASH_THREADS = max(2, min(32, os.cpu_count() or 1))
+#: Threads that hash (or compress) tensors: one per core (CPU-bound work; hashlib and
+#: zstandard release the GIL).
+THREADS = max(2, min(32, os.cpu_count() or 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +100,7 @@ def tensor_digests(datas: Sequence[memoryview], known: Sequence[str | None] = ()
     given = [bytes.fromhex(k) if k else None for k in known] + [None] * (len(datas) - len(known))
     todo = sorted((i for i, g in enumerate(given) if g is None), key=lambda i: -len(datas[i]))
     if todo:
-        with ThreadPoolExecutor(min(_HASH_THREADS, len(todo))) as pool:
+        with ThreadPoolExecutor(min(THREADS, len(todo))) as pool:
             for i, digest in zip(todo, pool.map(_sha256, [datas[i] for i in todo]), strict=True):
                 given[i] = digest
     return [g for g in given if g is not None]

@@ -332,6 +332,16 @@ def _sections_table(info: Any) -> Table:
     return sections
 
 
+def _stored(info: Any) -> str:
+    """How a model's tensors are stored: raw, or how many are zstd and their stored size."""
+    zstd = [t for t in info.tensors if info.sections[t.section].compression == "zstd"]
+    if not zstd:
+        return "all raw"
+    stored = sum(info.sections[t.section].length for t in zstd)
+    raw = sum(t.nbytes for t in zstd)
+    return f"{len(zstd)} tensor(s) zstd, {_size(raw)} in {_size(stored)}; the rest raw"
+
+
 def model_tables(info: Any) -> Group:
     """``inspect`` of a model archive: its facts, methods, parameters and modules (section
     offsets and digests: ``--json``)."""
@@ -341,6 +351,7 @@ def model_tables(info: Any) -> Group:
     for key, value in (
         ("methods", _join(m.name for m in info.methods)),
         ("parameters", f"{len(info.tensors)} tensor(s), {total:,} bytes" + _approx(total)),
+        ("stored", _stored(info)),
         (
             "modules",
             f"{_size(modules.length)} {modules.compression} ({_size(modules.uncompressed_length)})"

@@ -5,8 +5,10 @@ header and section 0 (the methods' modules), then one uncompressed section per t
 zero padding. The registry stores
 
 - the *skeleton*: bytes 0 to the end of section 0 (part 0), by its sha256;
-- each tensor's bytes (part i + 1 = tensor i), by ``TensorInfo.sha256``, so versions that share
-  a tensor share its blob: a version that changes one layer stores one new tensor blob;
+- each tensor's section (part i + 1 = tensor i), by its section's sha256 (for a raw section,
+  the tensor's own ``TensorInfo.sha256``; for a zstd one, the digest of the frame), so
+  versions that share a tensor share its blob: a version that changes one layer stores one
+  new tensor blob;
 
 and the parts of each variant in ``variant_parts``. The variant's digest stays the sha256 of
 the whole archive, which is the parts in order, each at its offset after zero padding
@@ -36,9 +38,11 @@ from jaxport.registry._blobs import (
     read_verified,
 )
 from jaxport.registry._models import VariantPart
+from jaxport.schema import fb
 
 if TYPE_CHECKING:
     from jaxport.export import ArchiveInfo, Model, TensorInfo
+    from jaxport.export._container import Section
 
 __all__ = [
     "FUNCTION",
@@ -156,12 +160,12 @@ def split_model(archive: ArchiveChunks, info: ArchiveInfo, path: str | None) -> 
     for i, t in enumerate(info.tensors):
         s = info.sections[t.section]
         offset = start + s.offset
-        if s.compression != "none" or s.sha256 != t.sha256 or offset < parts[-1].end:
+        if offset < parts[-1].end:
             raise UnsupportedFeatureError(
-                f"{where}: tensor {t.path} is not stored uncompressed after the one before: "
-                "the registry stores model archives as jaxport writes them"
+                f"{where}: tensor {t.path} is not stored after the one before: the registry "
+                "stores model archives as jaxport writes them"
             )
-        parts.append(Part(i + 1, t.sha256, offset, s.length))
+        parts.append(Part(i + 1, s.sha256, offset, s.length))  # the stored bytes' digest
     if parts[-1].end != archive.size:
         raise UnsupportedFeatureError(
             f"{where}: {archive.size - parts[-1].end} bytes after the last section"
@@ -281,29 +285,43 @@ def open_model(
     return _model_io.open_model(
         head,
         modules,
-        tensor_reader(blobs),
+        tensor_reader(blobs, head.sections, where),
         allow_custom_calls=allow_custom_calls,
         path=where,
     )
 
 
-def tensor_reader(blobs: BlobStore) -> Callable[[TensorInfo], bytes | memoryview]:
-    """Reads a tensor's blob (by its digest): memory-mapped from a local store, else fetched.
-    The bytes are not checked here: the model checks them against the digest when it uses them.
+def tensor_reader(
+    blobs: BlobStore, sections: Sequence[Section], where: str
+) -> Callable[[TensorInfo], bytes | memoryview]:
+    """Reads a tensor's blob (by its section's digest): memory-mapped from a local store, else
+    fetched. A raw tensor's bytes are not checked here: the model checks them against the
+    tensor's digest when it uses them. A zstd section is checked against its own digest, then
+    decompressed to exactly its declared size (within the default compression ratio).
 
-    The reader raises ``IntegrityError`` for a missing blob.
+    The reader raises ``IntegrityError`` for a missing blob or a zstd section that does not
+    match its digest, ``CorruptArchiveError`` for one that does not decompress as declared.
     """
+    from jaxport.export._container import SectionReader
 
     def read(info: TensorInfo) -> bytes | memoryview:
+        s = sections[info.section]
+        digest = s.sha256.hex()
         try:
             if isinstance(blobs, LocalBlobStore):
-                return _mapped(blobs.path(info.sha256))
-            return blobs.get(info.sha256)
+                data = _mapped(blobs.path(digest))
+            else:
+                data = blobs.get(digest)
         except FileNotFoundError:
             raise IntegrityError(
-                f"parameter {info.path}: blob {info.sha256} is missing from {blobs.url}",
-                expected=info.sha256,
+                f"parameter {info.path}: blob {digest} is missing from {blobs.url}",
+                expected=digest,
             ) from None
+        if s.compression == fb.Compression.none:
+            return data
+        alone = dataclasses.replace(s, offset=0)
+        reader = SectionReader(memoryview(data), [alone], payload_start=0, path=where)
+        return reader.read(0, 0, s.uncompressed_length)
 
     return read
 

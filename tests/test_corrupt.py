@@ -86,13 +86,13 @@ def test_jax_native_bytes_are_not_an_archive(archive):
         jaxport.loads(exp.serialize())
 
 
-@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, jaxport.MAX_SUPPORTED_FORMAT_VERSION + 1, 2**32 - 1])
 def test_unsupported_format_version(archive, version):
     data = archive[:8] + struct.pack("<I", version) + archive[12:]
     with pytest.raises(jaxport.UnsupportedVersionError) as e:
         jaxport.loads(data)
     assert e.value.found_version == version
-    assert e.value.supported == (1, 2)
+    assert e.value.supported == (1, 3)
     assert "archive format version" in str(e.value)
 
 

@@ -63,6 +63,22 @@ def test_golden_v2_model_is_read():
     assert grad.shape == x.shape
 
 
+def test_golden_v3_model_with_a_compressed_tensor_is_read():
+    import sys
+
+    sys.path.insert(0, str(GOLDEN))
+    from make_golden import golden_table
+
+    path = GOLDEN / "v3_model_compressed.jaxport"
+    info = jaxport.inspect(path)
+    assert (info.format_version, info.kind, info.metadata) == (3, "model", {"golden": "v3"})
+    compression = {t.path: info.sections[t.section].compression for t in info.tensors}
+    assert compression == {"['offset']": "none", "['table']": "zstd"}
+    model = jaxport.load_model(path)
+    np.testing.assert_array_equal(model.tensor("['table']"), golden_table())
+    np.testing.assert_array_equal(model.lookup(np.array([0, 5, 63], np.int32)), [7, 12, 70])
+
+
 def test_every_released_version_has_a_golden_archive():
     versions = range(jaxport.MIN_SUPPORTED_FORMAT_VERSION, jaxport.MAX_SUPPORTED_FORMAT_VERSION + 1)
     for v in versions:

@@ -79,6 +79,27 @@ def write_v2() -> None:
     _write(GOLDEN / "v2_model_two_methods.jaxport", model.save)
 
 
+def golden_table() -> np.ndarray:
+    """The v3 golden model's compressed tensor: i32[64, 64], each row its index (16 KiB)."""
+    return np.repeat(np.arange(64, dtype=np.int32), 64).reshape(64, 64)
+
+
+def golden_lookup(p, i):
+    """i: i32[n] -> i32[n] (p["table"][i, 0] + p["offset"])."""
+    return p["table"][i, 0] + p["offset"]
+
+
+def write_v3() -> None:
+    model = jaxport.Model(
+        {"table": golden_table(), "offset": np.int32(7)},
+        {"lookup": golden_lookup},
+        {"lookup": [jax.ShapeDtypeStruct((3,), jnp.int32)]},
+        platforms=("cpu", "cuda", "tpu"),
+        metadata={"golden": "v3"},
+    )
+    _write(GOLDEN / "v3_model_compressed.jaxport", lambda out: model.save(out, compress=True))
+
+
 def _write(out: Path, save: object) -> None:
     if out.exists():
         print(f"kept {out}")
@@ -90,6 +111,7 @@ def _write(out: Path, save: object) -> None:
 def main() -> None:
     write_v1()
     write_v2()
+    write_v3()
 
 
 if __name__ == "__main__":

@@ -83,16 +83,45 @@ def test_the_builder_writes_what_the_writer_writes() -> None:
     assert _build(model) == model.dumps()
 
 
-def test_compressed_tensor_sections_are_refused_before_decompression() -> None:
-    """Tensors declaring 4 MiB each in 160-byte zstd frames (8 of 16 MiB: 134 MB allocated
-    by ``params``, before)."""
-    params = {"a": np.zeros(2**20, np.float32), "b": np.zeros(2**20, np.float32)}
-    model = jaxport.Model(params, lambda p, x: x + p["a"][:4], [jax.ShapeDtypeStruct((4,), F32)])
-    bomb = zstandard.ZstdCompressor().compress(bytes(4 * 2**20))
-    data = _build(model, payloads=[(bomb, fb.Compression.zstd, 4 * 2**20)] * 2)
-    assert len(data) < 64 * 2**10
-    with pytest.raises(jaxport.CorruptArchiveError, match="its section is compressed"):
-        jaxport.loads_model(data)
+def test_compressed_tensors_are_believed_only_within_the_archive_ratio() -> None:
+    """32 tensors declaring 4 MiB each in 160-byte zstd frames: 128 MiB from a 12 KB archive,
+    each section within the per-section allowance (16 MiB), refused by the archive's total
+    (``_limits.within_ratio``) before anything is decompressed; 2 such tensors are believed."""
+    params = {f"t{i:02d}": np.zeros(2**20, np.float32) for i in range(32)}
+    model = jaxport.Model(params, lambda p, x: x + p["t00"][:4], [jax.ShapeDtypeStruct((4,), F32)])
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(4 * 2**20))
+    bomb = _build(model, payloads=[(frame, fb.Compression.zstd, 4 * 2**20)] * 32, version=3)
+    assert len(bomb) < 64 * 2**10
+    total = r"33 zstd sections \(the modules and 32 tensors\) declare"
+    with pytest.raises(jaxport.CorruptArchiveError, match=total):
+        jaxport.loads_model(bomb)
+    loaded = jaxport.loads_model(bomb, max_compression_ratio=1e6)  # the reader's opt-in
+    np.testing.assert_array_equal(loaded.tensor("['t31']"), params["t31"])
+
+    two = {"a": np.zeros(2**20, np.float32), "b": np.zeros(2**20, np.float32)}
+    small = jaxport.Model(two, lambda p, x: x + p["a"][:4], [jax.ShapeDtypeStruct((4,), F32)])
+    data = _build(small, payloads=[(frame, fb.Compression.zstd, 4 * 2**20)] * 2, version=3)
+    jax.tree.map(np.testing.assert_array_equal, jaxport.loads_model(data).params, two)
+    as_v2 = _build(small, payloads=[(frame, fb.Compression.zstd, 4 * 2**20)] * 2)
+    for read in (jaxport.loads_model, jaxport.inspect):
+        with pytest.raises(jaxport.CorruptArchiveError, match="version-2 archive's tensor"):
+            read(as_v2)
+
+
+def test_a_compressed_tensor_is_checked_against_its_own_digest_after_decompression() -> None:
+    """A frame whose section digest is valid but whose bytes are not the tensor's."""
+    model = _model()
+    b, w = (bytes(_tensors.tensor_bytes(model._store.array(i))) for i in range(2))
+    other = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(len(w)))
+    data = _build(
+        model,
+        payloads=[(b, fb.Compression.none, len(b)), (other, fb.Compression.zstd, len(w))],
+        version=3,
+    )
+    loaded = jaxport.loads_model(data)
+    np.testing.assert_array_equal(loaded.tensor("['b']"), np.zeros(3, np.float32))
+    with pytest.raises(jaxport.IntegrityError, match=r"parameter \['w'\] digest mismatch"):
+        loaded.tensor("['w']")
 
 
 def test_an_archive_with_an_exported_and_a_model_is_refused_by_every_reader(
