@@ -49,6 +49,7 @@ __all__ = [
     "check_section_count",
     "check_sections",
     "compress_section",
+    "compress_tensor",
     "decode_preamble",
     "encode_preamble",
     "section_start",
@@ -265,6 +266,10 @@ def check_padding(
         position = s.offset + s.length
 
 
+#: The largest zstd window of a tensor section (16 MiB), see ``compress_tensor``.
+_TENSOR_WINDOW_LOG = 24
+
+
 def compress_section(parts: Sequence[bytes | memoryview]) -> tuple[list[bytes], Section]:
     """zstd-compresses ``parts`` as one frame with long-distance matching.
 
@@ -286,6 +291,34 @@ def compress_section(parts: Sequence[bytes | memoryview]) -> tuple[list[bytes], 
         digest.update(c)
     stored = sum(len(c) for c in chunks)
     return chunks, Section(0, stored, fb.Compression.zstd, total, digest.digest())
+
+
+def compress_tensor(data: memoryview, at_most: float = 1.0) -> tuple[list[bytes], Section] | None:
+    """One zstd frame of a tensor's bytes (level 3, content size written), streamed in 4 MiB
+    pieces; None as soon as the frame grows past ``at_most`` times the bytes read so far (and
+    1 MiB, the output's lag): an incompressible tensor costs no frame of its size. The window
+    is at most ``2**_TENSOR_WINDOW_LOG``: a tensor repeats little at long range, and a window
+    the size of a large tensor would cost the writer that much memory per thread. Returns the
+    frame's chunks and its Section (``offset`` 0)."""
+    window_log = min(_TENSOR_WINDOW_LOG, max(10, math.ceil(math.log2(max(len(data), 1)))))
+    params = zstandard.ZstdCompressionParameters.from_level(
+        3, window_log=window_log, write_content_size=True
+    )
+    compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=len(data))
+    piece, produced, chunks = 4 * 2**20, 0, []
+    for i in range(0, len(data), piece):
+        chunk = compressor.compress(data[i : i + piece])
+        produced += len(chunk)
+        if produced > at_most * (i + piece) + 2**20:
+            return None
+        if chunk:
+            chunks.append(chunk)
+    chunks.append(compressor.flush())
+    digest = hashlib.sha256()
+    for c in chunks:
+        digest.update(c)
+    stored = sum(len(c) for c in chunks)
+    return chunks, Section(0, stored, fb.Compression.zstd, len(data), digest.digest())
 
 
 def _level_for(total: int) -> int:
@@ -425,7 +458,9 @@ class SectionReader:
         data: bytes | bytearray
         try:
             if end == s.uncompressed_length:
-                data = dctx.decompress(stored, max_output_size=s.uncompressed_length)
+                data = dctx.decompress(  # one frame, nothing after it (no polyglots)
+                    stored, max_output_size=s.uncompressed_length, allow_extra_data=False
+                )
             else:
                 data = _decompress_prefix(dctx, stored, end)
         except zstandard.ZstdError as e:

@@ -330,12 +330,16 @@ class Model:
             self._metadata,
         )
 
-    def dump_chunks(self, *, compress: bool = False) -> list[bytes | memoryview]:
+    def dump_chunks(
+        self, *, compress: bool = False, rehash: bool = False
+    ) -> list[bytes | memoryview]:
         """The model archive as consecutive chunks (see ``dumps``); raw tensors are views of
-        the model's arrays, not copies."""
-        return _model_archive.dump_model_chunks(self._contents(compress))
+        the model's arrays, not copies. ``rehash``: hash every tensor, even one checked against
+        its digest when it was read (a registry push does: the name it stores a blob under
+        must match the bytes whatever became of the source since)."""
+        return _model_archive.dump_model_chunks(self._contents(compress, rehash=rehash))
 
-    def _contents(self, compress: bool) -> _model_archive.ModelContents:
+    def _contents(self, compress: bool, *, rehash: bool = False) -> _model_archive.ModelContents:
         arrays = self._store.all_arrays()
         return _model_archive.ModelContents(
             self._params_tree,
@@ -343,12 +347,13 @@ class Model:
             self._exported,
             self._vjp_orders,
             self._metadata,
-            known_digests=self._store.known_digests(),
+            known_digests=() if rehash else self._store.known_digests(),
             compress=compress,
         )
 
     def dumps(self, *, compress: bool = False) -> bytes:
-        """The model archive (format version 2, schema/FORMAT.md "Model archives").
+        """The model archive (format version 2, or 3 with a compressed tensor; schema/FORMAT.md,
+        "Model archives").
 
         ``compress``: zstd-compress each tensor's section where that saves at least an eighth
         of its bytes (and stays within the ratio readers accept by default); such a tensor is

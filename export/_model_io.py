@@ -70,6 +70,7 @@ def loads_model(
         allow_custom_calls=allow_custom_calls,
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         path=path,
+        digests_hold=view.readonly,  # a bytearray may change after a tensor is verified
     )
 
 
@@ -81,10 +82,13 @@ def open_model(
     allow_custom_calls: Iterable[str] = (),
     allow_unsupported_calling_convention: bool = False,
     path: str | None = None,
+    digests_hold: bool = True,
 ) -> Model:
     """A ``Model`` from a checked header, its modules' reader and a reader of tensor bytes
     (``read_tensor``: the bytes of a tensor, checked by the caller of nothing; the model checks
-    each against its digest). Raises: see ``loads_model``."""
+    each against its digest). ``digests_hold``: the bytes cannot change once read (immutable
+    bytes, a read-only map), so a save may take a verified tensor's digest without hashing it
+    again. Raises: see ``loads_model``."""
     header = _model_archive.read_model_header(
         head,
         modules,
@@ -92,7 +96,9 @@ def open_model(
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         path=path,
     )
-    store = TensorStore(header.tensors, [None] * len(header.tensors), read_tensor, path)
+    store = TensorStore(
+        header.tensors, [None] * len(header.tensors), read_tensor, path, digests_hold=digests_hold
+    )
     return Model._of_store(
         header.params_tree, store, header.exported, header.vjp_orders, header.metadata
     )

@@ -6,6 +6,10 @@ section is kept only where it is at most 7/8 of the raw bytes and within the com
 every reader accepts by default, for the section and for all the archive's zstd sections
 together (``_limits.within_ratio``): a writer never makes an archive that a default reader
 refuses, so a large all-zero tensor stays raw.
+
+Memory: the frames kept are held until they are written (at most 7/8 of the tensors they
+hold), plus one compressor (about 16 MiB of window and its tables) per thread; a frame that
+stops paying is dropped as soon as it grows past 7/8 of what it has read.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ __all__ = ["MIN_COMPRESSED_BYTES", "TensorPayload", "tensor_payloads"]
 
 #: Tensors smaller than this are stored raw: a frame's overhead would eat the gain.
 MIN_COMPRESSED_BYTES = 4096
+#: At most this many tensors are compressed at once (each compressor holds a window of up to
+#: 16 MiB and its tables).
+_COMPRESS_THREADS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +55,7 @@ def tensor_payloads(
     counts toward the archive's total ratio."""
     if not compress:
         return [_raw(d) for d in datas]
-    with ThreadPoolExecutor(THREADS) as pool:
+    with ThreadPoolExecutor(min(THREADS, _COMPRESS_THREADS)) as pool:
         candidates = list(pool.map(_candidate, datas))
     declared, stored = modules.uncompressed_length, modules.length
     payloads = []
@@ -70,7 +77,10 @@ def _candidate(data: memoryview) -> TensorPayload | None:
     """``data`` as one zstd frame, if that saves an eighth and stays within the ratio."""
     if len(data) < MIN_COMPRESSED_BYTES:
         return None
-    chunks, section = _container.compress_section([data])
+    frame = _container.compress_tensor(data, at_most=7 / 8)
+    if frame is None:
+        return None
+    chunks, section = frame
     if section.length > len(data) * 7 // 8 or not _limits.within_ratio(len(data), section.length):
         return None
     return TensorPayload(chunks, fb.Compression.zstd, section.sha256)

@@ -32,12 +32,17 @@ class TensorStore:
         arrays: Sequence[np.ndarray[Any, Any] | None],
         read: Callable[[TensorInfo], bytes | memoryview] | None = None,
         path: str | None = None,
+        *,
+        digests_hold: bool = True,
     ):
         self._infos = tuple(infos) if infos is not None else None
-        # Per tensor, its sha256 where it is (or will be, when read) checked against it.
         self._arrays = list(arrays)
+        # Per tensor, the digest its bytes were (or will be) checked against, where those bytes
+        # cannot change afterwards (``digests_hold``: not a caller's writable buffer).
         self._known: list[str | None] = (
-            [i.sha256 for i in self._infos] if self._infos is not None else [None] * len(arrays)
+            [i.sha256 for i in self._infos]
+            if self._infos is not None and digests_hold
+            else [None] * len(arrays)
         )
         self._read = read
         self._path = path

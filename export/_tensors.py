@@ -176,6 +176,7 @@ def array_from_bytes(
             found=found,
             path=path,
         )
-    array = np.frombuffer(data, dtype=np.dtype(numpy_dtype(info.dtype))).reshape(info.shape)
-    array.flags.writeable = False  # verified bytes stay as verified (a bytearray is writable)
-    return array
+    # Over a read-only view: the array's WRITEABLE flag cannot be set back (a bytearray is
+    # writable), so nothing writes to verified bytes through it.
+    readonly = memoryview(data).toreadonly()
+    return np.frombuffer(readonly, dtype=np.dtype(numpy_dtype(info.dtype))).reshape(info.shape)

@@ -216,6 +216,11 @@ def _pushed(result: Any) -> str:
     show_default=True,
     help="jaxport: the archive as stored; jax: jax-native Exported.serialize() bytes.",
 )
+@click.option(
+    "--method",
+    help="A model's method: write it alone as a function archive (its first argument is "
+    "the parameter tree).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @json_option
 @pass_ctx
@@ -226,6 +231,7 @@ def pull(
     devices: int | None,
     output: str | None,
     fmt: str,
+    method: str | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -241,26 +247,48 @@ def pull(
         check_output(Path(output), force=force)
     with ctx.registry() as reg:
         chosen = _resolve(reg, reference, platform, devices)
-        if fmt == "jax" and chosen.kind == "model":
+        if fmt == "jax" and chosen.kind == "model" and method is None:
             from jaxport._errors import WrongKindError
 
             raise WrongKindError(
                 f"{chosen.name}:{chosen.version} is a model: jax has no format for it; "
-                "leave out --format jax",
+                "leave out --format jax, or pull one method with --method",
                 found="model",
             )
-        target = output or _default_output(chosen, fmt)
+        target = output or _default_output(chosen, fmt, method)
         if output is None:
             check_output(Path(target), force=force)
-        data = reg.read_blob(chosen.digest)
-    if fmt == "jax":
+        if method is not None:
+            data = _method_archive(reg, chosen, method, fmt)
+        elif chosen.kind == "model" and target != STDOUT:
+            reg.pull_file(f"sha256:{chosen.digest}", target)  # one part at a time
+            _emit(as_json, _pulled_facts(target, chosen.size_bytes, fmt, chosen), _pulled)
+            return
+        else:
+            data = reg.read_blob(chosen.digest)
+    if fmt == "jax" and method is None:
         from jaxport import loads
 
         data = bytes(loads(data).serialize(vjp_order=chosen.vjp_order))
     write_output(target, data)
     if target != STDOUT:
-        pulled = {"path": target, "bytes": len(data), "format": fmt, "variant": chosen}
-        _emit(as_json, pulled, _pulled)
+        _emit(as_json, _pulled_facts(target, len(data), fmt, chosen), _pulled)
+
+
+def _pulled_facts(target: str, size: int, fmt: str, chosen: Any) -> dict[str, Any]:
+    return {"path": target, "bytes": size, "format": fmt, "variant": chosen}
+
+
+def _method_archive(reg: Any, chosen: Any, method: str, fmt: str) -> bytes:
+    """One method of a model variant as a function archive (jaxport, or jax-native bytes),
+    with the VJP orders the model stored for it."""
+    from jaxport import dumps
+
+    exported = reg.pull(f"sha256:{chosen.digest}", method=method)
+    vjp_order = next((m.vjp_order for m in chosen.methods if m.name == method), 0)
+    if fmt == "jax":
+        return bytes(exported.serialize(vjp_order=vjp_order))
+    return bytes(dumps(exported, vjp_order=vjp_order))
 
 
 def _resolve(reg: Any, reference: str, platform: str | None, devices: int | None) -> Any:
@@ -280,9 +308,11 @@ def _pulled(p: dict[str, Any]) -> str:
     return f"wrote {p['path']} ({size}): {v.name}:{v.version} {v.short_digest}"
 
 
-def _default_output(chosen: Any, fmt: str) -> str:
-    """``NAME-VERSION.jaxport`` (``.jaxexport`` for jax-native bytes), in the current directory."""
-    return f"{chosen.name}-{chosen.version}{'.jaxexport' if fmt == 'jax' else '.jaxport'}"
+def _default_output(chosen: Any, fmt: str, method: str | None = None) -> str:
+    """``NAME-VERSION[-METHOD].jaxport`` (``.jaxexport`` for jax-native bytes), in the current
+    directory."""
+    stem = f"{chosen.name}-{chosen.version}" + (f"-{method}" if method else "")
+    return stem + (".jaxexport" if fmt == "jax" else ".jaxport")
 
 
 @main.command("ls")

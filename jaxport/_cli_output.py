@@ -42,6 +42,7 @@ CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bforce=True\b"), "--force"),
     (re.compile(r"\bname=(?=\W|$)"), "--name"),
     (re.compile(r"\bblobs=(?=\W|$)"), "--blobs"),
+    (re.compile(r"\bmethod=(?=\W|$)"), "--method"),
     (re.compile(r"\b(?:Registry|jaxport)(?:\.\w+)*(?:\([^()]*\))? or (?=`jaxport )"), ""),
 )
 #: Fields of ``ArchiveInfo`` and ``VariantInfo`` that describe one exported function: empty in

@@ -34,16 +34,18 @@ def atomic_write(
 
     Raises:
         OSError: the directory is missing or not writable, or ``target`` is a directory.
+        ValueError: ``head()`` gave more bytes than the chunks (a caller's mistake).
     """
     path = Path(target)
     fd, tmp = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+            written = sum(f.write(chunk) for chunk in chunks)
             if head is not None:
                 f.flush()
                 first = _while_flushing(f.fileno(), head)
+                if len(first) > written:
+                    raise ValueError(f"a head of {len(first)} bytes over {written} written")
                 f.seek(0)
                 f.write(first)
             f.flush()

@@ -1,8 +1,8 @@
 """Model archives in parts: each tensor is a blob of its own, the rest one *skeleton* blob.
 
 A model archive (``jaxport.Model``, schema/FORMAT.md "Model archives") is the preamble, the
-header and section 0 (the methods' modules), then one uncompressed section per tensor, each after
-zero padding. The registry stores
+header and section 0 (the methods' modules), then one section per tensor (raw or zstd), each
+after zero padding. The registry stores
 
 - the *skeleton*: bytes 0 to the end of section 0 (part 0), by its sha256;
 - each tensor's section (part i + 1 = tensor i), by its section's sha256 (for a raw section,
@@ -141,8 +141,8 @@ def split_model(archive: ArchiveChunks, info: ArchiveInfo, path: str | None) -> 
 
     Raises:
         UnsupportedFeatureError: the archive is not laid out as jaxport writes model archives
-            (a compressed tensor, sections out of order, a section no tensor owns, bytes after
-            the last section): its parts would not give its bytes back.
+            (sections out of order, a section no tensor owns, bytes after the last section):
+            its parts would not give its bytes back.
     """
     from jaxport.export._container import PREAMBLE_LENGTH
 

@@ -317,7 +317,7 @@ def _prepare(source: Source, vjp_order: int) -> _Item:
     if isinstance(source, bytes | bytearray | memoryview):
         return _from_bytes(bytes(source), None)
     if isinstance(source, JaxportModel):
-        return _model_item(ArchiveChunks(source.dump_chunks()), source, None)
+        return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
 

@@ -51,16 +51,28 @@ class Pulls:
         self._queries = queries
 
     def exported(
-        self, reference: str, chosen: VariantInfo, allow_custom_calls: Sequence[str]
+        self,
+        reference: str,
+        chosen: VariantInfo,
+        allow_custom_calls: Sequence[str],
+        method: str | None = None,
     ) -> Exported:
         """``Registry.pull``."""
         from jaxport.export import loads
 
-        if chosen.kind == MODEL:
+        where = f"{chosen.name}:{chosen.version}"
+        if chosen.kind == MODEL and method is None:
             raise WrongKindError(
-                f"{chosen.name}:{chosen.version} is a model: use Registry.pull_model or "
-                f"`jaxport run` (its archive: {_ARCHIVE_CALLS})",
+                f"{where} is a model: use Registry.pull_model or `jaxport run`, or pull one "
+                f"method with method= (its archive: {_ARCHIVE_CALLS})",
                 found=MODEL,
+            )
+        if chosen.kind == MODEL:
+            return self.method(chosen, method or "", allow_custom_calls)
+        if method is not None:
+            raise WrongKindError(
+                f"{where} is a function, not a model: it has no method {method!r}",
+                found=chosen.kind,
             )
         data = self.archive_bytes(reference, chosen)
         exported: Exported = loads(data, **_custom_calls(allow_custom_calls))
@@ -81,6 +93,19 @@ class Pulls:
             where=f"{chosen.name}:{chosen.version}",
             allow_custom_calls=allow_custom_calls,
         )
+
+    def method(
+        self, chosen: VariantInfo, method: str, allow_custom_calls: Sequence[str]
+    ) -> Exported:
+        """One method of a model variant (its skeleton read; no tensor)."""
+        model = self.model(chosen, allow_custom_calls)
+        if method not in model.exported:
+            raise NotFoundError(
+                f"{chosen.name}:{chosen.version} has no method {method!r}: it has "
+                f"{', '.join(model.exported)}"
+            )
+        exported: Exported = model.exported[method]
+        return exported
 
     def archive_bytes(self, reference: str, chosen: VariantInfo) -> bytes:
         """The archive of ``chosen``, verified (a model's put together from its parts)."""

@@ -137,13 +137,16 @@ class Registry:
         apart by content), or a path to either. A jaxport archive is validated in full (a
         model's every method, VJP order and tensor digest) and stored verbatim (its digest is
         the file's sha256; ``pull_bytes`` gives the same bytes back). A model archive is stored
-        in parts: each tensor is a blob of its own, shared by every version that holds the
-        same bytes, so a version that changes one layer stores one new tensor;
-        jax-native bytes are converted once, keeping every VJP order they carry; an Exported
-        is written with ``jaxport.dumps(exp, vjp_order=vjp_order)``. Pushing the same archives
-        (and examples) again returns the existing version and rewrites any of its blobs that
-        is missing or corrupt. A failed push leaves the registry as it was and consumes no
-        version number; ``gc`` running beside it never deletes a blob it needs.
+        in parts: each tensor's section (raw, or zstd as ``Model.save(compress=True)`` wrote
+        it) is a blob of its own, shared by every version that holds the same bytes, so a
+        version that changes one layer stores one new tensor; a ``jaxport.Model`` is stored
+        raw, each tensor hashed and written from the model's own array (the archive is never
+        joined in memory); jax-native bytes are converted once, keeping every VJP order they
+        carry; an Exported is written with ``jaxport.dumps(exp, vjp_order=vjp_order)``.
+        Pushing the same archives (and examples) again returns the existing version and
+        rewrites any of its blobs that is missing or corrupt. A failed push leaves the
+        registry as it was and consumes no version number; ``gc`` running beside it never
+        deletes a blob it needs.
 
         Args:
             source: what to store (see above), or a list of them (one per platform or
@@ -286,19 +289,26 @@ class Registry:
         platform: Any = _LOCAL,
         nr_devices: int | None = None,
         allow_custom_calls: Sequence[str] = (),
+        method: str | None = None,
     ) -> Exported:
         """The ``jax.export.Exported`` that ``resolve`` chooses, digest verified.
 
+        ``method`` names one method of a model variant: its ``Exported``, which takes the
+        parameter tree as its first argument (``method(params, *args)``); only the model's
+        skeleton is read (``pull_model(...).exported[method]``), no tensor.
+
         Raises:
             NotFoundError: nothing matches; the message lists the versions, platforms and
-                device counts that exist.
-            WrongKindError: the variant is a model: use ``pull_model``.
+                device counts that exist; or the model has no such ``method`` (the message
+                lists its methods).
+            WrongKindError: the variant is a model and no ``method`` is given (use
+                ``pull_model``), or a function and one is.
             IntegrityError: the blob is missing or does not match its digest; nothing is
                 returned.
             (and see ``resolve`` and ``jaxport.loads``)
         """
         chosen = self._chosen(reference, version, platform, nr_devices)
-        return self._pulls.exported(reference, chosen, allow_custom_calls)
+        return self._pulls.exported(reference, chosen, allow_custom_calls, method)
 
     def pull_model(
         self,

@@ -116,3 +116,27 @@ def test_arrays_in_memory_are_hashed_at_every_save(tmp_path: Path) -> None:
     m.save(tmp_path / "2.jaxport")
     saved = jaxport.load_model(tmp_path / "2.jaxport")
     jax.tree.map(np.testing.assert_array_equal, saved.params, m.params)  # digests hold
+
+
+def test_tensors_read_from_a_writable_buffer_are_hashed_again(
+    model: jaxport.Model, tmp_path: Path
+) -> None:
+    """A bytearray may change after a tensor was verified: its digest is not reused, and the
+    array over it cannot be made writable."""
+    buf = bytearray(model.dumps())
+    loaded = jaxport.loads_model(buf)
+    w = loaded.tensor("['big'][0]")
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        w.flags.writeable = True
+    assert loaded._store.known_digests() == [None] * len(loaded.tensors)
+    start = bytes(buf).find(params()["big"][0].tobytes())
+    buf[start] ^= 0xFF  # the caller reuses its buffer
+    loaded.save(tmp_path / "m.jaxport")
+    saved = jaxport.load_model(tmp_path / "m.jaxport").tensor("['big'][0]")
+    np.testing.assert_array_equal(saved, w)  # the bytes as they are now, with their digest
+
+
+def test_atomic_write_refuses_a_head_longer_than_the_chunks(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="head of 10 bytes over 2 written"):
+        atomic_write(tmp_path / "f", [b"xx"], head=lambda: b"HEADLONGER")
+    assert list(tmp_path.iterdir()) == []

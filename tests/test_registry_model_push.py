@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -50,3 +51,23 @@ def test_push_of_a_pulled_model_stores_nothing_new(registry: Registry) -> None:
     assert (again.version, again.created) == (first.version, False)
     other = registry.push(registry.pull_model("big"), "copy")
     assert other.variants[0].digest == first.variants[0].digest
+
+
+def test_push_hashes_what_it_stores_even_if_the_source_changed(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A model mapped from a file that someone rewrites in place after its tensors were
+    verified: the push names each blob by the bytes it writes, so the store stays intact."""
+    model = jaxport.Model(_params(), _apply, [X])
+    model.save(tmp_path / "m.jaxport")
+    loaded = jaxport.load_model(tmp_path / "m.jaxport")
+    loaded.params  # noqa: B018  (every tensor verified, views of the map)
+    data = (tmp_path / "m.jaxport").read_bytes()
+    with (tmp_path / "m.jaxport").open("r+b") as f:  # in place: the map shows it
+        f.seek(data.find(_params()["w1"].tobytes()))
+        f.write(b"\x00\x00\x80\x7f")
+    registry.push(loaded, "changed")
+    report = registry.verify()
+    assert (report.missing, report.corrupt, report.problems) == ((), (), ())
+    pulled = registry.pull_model("changed").tensor("['w1']")
+    np.testing.assert_array_equal(pulled, loaded.tensor("['w1']"))

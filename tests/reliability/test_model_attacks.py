@@ -108,6 +108,20 @@ def test_compressed_tensors_are_believed_only_within_the_archive_ratio() -> None
             read(as_v2)
 
 
+def test_bytes_after_a_tensor_frame_are_refused() -> None:
+    """A section is exactly one zstd frame: junk, a skippable frame or a second frame after
+    it would make a polyglot file."""
+    model = _model()
+    b, w = (bytes(_tensors.tensor_bytes(model._store.array(i))) for i in range(2))
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(w)
+    skippable = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"junk"
+    for extra in (b"junk", skippable, frame):
+        payloads = [(b, fb.Compression.none, len(b)), (frame + extra, fb.Compression.zstd, len(w))]
+        loaded = jaxport.loads_model(_build(model, payloads=payloads, version=3))
+        with pytest.raises(jaxport.CorruptArchiveError, match="does not decompress"):
+            loaded.tensor("['w']")
+
+
 def test_a_compressed_tensor_is_checked_against_its_own_digest_after_decompression() -> None:
     """A frame whose section digest is valid but whose bytes are not the tensor's."""
     model = _model()
