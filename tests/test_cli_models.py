@@ -388,3 +388,31 @@ def test_no_line_ends_in_a_space_or_passes_80_columns(reg_env, model_file, tmp_p
         lines = out.splitlines()
         assert len(lines) > 3, args
         assert not [line for line in lines if line != line.rstrip()], (args, out)
+
+
+def test_pull_of_one_method(reg_env, model_file, tmp_path):
+    """``pull --method`` writes one method as a function archive: ``method(params, *args)``,
+    with the VJP orders the model stored for it."""
+    env = reg_env
+    run(env, "push", str(model_file), "--name", "lm")
+    work = tmp_path / "work"
+    work.mkdir()
+    pulled = run(env, "pull", "lm", "--method", "logits", "--json", cwd=work).json()
+    assert pulled["path"] == "lm-1-logits.jaxport" and pulled["format"] == "jaxport"
+    exported = jaxport.load(work / "lm-1-logits.jaxport")
+    model = jaxport.load_model(model_file)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(exported.call(model.params, x), model.logits(x), rtol=1e-6)
+    run(env, "pull", "lm", "--method", "embed", "--format", "jax", cwd=work)
+    native = jax.export.deserialize(bytearray((work / "lm-1-embed.jaxexport").read_bytes()))
+    assert native.in_avals == model.exported["embed"].in_avals
+
+    unknown = run(env, "pull", "lm", "--method", "nope", "--json", code=1, cwd=work).error()
+    assert unknown["type"] == "NotFoundError" and "embed, half, logits" in unknown["message"]
+    fn = tmp_path / "sin.jaxport"
+    jaxport.save(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4)), fn)
+    run(env, "push", str(fn), "--name", "sin")
+    wrong = run(env, "pull", "sin", "--method", "apply", code=1, cwd=work).err
+    assert wrong.startswith("WrongKindError: ") and "no method 'apply'" in wrong
+    whole = run(env, "pull", "lm", "--format", "jax", code=1, cwd=work).err
+    assert "pull one method with --method" in whole

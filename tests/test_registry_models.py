@@ -317,3 +317,17 @@ def test_a_deep_verify_reads_a_model_in_full_in_the_worker(registry, model):
     registry.blobs.put(model.tensors[0].sha256, bytes(model.tensors[0].nbytes), replace=True)
     report = registry.verify(deep=True)
     assert [(p.state, p.used_by) for p in report.problems] == [("corrupt", ("lm:1",))]
+
+
+def test_pull_of_one_method(registry: Registry, model: jaxport.Model) -> None:
+    registry.push(model, "m")
+    first = registry.pull("m", method="first")  # the skeleton only: no tensor read
+    x = _x()
+    np.testing.assert_allclose(first.call(model.params, x), model.first(x), rtol=1e-6)
+    with pytest.raises(jaxport.NotFoundError, match="has no method 'nope': it has first, full"):
+        registry.pull("m", method="nope")
+    with pytest.raises(jaxport.WrongKindError, match="pull one method with method="):
+        registry.pull("m")
+    registry.push(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(3)), "sin")
+    with pytest.raises(jaxport.WrongKindError, match="no method 'first'"):
+        registry.pull("sin", method="first")
