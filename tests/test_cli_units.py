@@ -31,9 +31,10 @@ TRANSLATIONS = [
         "upgrade it with `jaxport db upgrade` (back it up first)",
     ),
     (
-        "lm:1 is a model: use Registry.pull_model or `jaxport run` (its archive: "
-        "Registry.pull_bytes or `jaxport pull`)",
-        "lm:1 is a model: use `jaxport run` (its archive: `jaxport pull`)",
+        "lm:1 is a model: use Registry.pull_model or `jaxport run`, or pull one method with "
+        "method= (its archive: Registry.pull_bytes or `jaxport pull`)",
+        "lm:1 is a model: use `jaxport run`, or pull one method with --method (its archive: "
+        "`jaxport pull`)",
     ),
     (
         "sin:1 is a function, not a model: use Registry.pull (its archive: Registry.pull_bytes "
