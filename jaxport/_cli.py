@@ -206,7 +206,8 @@ def _pushed(result: Any) -> str:
     "-o",
     "--output",
     help="File to write; '-' writes the bytes to stdout. Default: NAME-VERSION.jaxport "
-    "(.jaxexport with --format jax) in the current directory.",
+    "(NAME-VERSION-METHOD with --method; .jaxexport with --format jax) in the current "
+    "directory.",
 )
 @click.option(
     "--format",
