@@ -59,11 +59,12 @@ class TensorStore:
         return len(self._arrays)
 
     def infos(self, paths: Sequence[str]) -> tuple[TensorInfo, ...]:
-        """Each tensor's info (the digests of in-memory arrays are computed now)."""
+        """Each tensor's info (the digests of in-memory arrays are computed now, but for those
+        ``known_digests`` holds)."""
         if self._infos is None:
             arrays = [a for a in self._arrays if a is not None]
             datas = [_tensors.tensor_bytes(a) for a in arrays]
-            digests = _tensors.tensor_digests(datas)
+            digests = _tensors.tensor_digests(datas, self._known)
             self._infos = tuple(
                 TensorInfo(p, tuple(a.shape), a.dtype.name, len(d), digest.hex(), i + 1)
                 for i, (p, a, d, digest) in enumerate(
