@@ -78,14 +78,16 @@ def _load_model(data: bytes) -> None:
     _ = model.params, model.tensors, model.exported
 
 
-def real_model_archive() -> bytes:
-    """A small model archive: two methods (one with a VJP), four tensors, no custom call."""
+def real_model_archive(*, compress: bool = False) -> bytes:
+    """A small model archive: two methods (one with a VJP), five tensors, no custom call;
+    ``compress``: the 8 KiB tensor ``t`` is a zstd frame (format version 3)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     params = {"w": np.ones((4, 3), np.float32), "b": np.zeros(3, np.float32), "s": np.int8(2)}
     params["e"] = np.arange(6, dtype=np.float32).reshape(3, 2)
+    params["t"] = np.repeat(np.arange(8, dtype=np.float32), 256)
     model = jaxport.Model(
         params,
         {"f": lambda p, x: x @ p["w"] + p["b"], "g": lambda p, i: p["e"][i] * p["s"]},
@@ -95,7 +97,7 @@ def real_model_archive() -> bytes:
         },
         vjp_order={"f": 1, "g": 0},
     )
-    return model.dumps()
+    return model.dumps(compress=compress)
 
 
 def _load_all(data: bytes) -> None:

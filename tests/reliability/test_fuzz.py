@@ -77,16 +77,17 @@ def test_mutated_real_archives(real: list[bytes], data: st.DataObject) -> None:
     _assert_only_jaxport_errors(mutate(src, src.choice(real)))
 
 
-@pytest.fixture(scope="module")
-def real_model() -> bytes:
-    return real_model_archive()
+@pytest.fixture(scope="module", params=[False, True], ids=["raw", "compressed"])
+def real_model(request: pytest.FixtureRequest) -> bytes:
+    return real_model_archive(compress=request.param)
 
 
 @_SETTINGS
 @given(data=st.data())
 def test_mutated_model_archives(real_model: bytes, data: st.DataObject) -> None:
-    """Byte mutations of a real model archive, every digest (tensors' too) recomputed: only
-    ``JaxportError`` escapes ``loads_model``, reading every tensor, and ``inspect``."""
+    """Byte mutations of a real model archive (raw, and with a zstd tensor), every digest
+    (tensors' too) recomputed: only ``JaxportError`` escapes ``loads_model``, reading every
+    tensor, and ``inspect``."""
     raw = check_model_archive(mutate(HypothesisSource(data), real_model))
     if raw is not None:
         raise AssertionError(f"{type(raw).__name__} escaped the model reader") from raw
