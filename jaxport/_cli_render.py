@@ -339,7 +339,8 @@ def _stored(info: Any) -> str:
         return "all raw"
     stored = sum(info.sections[t.section].length for t in zstd)
     raw = sum(t.nbytes for t in zstd)
-    return f"{len(zstd)} tensor(s) zstd, {_size(raw)} in {_size(stored)}; the rest raw"
+    rest = "" if len(zstd) == len(info.tensors) else "; the rest raw"
+    return f"{len(zstd)} tensor(s) zstd, {_size(raw)} in {_size(stored)}{rest}"
 
 
 def model_tables(info: Any) -> Group:
