@@ -279,18 +279,16 @@ def compress_section(parts: Sequence[bytes | memoryview]) -> tuple[list[bytes], 
     (``offset`` 0, for the caller to place).
     """
     total = sum(len(p) for p in parts)
-    window_log = min(_MAX_WINDOW_LOG, max(10, math.ceil(math.log2(max(total, 1)))))
     params = zstandard.ZstdCompressionParameters.from_level(
-        _level_for(total), window_log=window_log, enable_ldm=True, write_content_size=True
+        _level_for(total),
+        window_log=_window_log(total, _MAX_WINDOW_LOG),
+        enable_ldm=True,
+        write_content_size=True,
     )
     compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=total)
     chunks = [c for c in (compressor.compress(p) for p in parts) if c]
     chunks.append(compressor.flush())
-    digest = hashlib.sha256()
-    for c in chunks:
-        digest.update(c)
-    stored = sum(len(c) for c in chunks)
-    return chunks, Section(0, stored, fb.Compression.zstd, total, digest.digest())
+    return chunks, _frame_section(chunks, total)
 
 
 def compress_tensor(data: memoryview, at_most: float = 1.0) -> tuple[list[bytes], Section] | None:
@@ -300,9 +298,8 @@ def compress_tensor(data: memoryview, at_most: float = 1.0) -> tuple[list[bytes]
     is at most ``2**_TENSOR_WINDOW_LOG``: a tensor repeats little at long range, and a window
     the size of a large tensor would cost the writer that much memory per thread. Returns the
     frame's chunks and its Section (``offset`` 0)."""
-    window_log = min(_TENSOR_WINDOW_LOG, max(10, math.ceil(math.log2(max(len(data), 1)))))
     params = zstandard.ZstdCompressionParameters.from_level(
-        3, window_log=window_log, write_content_size=True
+        3, window_log=_window_log(len(data), _TENSOR_WINDOW_LOG), write_content_size=True
     )
     compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=len(data))
     piece, produced, chunks = 4 * 2**20, 0, []
@@ -314,11 +311,22 @@ def compress_tensor(data: memoryview, at_most: float = 1.0) -> tuple[list[bytes]
         if chunk:
             chunks.append(chunk)
     chunks.append(compressor.flush())
+    return chunks, _frame_section(chunks, len(data))
+
+
+def _window_log(total: int, most: int) -> int:
+    """The zstd window for ``total`` input bytes: their next power of two, within 2^10..2^most."""
+    return min(most, max(10, math.ceil(math.log2(max(total, 1)))))
+
+
+def _frame_section(chunks: Sequence[bytes], total: int) -> Section:
+    """The Section (``offset`` 0) of a zstd frame stored as ``chunks``, ``total`` bytes
+    decompressed: its stored length and the sha256 of the stored bytes."""
     digest = hashlib.sha256()
     for c in chunks:
         digest.update(c)
     stored = sum(len(c) for c in chunks)
-    return chunks, Section(0, stored, fb.Compression.zstd, len(data), digest.digest())
+    return Section(0, stored, fb.Compression.zstd, total, digest.digest())
 
 
 def _level_for(total: int) -> int:

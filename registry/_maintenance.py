@@ -258,28 +258,29 @@ def _model_archives(conn: Connection) -> dict[str, tuple[list[Part], int, set[st
 def _users(conn: Connection) -> dict[str, set[str]]:
     """digest -> the ``name:version`` (and ``name:version examples``) that need it: the blob of
     a function archive, the parts of a model archive (whose own digest is no blob)."""
+    queries = (
+        (
+            select(Variant.digest, Model.name, Version.version)
+            .join(Version, Variant.version_id == Version.id)
+            .where(Variant.kind == FUNCTION),
+            "",
+        ),
+        (
+            select(VariantPart.digest, Model.name, Version.version)
+            .join(Variant, Variant.id == VariantPart.variant_id)
+            .join(Version, Variant.version_id == Version.id),
+            "",
+        ),
+        (
+            select(VersionExamples.digest, Model.name, Version.version).join(
+                Version, VersionExamples.version_id == Version.id
+            ),
+            " examples",
+        ),
+    )
     users: dict[str, set[str]] = defaultdict(set)
-    rows = conn.execute(
-        select(Variant.digest, Model.name, Version.version)
-        .join(Version, Variant.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
-        .where(Variant.kind == FUNCTION)
-    )
-    for digest, name, version in rows:
-        users[digest].add(f"{name}:{version}")
-    rows = conn.execute(
-        select(VariantPart.digest, Model.name, Version.version)
-        .join(Variant, Variant.id == VariantPart.variant_id)
-        .join(Version, Variant.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
-    )
-    for digest, name, version in rows:
-        users[digest].add(f"{name}:{version}")
-    rows = conn.execute(
-        select(VersionExamples.digest, Model.name, Version.version)
-        .join(Version, VersionExamples.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
-    )
-    for digest, name, version in rows:
-        users[digest].add(f"{name}:{version} examples")
+    for query, suffix in queries:
+        rows = conn.execute(query.join(Model, Model.id == Version.model_id))
+        for digest, name, version in rows:
+            users[digest].add(f"{name}:{version}{suffix}")
     return users
