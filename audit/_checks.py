@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jaxport._errors import JaxportError, UnsupportedVersionError
+from jaxport._errors import JaxportError, UnsafeModuleError, UnsupportedVersionError
 from jaxport.audit._examples import (
     NO_DIFFERENCE,
     Comparison,
@@ -74,7 +74,7 @@ def audit_archive(data: bytes, *, platform: str, examples: bytes | None = None) 
     try:
         status, reason = _audit(data, platform, examples, checks)
     except Exception as e:  # an audit reports failures; it does not raise them
-        status, reason = "error", f"{type(e).__name__}: {e}"
+        status, reason = _failed(e)
     return AuditResult(status, reason, checks, time.perf_counter() - start)
 
 
@@ -100,8 +100,14 @@ def check_archive(data: bytes) -> AuditResult:
                 exp = exp.vjp()
         status, reason = "ok", "every module reads, and matches the header"
     except Exception as e:  # a check reports failures; it does not raise them
-        status, reason = "error", f"{type(e).__name__}: {e}"
+        status, reason = _failed(e)
     return AuditResult(status, reason, checks, time.perf_counter() - start)
+
+
+def _failed(e: Exception) -> tuple[str, str]:
+    """The status and reason of an exception: ``crash`` where the module sandbox's worker died
+    or hung on a module (``UnsafeModuleError``), else ``error``."""
+    return ("crash" if isinstance(e, UnsafeModuleError) else "error"), f"{type(e).__name__}: {e}"
 
 
 def _audit(
@@ -127,7 +133,7 @@ def _audit(
     except UnsupportedVersionError as e:
         return "incompatible", str(e)
     except JaxportError as e:
-        return "error", f"{type(e).__name__}: {e}"
+        return _failed(e)
     try:
         with _on(platform):
             _compile(exp, platform, checks)
@@ -171,7 +177,7 @@ def _audit_model(
     except UnsupportedVersionError as e:
         return "incompatible", str(e)
     except JaxportError as e:
-        return "error", f"{type(e).__name__}: {e}"
+        return _failed(e)
     checks["tensors"] = f"{len(model.tensors)} read, every sha256 checked"
     for name, exp in model.exported.items():
         try:

@@ -3,8 +3,9 @@ of the caller.
 
 The parent (``run_audits``) writes each archive (and golden examples) to a private temporary
 directory and starts ``PYTHON -P -m jaxport.audit._worker --memory-limit BYTES``, which sets its own
-address-space limit (``RLIMIT_AS``) before it imports jax; no registry URL and no credentials
-are in its environment or on its command line. The
+address-space limit (``RLIMIT_AS``) before it imports jax. Its environment is an allow-list
+(``jaxport._environ.worker_environment``: what an interpreter and jax need), so no registry URL,
+token, password or cloud credential reaches it, nor its command line. The
 protocol is JSON lines:
 
 - worker -> parent, once: ``{"jax_version": ..., "jaxlib_version": ...}``
@@ -31,16 +32,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from jaxport._environ import worker_environment
 from jaxport._errors import AuditError, JaxportError, NotFoundError
 from jaxport.audit._report import AuditResult
 
-__all__ = ["DEFAULT_MEMORY_LIMIT", "AuditJob", "Environment", "run_audits"]
+__all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_MEMORY_LIMIT", "AuditJob", "Environment", "run_audits"]
 
 #: The address-space limit of a worker, in bytes (jax on CPU needs about 4 GiB of it).
 DEFAULT_MEMORY_LIMIT = 16 << 30
 _START_TIMEOUT = 120.0
-#: Variables not passed to a worker: where a registry is, and how to reach it.
-_PRIVATE_ENV = ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "PGPASSWORD", "JAXPORT_TEST_POSTGRES_URL")
+#: Seconds one audit or deep-verify job may take before its worker is killed (``crash``): a
+#: module that hangs jaxlib's parser is already stopped by the module sandbox sooner.
+DEFAULT_JOB_TIMEOUT = 120.0
 
 
 #: Archive or examples bytes, or a function that reads them when the job runs (so that only
@@ -70,7 +73,7 @@ def run_audits(
     jobs: Sequence[AuditJob],
     *,
     python: str | os.PathLike[str] | None = None,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_JOB_TIMEOUT,
     memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
 ) -> tuple[Environment, list[AuditResult]]:
     """Audits ``jobs`` in worker processes of ``python`` (default: this interpreter).
@@ -157,7 +160,7 @@ class _Worker:
     def __init__(self, exe: str, tmp: Path, memory_limit: int | None):
         self._exe = exe
         self._stderr = (tmp / f"stderr-{time.monotonic_ns()}").open("w+b")
-        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+        env = worker_environment()  # an allow-list: no registry URL, token or credentials
         limit = [] if memory_limit is None else ["--memory-limit", str(int(memory_limit))]
         self._proc = subprocess.Popen(
             [exe, "-P", "-m", "jaxport.audit._worker", *limit],

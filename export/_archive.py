@@ -5,21 +5,22 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport._files import read_regular
 from jaxport._io import atomic_write
 from jaxport._version import __version__
-from jaxport.export import _compat, _container, _custom_calls, _fb, _modules
+from jaxport.export import _compat, _container, _custom_calls, _fb, _modules, _vetting
 from jaxport.export._avals import AvalTables
 from jaxport.export._exported import (
     check_calling_convention_version,
     decode_exported,
     encode_exported,
 )
+from jaxport.export._verdicts import VerdictCache
 from jaxport.export._versions import FUNCTION_FORMAT_VERSION
 from jaxport.schema import FILE_IDENTIFIER, fb
 
@@ -270,6 +271,8 @@ def loads(
     allow_custom_calls: Iterable[str] = (),
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
     path: str | None = None,
+    trusted: bool = False,
+    verdicts: VerdictCache | None = None,
 ) -> Exported:
     """Deserializes a jaxport archive into a ``jax.export.Exported``.
 
@@ -291,6 +294,15 @@ def loads(
             section (above 16 MiB) that is believed (default 1000, schema/FORMAT.md, "Limits");
             raise it for an archive known to hold very repetitive constants.
         path: the file the bytes came from, for error messages.
+        trusted: the archive is your own: its modules are not parsed in the module sandbox
+            first, and MLIR text modules are accepted. Never for archives from others.
+        verdicts: where the sandbox's verdicts are looked up and kept (default: the local
+            cache, ``$JAXPORT_CACHE``; a registry passes its own).
+
+    Every module is MLIR bytecode, parsed first in a sandbox worker process
+    (``jaxport.export.Sandbox``: jaxlib alone, an address-space and a time limit) and checked
+    against the header (custom calls, ``main``'s signature, devices) before jax may parse it
+    in this process; verdicts are cached by (module sha256, jaxlib version).
 
     Raises:
         CorruptArchiveError: the bytes are not a well-formed archive (truncated, wrong magic,
@@ -304,13 +316,15 @@ def loads(
         UnsafeArchiveError: a module (the primal; a VJP when ``.vjp()`` reads it) calls a host
             callback, or a custom-call target neither stable nor in ``allow_custom_calls``; any
             module's target listed in the header already refuses the archive at load.
-        CorruptArchiveError: also when a module's custom-call targets differ from those the
-            header lists for it, or MLIR cannot parse a module it has to look into.
+        CorruptArchiveError: also when a module is MLIR text (unless ``trusted``), MLIR cannot
+            read it, or its custom-call targets or ``main`` differ from what the header says.
+        UnsafeModuleError: the sandbox's worker crashed or hung on a module (it is never
+            parsed in this process).
         TypeError: ``allow_custom_calls`` is a single string, or holds something else than str.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"loads expects bytes, got {type(data).__name__}")
-    allowed = _custom_calls.allowed_targets(allow_custom_calls)
+    policy = _vetting.module_policy(allow_custom_calls, trusted=trusted, verdicts=verdicts)
     view = memoryview(data).cast("B")
     head = read_header(view, len(view), path=path)
     reader = _container.SectionReader(
@@ -330,7 +344,7 @@ def loads(
             )
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
-        read_module = checked_module_reader(reader, table, allowed, path)
+        read_module = checked_module_reader(reader, table, policy, path)
         exported: Exported = decode_exported(
             table,
             read_module,
@@ -344,13 +358,16 @@ def loads(
 def checked_module_reader(
     reader: _container.SectionReader,
     table: fb.Exported,
-    allowed: frozenset[str],
+    policy: _vetting.ModulePolicy,
     path: str | None,
-) -> Callable[[_modules.ModuleRef], bytes]:
-    """Reads a module's bytes for ``decode_exported``, once its custom calls pass.
+    *,
+    method: str | None = None,
+) -> Callable[[_modules.ModuleRef, Mapping[str, Any]], bytes]:
+    """Reads a module's bytes for ``decode_exported``, once they pass ``_vetting.vet_module``.
 
     When the primal module is read, the targets the header lists for every module are checked
-    (an early refusal); each module read is then checked against its own bytes.
+    (an early refusal, before any module is parsed); each module read is then vetted: parsed
+    in the sandbox and checked against the header's targets and its level's signature.
     """
     refs = {
         order: _modules.decode_module(module)
@@ -359,16 +376,15 @@ def checked_module_reader(
     }
     orders = {ref: order for order, ref in sorted(refs.items(), reverse=True)}
 
-    def read_module(ref: _modules.ModuleRef) -> bytes:
+    def read_module(ref: _modules.ModuleRef, fields: Mapping[str, Any]) -> bytes:
         order = orders.get(ref, 0)
         if order == 0:
             for o, r in refs.items():
-                _custom_calls.check_allowed(r.custom_call_targets, allowed, vjp_order=o, path=path)
+                _custom_calls.check_allowed(
+                    r.custom_call_targets, policy.allowed, vjp_order=o, path=path
+                )
         data = reader.read(ref.section, ref.offset, ref.length)
-        (found,) = _modules.custom_call_targets([data], path=path)
-        _custom_calls.check_module_targets(
-            found, ref.custom_call_targets, allowed, vjp_order=order, path=path
-        )
+        _vetting.vet_module(data, ref, fields, policy, order=order, method=method, path=path)
         return data
 
     return read_module
@@ -407,19 +423,25 @@ def load(
     allow_unsupported_calling_convention: bool = False,
     allow_custom_calls: Iterable[str] = (),
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
+    trusted: bool = False,
+    verdicts: VerdictCache | None = None,
 ) -> Exported:
     """Reads the archive at ``path``; see ``loads`` for the arguments, checks and errors.
 
     Raises:
         OSError: the file cannot be read.
-        CorruptArchiveError, IntegrityError, UnsupportedVersionError, UnsupportedFeatureError,
-            UnsafeArchiveError, TypeError: see ``loads``; their message names the file.
+        CorruptArchiveError: also a path that is not a regular file (a FIFO, a device), or one
+            over 64 GiB, refused before anything is read.
+        IntegrityError, UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError,
+            TypeError: see ``loads``; their message names the file.
     """
-    data = Path(path).read_bytes()
+    data = read_regular(path, CorruptArchiveError)
     return loads(
         data,
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         allow_custom_calls=allow_custom_calls,
         max_compression_ratio=max_compression_ratio,
         path=str(path),
+        trusted=trusted,
+        verdicts=verdicts,
     )

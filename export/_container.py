@@ -475,6 +475,14 @@ class SectionReader:
             raise CorruptArchiveError(
                 f"section {index} does not decompress: {e}", offset=where, path=self._path
             ) from None
+        except MemoryError:  # within the ratio bound, but more than this process may allocate
+            raise CorruptArchiveError(
+                f"section {index} declares {s.uncompressed_length} bytes decompressed from "
+                f"{s.length}, more than this process can allocate (the default bound is "
+                f"{_limits.MAX_COMPRESSION_RATIO:g}x: max_compression_ratio lowers it)",
+                offset=where,
+                path=self._path,
+            ) from None
         if len(data) < end:
             raise CorruptArchiveError(
                 f"section {index} decompresses to {len(data)} bytes, fewer than {end} declared",

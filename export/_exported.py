@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flatbuffers
@@ -22,9 +22,9 @@ from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError, Unsupp
 from jaxport.export import _avals, _compat, _fb, _limits, _modules, _pytrees, _shardings
 from jaxport.schema import fb
 
-__all__ = ["decode_exported", "encode_exported"]
+__all__ = ["DecodeCache", "decode_exported", "encode_exported"]
 
-ModuleReader = Callable[[_modules.ModuleRef], bytes]
+ModuleReader = Callable[[_modules.ModuleRef, Mapping[str, Any]], bytes]
 
 
 def encode_exported(
@@ -106,6 +106,24 @@ def _check_writable(exp: Any, avals: _avals.AvalTables) -> None:
     avals.add_symbolic_chars(_avals.check_symbolic(all_avals, constraints))
 
 
+@dataclasses.dataclass
+class DecodeCache:
+    """What ``decode_exported`` decoded in one header, by table position, to decode once.
+
+    FlatBuffers lets many offsets point at one table: a model's methods share the parameters'
+    aval tables (the writer does this), and a hostile header may point every method, or every
+    VJP chain, at one large ``Exported``. Decoding each table once makes a header's read cost
+    linear in its size whatever it shares (schema/FORMAT.md, "Reading").
+
+    Attributes:
+        avals: decoded static, mesh-free avals (``_avals.AvalDecoder``'s ``shared``).
+        levels: decoded VJP levels (every field but the module bytes), by table position.
+    """
+
+    avals: dict[int, Any] = dataclasses.field(default_factory=dict)
+    levels: dict[int, _Level] = dataclasses.field(default_factory=dict)
+
+
 def decode_exported(
     table: fb.Exported,
     read_module: ModuleReader,
@@ -113,18 +131,25 @@ def decode_exported(
     check_calling_convention: bool = True,
     vjp_order: int | None = None,
     check_module: Callable[[_modules.ModuleRef], None] | None = None,
+    cache: DecodeCache | None = None,
 ) -> Any:
     """The ``Exported`` of the ``fb.Exported`` chain that starts at ``table``.
 
     Every VJP order is decoded and checked now, within the header's work budget
     (``_limits.Budget``); only the VJPs' module bytes are read later, when ``.vjp()`` asks.
+    A table already in ``cache`` (a level another chain of the same header shares) is not
+    decoded again.
 
     Args:
         table: the primal's table; its ``vjp`` field leads to the VJP of each order.
-        read_module: the bytes of a module.
+        read_module: the bytes of a module, given its record and the other decoded fields of
+            its level (so that a reader can check the module against them).
         check_calling_convention: refuse a calling convention the running jax cannot run.
         vjp_order: the VJP orders the archive declares; the chain must have exactly these.
         check_module: checks a module's range now (it is read later for the VJPs).
+        cache: the decoded tables of the same header, shared by every ``decode_exported`` of
+            it with the same ``check_calling_convention`` and ``check_module`` (default: one
+            for this chain alone).
 
     Raises:
         CorruptArchiveError: a malformed table, or a VJP chain of another length than
@@ -139,11 +164,15 @@ def decode_exported(
             raise CorruptArchiveError(
                 f"the archive declares vjp_order {vjp_order} and holds {len(tables) - 1}"
             )
-        shared: dict[int, Any] = {}
+        cache = cache if cache is not None else DecodeCache()
         levels = []
         for order, t in enumerate(tables):
-            with _fb.translating_read_errors(where=_level_name(order)):
-                levels.append(_decode_level(t, shared, check_calling_convention, check_module))
+            level = cache.levels.get(t._tab.Pos)
+            if level is None:
+                with _fb.translating_read_errors(where=_level_name(order)):
+                    level = _decode_level(t, cache.avals, check_calling_convention, check_module)
+                cache.levels[t._tab.Pos] = level
+            levels.append(level)
     return _link(levels, read_module)
 
 
@@ -233,7 +262,7 @@ def _link(levels: list[_Level], read_module: ModuleReader) -> Any:
 
             built[order] = _compat.make_exported(
                 **level.fields,
-                mlir_module_serialized=read_module(level.module),
+                mlir_module_serialized=read_module(level.module, level.fields),
                 _get_vjp=get_vjp,
             )
         return built[order]

@@ -8,18 +8,41 @@ Both libraries are optional extras (``pip install jaxport[safetensors]``,
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import stat
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport.export import _limits
 
-__all__ = ["nest_keys", "params_from_orbax", "params_from_safetensors"]
+__all__ = [
+    "MAX_JSON_NESTING",
+    "MAX_KEY_CHARS",
+    "MAX_KEY_PARTS",
+    "MAX_ORBAX_METADATA",
+    "MAX_SAFETENSORS_HEADER",
+    "check_key",
+    "nest_keys",
+    "params_from_orbax",
+    "params_from_safetensors",
+]
 
 #: What separates the levels of a nested key in a safetensors file ("layers.0.kernel").
 KEY_SEPARATOR = "."
+#: Parts of one nested key (safetensors' ``"a.b.c"``, an Orbax tree's key path): a key of
+#: ``n`` parts nests ``n + 1`` levels of parameters, inside a method's ``in_tree``
+#: ``((params, *args), {})`` two more, which may hold ``_limits.MAX_PYTREE_DEPTH`` levels.
+MAX_KEY_PARTS = _limits.MAX_PYTREE_DEPTH - 3
+#: Characters of one safetensors key (real ones hold tens: ``model.layers.31.mlp.up.weight``).
+MAX_KEY_CHARS = 1024
+#: Bytes of a safetensors file's JSON header that are read: the same as an archive's header.
+MAX_SAFETENSORS_HEADER = 64 * 2**20
 
 
 def params_from_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -28,22 +51,82 @@ def params_from_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
     Each tensor keeps its shape and dtype (``bfloat16`` and the other ml_dtypes included); its
     bytes are read into memory. The file's ``__metadata__`` is not returned.
 
+    Nothing is read before the header's declared length is checked against the file and
+    ``MAX_SAFETENSORS_HEADER``; the safetensors library then parses the header and checks
+    every tensor's offsets against the file and its shape and dtype (so no tensor allocates
+    more than the file holds), and the keys are checked before any tensor is read.
+
     Raises:
         UnsupportedFeatureError: the ``safetensors`` package is not installed; two keys where
-            one is a prefix level of the other (``"a"`` and ``"a.b"``).
-        CorruptArchiveError: the file is not a well-formed safetensors file.
+            one is a prefix level of the other (``"a"`` and ``"a.b"``); a key of more than
+            ``MAX_KEY_PARTS`` parts or ``MAX_KEY_CHARS`` characters.
+        CorruptArchiveError: the file is not a well-formed safetensors file (not a regular
+            file, a header longer than the file or ``MAX_SAFETENSORS_HEADER``, offsets
+            outside the file).
         OSError: the file cannot be read.
     """
     try:
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
+        from safetensors import SafetensorError, safe_open
     except ImportError:
         raise _missing("safetensors", "safetensors") from None
+    name = os.fspath(path)
+    _check_safetensors_header(name)
     try:
-        flat = load_file(os.fspath(path))
+        with safe_open(name, framework="numpy") as f:
+            keys = list(f.keys())
+            for key in keys:
+                check_key(key)
+            flat = {key: f.get_tensor(key) for key in keys}
     except SafetensorError as e:
-        raise CorruptArchiveError(f"not a readable safetensors file: {e}", path=str(path)) from None
+        raise CorruptArchiveError(f"not a readable safetensors file: {e}", path=name) from None
     return nest_keys(flat)
+
+
+def _check_safetensors_header(path: str) -> None:
+    """The file is a regular file whose header length (8 bytes, little-endian: the format's
+    first field) fits in it and in ``MAX_SAFETENSORS_HEADER``; read without blocking (a FIFO).
+
+    Raises:
+        CorruptArchiveError: it does not; OSError: the file cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        size = info.st_size
+        if not stat.S_ISREG(info.st_mode):
+            raise CorruptArchiveError("not a safetensors file: not a regular file", path=path)
+        start = f.read(8)
+    if len(start) < 8:
+        raise CorruptArchiveError(
+            f"not a readable safetensors file: {size} bytes, less than its header length's 8",
+            path=path,
+        )
+    declared = int.from_bytes(start, "little")
+    if not 0 < declared <= min(size - 8, MAX_SAFETENSORS_HEADER):
+        raise CorruptArchiveError(
+            f"not a readable safetensors file: a {size}-byte file declaring a header of "
+            f"{declared} bytes (at most the file's size and {MAX_SAFETENSORS_HEADER})",
+            path=path,
+        )
+
+
+def check_key(key: str) -> None:
+    """A safetensors key nests within the limits (``MAX_KEY_CHARS``, ``MAX_KEY_PARTS``).
+
+    Raises:
+        UnsupportedFeatureError: over either; the message gives the key's start, its size and
+            the limit.
+    """
+    depth = key.count(KEY_SEPARATOR) + 1
+    if depth > MAX_KEY_PARTS:
+        raise UnsupportedFeatureError(
+            f"key {key[:64]!r}... nests {depth} levels deep (limit {MAX_KEY_PARTS}: a "
+            f"parameter tree holds {_limits.MAX_PYTREE_DEPTH} levels with a method's arguments)"
+        )
+    if len(key) > MAX_KEY_CHARS:
+        raise UnsupportedFeatureError(
+            f"key {key[:64]!r}... has {len(key)} characters (limit {MAX_KEY_CHARS})"
+        )
 
 
 def nest_keys(flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,8 +137,11 @@ def nest_keys(flat: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         UnsupportedFeatureError: a key that is also a level of another (``"a"`` and ``"a.b"``:
-            ``"a"`` cannot be both a tensor and a dict); the message names both keys.
+            ``"a"`` cannot be both a tensor and a dict), the message naming both keys; a key
+            over the limits of ``check_key``.
     """
+    for key in flat:
+        check_key(key)
     root: dict[str, Any] = {}
     for key in sorted(flat):  # sorted: "a" comes before every "a.<...>"
         node, parts = root, key.split(KEY_SEPARATOR)
@@ -95,16 +181,83 @@ def params_from_orbax(directory: str | os.PathLike[str]) -> Any:
         raise FileNotFoundError(f"no Orbax checkpoint at {os.fspath(directory)!r}")
     from jax import tree_util
 
+    _check_orbax_metadata(Path(directory))
     checkpointer = ocp.PyTreeCheckpointer()
     try:
         metadata = checkpointer.metadata(directory)
         tree = getattr(getattr(metadata, "item_metadata", metadata), "tree", metadata)
         restore_args = tree_util.tree_map(_restore_args, tree)
         restored = checkpointer.restore(directory, restore_args=restore_args)
-    except (ValueError, OSError, KeyError, TypeError) as e:
+    except (ValueError, OSError, KeyError, TypeError, RecursionError) as e:
+        # RecursionError: a tree nested deeper than the checks above saw (their bound is the
+        # one Orbax writes; this is the net for what Orbax may read besides).
         message = f"not a restorable Orbax checkpoint: {type(e).__name__}: {e}"
         raise CorruptArchiveError(message, path=os.fspath(directory)) from None
     return tree_util.tree_map(_host_leaf, restored)
+
+
+#: Bytes of an Orbax checkpoint's tree metadata file (``_METADATA``) that are read.
+MAX_ORBAX_METADATA = 64 * 2**20
+#: How deep the JSON of Orbax's metadata may nest (``[`` and ``{``): its tree metadata is
+#: flat (each entry lists its key path), so this is the parameter tree's bound again.
+MAX_JSON_NESTING = _limits.MAX_PYTREE_DEPTH
+
+
+def _check_orbax_metadata(directory: Path) -> None:
+    """Bounds what Orbax walks recursively, before it does: its tree metadata (``_METADATA``,
+    JSON) within ``MAX_ORBAX_METADATA`` bytes and ``MAX_JSON_NESTING`` levels, and each key
+    path (``key_metadata``) within ``MAX_KEY_PARTS`` parts. A missing file is left to Orbax.
+
+    Raises:
+        CorruptArchiveError: a file over the size or nesting bound, or not JSON.
+        UnsupportedFeatureError: a key path deeper than ``MAX_KEY_PARTS``.
+    """
+    path = directory / "_METADATA"  # orbax.checkpoint's PYTREE_METADATA_FILE
+    if not path.is_file():
+        return
+    if path.stat().st_size > MAX_ORBAX_METADATA:
+        raise CorruptArchiveError(
+            f"an Orbax tree metadata file over {MAX_ORBAX_METADATA} bytes", path=str(path)
+        )
+    text = path.read_bytes()
+    metadata = _bounded_json(text, str(path))
+    entries = metadata.get("tree_metadata") if isinstance(metadata, dict) else None
+    for key, entry in (entries or {}).items() if isinstance(entries, dict) else ():
+        parts = entry.get("key_metadata") if isinstance(entry, dict) else None
+        if isinstance(parts, list) and len(parts) > MAX_KEY_PARTS:
+            raise UnsupportedFeatureError(
+                f"Orbax key path {key[:64]!r}... nests {len(parts)} levels deep (limit "
+                f"{MAX_KEY_PARTS}: a parameter tree holds {_limits.MAX_PYTREE_DEPTH} levels "
+                "with a method's arguments)"
+            )
+    rich = metadata.get("value_metadata_tree") if isinstance(metadata, dict) else None
+    if isinstance(rich, str):  # a JSON document in a string, which Orbax parses too
+        _bounded_json(rich.encode(), str(path))
+
+
+#: A JSON string (escapes included), which may hold brackets that do not nest.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _bounded_json(text: bytes, where: str) -> Any:
+    """``json.loads(text)``, once its nesting (counted without recursion) is within
+    ``MAX_JSON_NESTING``.
+
+    Raises:
+        CorruptArchiveError: deeper, or not JSON.
+    """
+    brackets = np.frombuffer(_JSON_STRING.sub(b"", text), np.uint8)
+    steps = np.isin(brackets, (ord("["), ord("{"))).astype(np.int64)
+    steps -= np.isin(brackets, (ord("]"), ord("}")))
+    depth = int(np.cumsum(steps).max(initial=0))
+    if depth > MAX_JSON_NESTING:
+        raise CorruptArchiveError(
+            f"JSON nested {depth} levels deep (limit {MAX_JSON_NESTING})", path=where
+        )
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise CorruptArchiveError(f"not JSON: {e}", path=where) from None
 
 
 def _restore_args(leaf_metadata: Any) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxport._errors import CorruptArchiveError
+from jaxport._files import open_regular
 from jaxport.export import (
     _archive,
     _container,
@@ -18,6 +19,7 @@ from jaxport.export import (
     _modules,
     _pytrees,
     _tensors,
+    _vetting,
 )
 from jaxport.export._dtypes import dtype_name
 from jaxport.export._tensors import TensorInfo
@@ -34,6 +36,9 @@ __all__ = [
 ]
 
 _COMPRESSION_NAMES = {fb.Compression.none: "none", fb.Compression.zstd: "zstd"}
+
+#: Aval tables read so far, by position: (shape, dtype name, weak_type).
+_AvalCache = dict[int, tuple[tuple[int | str, ...], str, bool]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +158,8 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
     Raises:
         OSError: the file cannot be read.
         CorruptArchiveError, IntegrityError, UnsupportedVersionError: a malformed preamble or
-            header; see ``jaxport.loads``.
+            header; see ``jaxport.loads``; a path that is not a regular file (a FIFO, a
+            device: refused before anything is read, never waited on).
     """
     if isinstance(source, bytes | bytearray | memoryview):
         view = memoryview(source).cast("B")
@@ -161,7 +167,7 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
         path = None
     else:
         path = str(source)
-        with Path(source).open("rb") as f:
+        with open_regular(source, CorruptArchiveError) as f:
             total = os.fstat(f.fileno()).st_size
             start = f.read(_container.PREAMBLE_LENGTH)
             preamble = _container.decode_preamble(start, path=path)
@@ -173,17 +179,21 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
 
 def module_custom_calls(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    *,
+    trusted: bool = False,
 ) -> tuple[tuple[str, ...], ...]:
     """The custom-call targets each module calls, read from the modules themselves (a model's:
     every method's, in the order of ``inspect(...).modules``).
 
     ``inspect`` reports the targets the header lists (cheap, and a hostile author may lie);
-    this reads every module (digests checked, decompressed) and parses with MLIR each that may
-    hold a custom call. ``loads`` refuses an archive whose header disagrees with its modules;
-    audits and ``verify`` compare the two without loading. Nothing is run or refused here.
+    this reads every module (digests checked, decompressed) and parses it in the module
+    sandbox (as ``loads`` does; verdicts cached). ``loads`` refuses an archive whose header
+    disagrees with its modules; audits and ``verify`` compare the two without loading.
+    Nothing is run or refused here.
 
     Args:
         source: a path to an archive file, or the archive's bytes.
+        trusted: your own archive: parse in this process, MLIR text accepted.
 
     Returns:
         One tuple per module, the primal's first then the VJPs' by order: its targets, sorted.
@@ -191,7 +201,8 @@ def module_custom_calls(
     Raises:
         OSError: the file cannot be read.
         CorruptArchiveError, IntegrityError, UnsupportedVersionError: a malformed archive (see
-            ``jaxport.loads``), or a module MLIR cannot parse.
+            ``jaxport.loads``), or a module MLIR cannot parse (or MLIR text, unless trusted).
+        UnsafeModuleError: the sandbox's worker crashed or hung on a module.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         path, view = None, memoryview(source).cast("B")
@@ -210,8 +221,21 @@ def module_custom_calls(
                 if module is None:
                     raise CorruptArchiveError(f"module of VJP order {order} is missing", path=path)
                 ref = _modules.decode_module(module)
-                modules.append(reader.read(ref.section, ref.offset, ref.length))
-    return tuple(_modules.custom_call_targets(modules, path=path))
+                modules.append((order, ref, reader.read(ref.section, ref.offset, ref.length)))
+    if trusted:
+        return tuple(_modules.custom_call_targets([m for _, _, m in modules], path=path))
+    return tuple(_sandboxed_targets(order, ref, m, path) for order, ref, m in modules)
+
+
+def _sandboxed_targets(
+    order: int, ref: _modules.ModuleRef, data: bytes, path: str | None
+) -> tuple[str, ...]:
+    where = _vetting.module_name(order, ref.section)
+    if not data.startswith(_vetting.BYTECODE_MAGIC):
+        raise CorruptArchiveError(f"{where} is not MLIR bytecode", path=path)
+    policy = _vetting.ModulePolicy(allowed=frozenset())
+    facts = _vetting.module_facts(data, policy, where=where, order=order, section=ref.section)
+    return tuple(facts["targets"])
 
 
 def _primal_tables(head: _archive.ArchiveHeader) -> list[fb.Exported]:
@@ -305,15 +329,22 @@ def _model_info(head: _archive.ArchiveHeader, model: fb.Model) -> ArchiveInfo:
         _tensors.decode_tensor(t, i, head.sections) for i, t in enumerate(tensor_tables)
     )
     methods, modules = [], []
+    # Methods may share Exported and aval tables: each is read once (schema/FORMAT.md).
+    avals: _AvalCache = {}
+    read: dict[tuple[int, int], tuple[MethodInfo, list[ModuleInfo]]] = {}
     for m in _fb.read_tables(model, "Methods"):
-        name = _fb.read_str(m.Name())
-        chain = _chain(m.Exported())
-        if not chain:
+        name = _model_archive.method_name(m, None)
+        table = m.Exported()
+        if table is None:
             raise CorruptArchiveError(f"method {name!r} has no Exported")
-        methods.append(_method_info(name, chain[0], m.VjpOrder(), len(tensors)))
-        modules += [
-            dataclasses.replace(_module_info(o, e), method=name) for o, e in enumerate(chain)
-        ]
+        key = (table._tab.Pos, m.VjpOrder())
+        if key not in read:
+            chain = _chain(table)
+            info = _method_info(name, chain[0], m.VjpOrder(), len(tensors), avals)
+            read[key] = info, [_module_info(o, e) for o, e in enumerate(chain)]
+        info, chain_modules = read[key]
+        methods.append(dataclasses.replace(info, name=name))
+        modules += [dataclasses.replace(i, method=name) for i in chain_modules]
     if not methods:
         raise CorruptArchiveError("the model has no method")
     platforms = [p for p in methods[0].platforms if all(p in m.platforms for m in methods)]
@@ -339,16 +370,19 @@ def _model_info(head: _archive.ArchiveHeader, model: fb.Model) -> ArchiveInfo:
     )
 
 
-def _method_info(name: str, table: fb.Exported, vjp_order: int, n_params: int) -> MethodInfo:
-    """The method's signature; its first ``n_params`` inputs (the parameters) left out."""
+def _method_info(
+    name: str, table: fb.Exported, vjp_order: int, n_params: int, avals: _AvalCache
+) -> MethodInfo:
+    """The method's signature; its first ``n_params`` inputs (the parameters) left out.
+    ``avals``: the aval tables of the header read so far (``_aval_infos``)."""
     in_avals = tuple(
         dataclasses.replace(a, path=_argument_path(a.path))
-        for a in _aval_infos(table, "In")[n_params:]
+        for a in _aval_infos(table, "In", avals)[n_params:]
     )
     return MethodInfo(
         name=name,
         in_avals=in_avals,
-        out_avals=_aval_infos(table, "Out"),
+        out_avals=_aval_infos(table, "Out", avals),
         platforms=_fb.read_strs(table, "Platforms"),
         nr_devices=table.NrDevices(),
         calling_convention_version=table.CallingConventionVersion(),
@@ -371,7 +405,11 @@ def _module_info(order: int, table: fb.Exported) -> ModuleInfo:
     return ModuleInfo(order, ref.length, ref.stablehlo_version, ref.custom_call_targets)
 
 
-def _aval_infos(table: fb.Exported, side: str) -> tuple[AvalInfo, ...]:
+def _aval_infos(
+    table: fb.Exported, side: str, avals: _AvalCache | None = None
+) -> tuple[AvalInfo, ...]:
+    """The avals of one side (``"In"``, ``"Out"``); ``avals``: aval tables already read, by
+    position (shared by every Exported of a header), filled in here."""
     positions = _fb.table_positions(table, f"Exported.{side}Avals")
     if len(positions) > _limits.MAX_AVALS:
         raise CorruptArchiveError(f"{len(positions)} avals (limit {_limits.MAX_AVALS})")
@@ -381,7 +419,7 @@ def _aval_infos(table: fb.Exported, side: str) -> tuple[AvalInfo, ...]:
         paths = [f"[{i}]" for i in range(len(positions))]
     shardings = _fb.table_positions(table, f"Exported.{side}Shardings")
     summaries = _ShardingSummaries(table)
-    avals: dict[int, tuple[tuple[int | str, ...], str, bool]] = {}
+    avals = avals if avals is not None else {}
     infos = []
     for i, position in enumerate(positions):
         if position not in avals:  # aval tables may be shared: each is read once

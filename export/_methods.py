@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jaxport._errors import JaxportError
+from jaxport._errors import JaxportError, RunError
 from jaxport.export import _compat
 
-__all__ = ["bind", "export_method", "in_shardings", "param_specs"]
+__all__ = ["bind", "check_arguments", "export_method", "in_shardings", "param_specs"]
 
 
 def param_specs(params_tree: Any, leaves: Sequence[Any], arrays: Sequence[Any]) -> Any:
@@ -89,8 +89,63 @@ def bind(
     jitted = jax.jit(call)
 
     def method(*args: Any) -> Any:
-        return jitted(placed(), *args)
+        check_arguments(name, exp, args)
+        values = placed()
+        try:
+            return jitted(values, *args)
+        except (ValueError, TypeError) as e:  # jax refused the call (symbolic dims, platform)
+            raise RunError(f"method {name!r} cannot run here: {_first_line(e)}") from None
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Runs method {name!r} of the model with its parameters bound."
     return method
+
+
+def check_arguments(name: str, exp: Any, args: tuple[Any, ...]) -> None:
+    """Checks a method's arguments against its signature (after the parameters) before jax
+    sees them: the same pytree structure, and each leaf of the same rank, static dimensions
+    and dtype (as jax canonicalizes it; Python scalars are left to jax). Symbolic dimensions
+    are jax's to check.
+
+    Raises:
+        RunError: naming the argument, what the method takes and what was given.
+    """
+    import jax
+    from jax import tree_util
+
+    leaves, given = tree_util.tree_flatten(args)
+    expected = _argument_structure(exp.in_tree)
+    if expected is not None and given != expected:
+        raise RunError(f"method {name!r} takes arguments of structure {expected}, got {given}")
+    avals = exp.in_avals[len(exp.in_avals) - len(leaves) :]
+    paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(args)[0]]
+    for path, leaf, aval in zip(paths, leaves, avals, strict=True):
+        if isinstance(leaf, bool | int | float | complex):
+            continue
+        shape = tuple(getattr(leaf, "shape", ()))
+        dtype = jax.dtypes.canonicalize_dtype(getattr(leaf, "dtype", type(leaf)))
+        same_shape = len(shape) == len(aval.shape) and all(
+            not isinstance(d, int) or d == s for d, s in zip(aval.shape, shape, strict=True)
+        )
+        if not same_shape or dtype != aval.dtype:
+            wanted = f"{aval.dtype.name}{list(aval.shape)}".replace("'", "")
+            raise RunError(
+                f"method {name!r}: argument {path} is {dtype.name}{list(shape)}, it takes {wanted}"
+            )
+
+
+def _argument_structure(in_tree: Any) -> Any:
+    """The treedef of the method's arguments (a tuple, after the parameters), or None for a
+    custom node that cannot be rebuilt from placeholders (jax then checks the structure)."""
+    from jax import tree_util
+
+    try:
+        (params_and_args, _kwargs) = tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
+        return tree_util.tree_structure(tuple(params_and_args[1:]))
+    except Exception:  # a registered node's unflatten refused placeholders
+        return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxport._errors import ParamsMismatchError, UnsupportedFeatureError
+from jaxport._errors import ParamsMismatchError, RunError, UnsupportedFeatureError
+from jaxport._grammar import method_problem
 from jaxport._io import atomic_write
 from jaxport.export import _methods, _model_archive, _tensors
 from jaxport.export._tensor_store import TensorStore
@@ -51,7 +52,9 @@ class Model:
 
     Raises:
         UnsupportedFeatureError: a leaf that is not an array, a PRNG key, or a pytree node that
-            cannot be stored; a method name that is not an identifier.
+            cannot be stored; a method name outside ``jaxport._grammar.METHOD`` (ASCII
+            letters, digits and '_', starting with a letter; a non-ASCII look-alike is named
+            as one) or an attribute of Model.
         ValueError: ``input_specs`` or ``vjp_order`` name a method that does not exist, or miss one.
     """
 
@@ -169,10 +172,12 @@ class Model:
         orders = {n: vjp_order for n in exported} if isinstance(vjp_order, int) else dict(vjp_order)
         _check_names(exported, orders, "vjp_order")
         for name in exported:
-            if not name.isidentifier() or name.startswith("_") or hasattr(Model, name):
+            problem = method_problem(name)
+            if problem is not None:
+                raise UnsupportedFeatureError(problem)
+            if hasattr(Model, name):
                 raise UnsupportedFeatureError(
-                    f"method name {name!r} is not an identifier, starts with '_' or is an "
-                    "attribute of Model (such as 'params' or 'save')"
+                    f"method name {name!r} is an attribute of Model (such as 'params' or 'save')"
                 )
         self._params_tree = params_tree
         self._store = store
@@ -279,8 +284,8 @@ class Model:
         Raises:
             JaxportError: the method needs more devices than this process has.
             IntegrityError: a tensor's bytes do not match its digest.
+            RunError: a tensor does not fit in the devices' memory (``_place``).
         """
-        import jax
 
         exp = self._exported[name]
         n = len(self._store)
@@ -292,12 +297,35 @@ class Model:
             with self._lock:
                 value = self._placed.get(key)
             if value is None:
-                array = self._store.array(i)
-                value = jax.device_put(array, shardings[i]) if shardings else jax.device_put(array)
+                value = self._place(i, shardings[i] if shardings else None)
                 with self._lock:
                     self._placed[key] = value
             placed.append(value)
         return kept, placed
+
+    def _place(self, index: int, sharding: Any) -> Any:
+        """Tensor ``index`` on its device(s).
+
+        Raises:
+            RunError: the devices' memory cannot hold it (jax's ``RESOURCE_EXHAUSTED``, or a
+                ``MemoryError`` of the host): a model whose compressed tensors declare up to
+                ``max_compression_ratio`` times their stored size fits its archive's bounds,
+                not necessarily this process.
+            IntegrityError, CorruptArchiveError: as ``TensorStore.array``.
+        """
+        import jax
+
+        array = self._store.array(index)
+        try:
+            return jax.device_put(array, sharding)  # None: the default device
+        except (jax.errors.JaxRuntimeError, MemoryError) as e:
+            if not isinstance(e, MemoryError) and "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            info = self._store.spec(index)
+            raise RunError(
+                f"parameter {self._paths[index]} ({info[1]}{list(info[0])}, {array.nbytes} "
+                f"bytes) does not fit in the devices' memory: {str(e)[:200]}"
+            ) from None
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -10,24 +10,26 @@ of 64 bytes after zero padding.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport._grammar import method_problem
 from jaxport.export import (
     _archive,
     _container,
-    _custom_calls,
     _fb,
     _limits,
     _modules,
     _pytrees,
     _tensors,
+    _vetting,
 )
 from jaxport.export._avals import AvalTables
 from jaxport.export._exported import (
+    DecodeCache,
     check_calling_convention_version,
     decode_exported,
     encode_exported,
@@ -42,6 +44,7 @@ __all__ = [
     "ModelHeader",
     "check_model_table",
     "dump_model_chunks",
+    "method_name",
     "model_chunks",
     "read_model_header",
     "tensor_paths",
@@ -243,7 +246,7 @@ def read_model_header(
     head: _archive.ArchiveHeader,
     modules: _container.SectionReader,
     *,
-    allow_custom_calls: Iterable[str] = (),
+    policy: _vetting.ModulePolicy,
     allow_unsupported_calling_convention: bool = False,
     path: str | None = None,
 ) -> ModelHeader:
@@ -257,13 +260,10 @@ def read_model_header(
             method whose first inputs are not the parameters), or any error of ``loads``.
         UnsafeArchiveError, UnsupportedVersionError, UnsupportedFeatureError: as ``loads``.
     """
-    allowed = _custom_calls.allowed_targets(allow_custom_calls)
     with _fb.translating_read_errors(path):
         model = head.archive.Model()
-        methods = min(model.MethodsLength(), MAX_METHODS) if model is not None else 0
-    # Methods share the parameters' aval tables, and each method's decoder reads them: the
-    # budget is the header's, once per method and once for the rest (schema/FORMAT.md, Limits).
-    budget = (methods + 1) * head.preamble.header_length
+    # One budget for the whole header: methods share tables, each decoded once (_decode_methods).
+    budget = head.preamble.header_length
     with _fb.translating_read_errors(path), _limits.header_budget(budget):
         if model is None:
             raise CorruptArchiveError(
@@ -277,7 +277,7 @@ def read_model_header(
         tensors = _decode_tensors(model, paths, head.sections)
         params_tree = _treedef(params_table, tensors)
         exported, vjp_orders = _decode_methods(
-            model, modules, allowed, not allow_unsupported_calling_convention, path
+            model, modules, policy, not allow_unsupported_calling_convention, path
         )
         for name, exp in exported.items():
             _check_method_inputs(name, exp, params_tree, tensors)
@@ -356,7 +356,7 @@ def _treedef(table: fb.PyTreeDef, tensors: Sequence[_tensors.TensorInfo]) -> Any
 def _decode_methods(
     model: fb.Model,
     modules: _container.SectionReader,
-    allowed: frozenset[str],
+    policy: _vetting.ModulePolicy,
     check_calling_convention: bool,
     path: str | None,
 ) -> tuple[dict[str, Any], dict[str, int]]:
@@ -365,26 +365,50 @@ def _decode_methods(
         raise CorruptArchiveError(f"a model has 1 to {MAX_METHODS} methods, not {len(tables)}")
     exported: dict[str, Any] = {}
     vjp_orders: dict[str, int] = {}
+    # Methods may share tables (the writer shares aval tables; FlatBuffers lets any offset
+    # point at any table): each Exported chain, level and aval is decoded once, and each
+    # module read and vetted once per chain (schema/FORMAT.md, "Reading").
+    cache = DecodeCache()
+    chains: dict[tuple[int, int], Any] = {}
     previous = ""
     for t in tables:
-        name = _fb.read_str(t.Name())
-        if not name or name <= previous:
+        name = method_name(t, path)
+        if name <= previous:
             raise CorruptArchiveError(f"method names are not sorted and unique at {name!r}")
         previous = name
         table = t.Exported()
         if table is None:
             raise CorruptArchiveError(f"method {name!r} has no Exported")
-        with _fb.translating_read_errors(where=f"method {name!r}"):
-            read_module = _archive.checked_module_reader(modules, table, allowed, path)
-            exported[name] = decode_exported(
-                table,
-                read_module,
-                check_calling_convention=check_calling_convention,
-                vjp_order=t.VjpOrder(),
-                check_module=lambda ref: modules.check(ref.section, ref.offset, ref.length),
-            )
+        key = (table._tab.Pos, t.VjpOrder())
+        if key not in chains:
+            with _fb.translating_read_errors(where=f"method {name!r}"):
+                read_module = _archive.checked_module_reader(
+                    modules, table, policy, path, method=name
+                )
+                chains[key] = decode_exported(
+                    table,
+                    read_module,
+                    check_calling_convention=check_calling_convention,
+                    vjp_order=t.VjpOrder(),
+                    check_module=lambda ref: modules.check(ref.section, ref.offset, ref.length),
+                    cache=cache,
+                )
+        exported[name] = chains[key]
         vjp_orders[name] = t.VjpOrder()
     return exported, vjp_orders
+
+
+def method_name(table: fb.Method, path: str | None) -> str:
+    """A method table's name, if it follows ``jaxport._grammar.METHOD`` (ASCII only).
+
+    Raises:
+        CorruptArchiveError: any other name, a non-ASCII look-alike named as one.
+    """
+    name = _fb.read_str(table.Name())
+    problem = method_problem(name)
+    if problem is not None:
+        raise CorruptArchiveError(problem, path=path)
+    return name
 
 
 def _check_method_inputs(

@@ -11,14 +11,15 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from jaxport._errors import CorruptArchiveError
-from jaxport.export import _archive, _container, _model_archive
+from jaxport._files import open_regular
+from jaxport.export import _archive, _container, _model_archive, _vetting
 from jaxport.export._model import Model
 from jaxport.export._tensor_store import TensorStore
 from jaxport.export._tensors import TensorInfo
+from jaxport.export._verdicts import VerdictCache
 from jaxport.schema import fb
 
 __all__ = ["load_model", "loads_model", "open_model"]
@@ -31,20 +32,25 @@ def loads_model(
     allow_unsupported_calling_convention: bool = False,
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
     path: str | None = None,
+    trusted: bool = False,
+    verdicts: VerdictCache | None = None,
 ) -> Model:
     """The model in a model archive's bytes; tensors are views of ``data``, read lazily.
 
     Checks everything ``jaxport.loads`` checks of each method, and that the tensors match the
     parameter tree and every method's first argument. Each tensor's sha256 is checked when it
-    is first used.
+    is first used. Every method's modules go through the module sandbox as in ``loads``
+    (``trusted``, ``verdicts``: as there).
 
     Raises:
         CorruptArchiveError: not a well-formed model archive (a function archive included:
             read those with ``jaxport.loads``); non-zero padding between sections.
         IntegrityError: a digest of the header or of the modules' section does not match (a
             tensor's, when it is used).
-        UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError: as ``loads``.
+        UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError,
+            UnsafeModuleError: as ``loads``.
     """
+    policy = _vetting.module_policy(allow_custom_calls, trusted=trusted, verdicts=verdicts)
     view = memoryview(data).cast("B")
     head = _archive.read_header(view, len(view), path=path)
     payload = view[head.payload_start :]
@@ -67,7 +73,7 @@ def loads_model(
         head,
         reader,
         read,
-        allow_custom_calls=allow_custom_calls,
+        policy=policy,
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         path=path,
         digests_hold=view.readonly,  # a bytearray may change after a tensor is verified
@@ -79,7 +85,7 @@ def open_model(
     modules: _container.SectionReader,
     read_tensor: Callable[[TensorInfo], bytes | memoryview],
     *,
-    allow_custom_calls: Iterable[str] = (),
+    policy: _vetting.ModulePolicy,
     allow_unsupported_calling_convention: bool = False,
     path: str | None = None,
     digests_hold: bool = True,
@@ -88,11 +94,11 @@ def open_model(
     (``read_tensor``: the bytes of a tensor, checked by the caller of nothing; the model checks
     each against its digest). ``digests_hold``: the bytes cannot change once read (immutable
     bytes, a read-only map), so a save may take a verified tensor's digest without hashing it
-    again. Raises: see ``loads_model``."""
+    again. ``policy``: ``_vetting.module_policy(...)``. Raises: see ``loads_model``."""
     header = _model_archive.read_model_header(
         head,
         modules,
-        allow_custom_calls=allow_custom_calls,
+        policy=policy,
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         path=path,
     )
@@ -110,6 +116,8 @@ def load_model(
     allow_custom_calls: Iterable[str] = (),
     allow_unsupported_calling_convention: bool = False,
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
+    trusted: bool = False,
+    verdicts: VerdictCache | None = None,
 ) -> Model:
     """The model archive at ``path``, memory-mapped: tensors are read when first used.
 
@@ -118,10 +126,11 @@ def load_model(
 
     Raises:
         OSError: the file cannot be opened or mapped.
-        CorruptArchiveError, IntegrityError, UnsupportedVersionError,
+        CorruptArchiveError: also a path that is not a regular file (a FIFO, a device).
+        IntegrityError, UnsupportedVersionError,
             UnsupportedFeatureError, UnsafeArchiveError: see ``loads_model``.
     """
-    with Path(path).open("rb") as f:
+    with open_regular(path, CorruptArchiveError) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise CorruptArchiveError("truncated: 0 bytes", path=str(path))
@@ -132,4 +141,6 @@ def load_model(
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         max_compression_ratio=max_compression_ratio,
         path=str(path),
+        trusted=trusted,
+        verdicts=verdicts,
     )

@@ -27,7 +27,9 @@ from jaxport._errors import (
     RegistryError,
     RunError,
     SchemaVersionError,
+    SignatureError,
     UnsafeArchiveError,
+    UnsafeModuleError,
     UnsupportedFeatureError,
     UnsupportedVersionError,
     WrongKindError,
@@ -35,6 +37,7 @@ from jaxport._errors import (
 from jaxport._version import __version__
 
 if TYPE_CHECKING:
+    from jaxport._signing import sign_file, verify_file
     from jaxport.audit import AuditResult, Change, Example, Finding, UpgradeRow
     from jaxport.export import (
         FORMAT_VERSION,
@@ -67,6 +70,9 @@ if TYPE_CHECKING:
         Registry,
         Rejection,
         Resolution,
+        Signature,
+        SignatureCheck,
+        SignaturePolicy,
         VariantInfo,
         VerifyReport,
     )
@@ -109,11 +115,15 @@ _LAZY = {
             "Registry",
             "Rejection",
             "Resolution",
+            "Signature",
+            "SignatureCheck",
+            "SignaturePolicy",
             "VariantInfo",
             "VerifyReport",
         ],
         "jaxport.registry",
     ),
+    **dict.fromkeys(["sign_file", "verify_file"], "jaxport._signing"),
 }
 
 __all__ = [
@@ -150,8 +160,13 @@ __all__ = [
     "RunError",
     "SchemaVersionError",
     "SectionInfo",
+    "Signature",
+    "SignatureCheck",
+    "SignatureError",
+    "SignaturePolicy",
     "TensorInfo",
     "UnsafeArchiveError",
+    "UnsafeModuleError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "UpgradeRow",
@@ -167,7 +182,9 @@ __all__ = [
     "loads_model",
     "module_custom_calls",
     "save",
+    "sign_file",
     "stable_custom_call_targets",
+    "verify_file",
 ]
 
 

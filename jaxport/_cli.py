@@ -10,6 +10,7 @@ stderr. jax, SQLAlchemy and rich are imported only by the commands that use them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,10 @@ class _Cli(click.Group):
             database = config.url or f"sqlite:///{config.home / 'registry.db'}"
             database = safe_url(database)  # help text may be shared
             sqlite = database.startswith("sqlite")
-            blobs = config.blobs or (
-                "blobs/ beside the database file" if sqlite else "none: set JAXPORT_BLOBS"
+            blobs = (
+                safe_url(config.blobs)
+                if config.blobs
+                else ("blobs/ beside the database file" if sqlite else "none: set JAXPORT_BLOBS")
             )
             # Written as they are: a wrapped path or URL could not be copied.
             formatter.write(f"  database  {database}\n  blobs     {blobs}\n")
@@ -85,6 +88,7 @@ class _Context:
 
 
 pass_ctx = click.make_pass_decorator(_Context)
+_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
 )
@@ -161,6 +165,14 @@ def _parse_meta(
     metavar="KEY=VALUE",
     help="Metadata of the version (repeat); archives are never rewritten, they keep their own.",
 )
+@click.option(
+    "--max-size",
+    type=click.IntRange(min=0),
+    default=64 << 30,
+    show_default="64 GiB",
+    metavar="BYTES",
+    help="Refuse a file larger than this, before reading it.",
+)
 @json_option
 @pass_ctx
 def push(
@@ -169,6 +181,7 @@ def push(
     name: str | None,
     aliases: tuple[str, ...],
     metadata: dict[str, str],
+    max_size: int,
     as_json: bool,
 ) -> None:
     """Push files as the variants of one version.
@@ -178,7 +191,7 @@ def push(
     Pushing archives that are already a version changes nothing and names that version.
     """
     with ctx.registry() as reg:
-        result = reg.push(list(files), name, aliases=aliases, metadata=metadata)
+        result = reg.push(list(files), name, aliases=aliases, metadata=metadata, max_size=max_size)
     _emit(as_json, result, _pushed)
 
 
@@ -415,7 +428,8 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
     with ctx.registry() as reg:
         ref = reg.get(reference)
         aliases = {a: v for a, v in reg.aliases(ref.name).items() if v == ref.version}
-    _emit(as_json, {"ref": ref, "aliases": aliases}, ref_panel)
+        signatures = reg.signatures(f"{ref.name}:{ref.version}")
+    _emit(as_json, {"ref": ref, "aliases": aliases, "signatures": signatures}, ref_panel)
 
 
 @main.command("inspect")
@@ -542,6 +556,19 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
 # -- audits ---------------------------------------------------------------------------------
 
 
+def _timeout_option(text: str) -> Callable[[Any], Any]:
+    """``--timeout SECONDS`` (default 120; a hanging module is stopped sooner, by the module
+    sandbox)."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=120.0,
+        show_default=True,
+        metavar="SECONDS",
+        help=text,
+    )
+
+
 @main.command()
 @click.argument("reference", required=False)
 @click.option(
@@ -565,6 +592,7 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
     help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
 @click.option("--no-store", is_flag=True, help="Do not record the findings.")
+@_timeout_option("Seconds one variant's audit may take before it is killed (a crash).")
 @json_option
 @pass_ctx
 def audit(
@@ -575,6 +603,7 @@ def audit(
     matrix: bool,
     upgrade_to: str | None,
     no_store: bool,
+    timeout: float,
     as_json: bool,
 ) -> None:
     """Audit artifacts: load, compile, run examples.
@@ -596,7 +625,9 @@ def audit(
             findings = reg.audit_results(name=_name_of(reference), platform=platform)
             _emit(as_json, findings, matrix_table)
             return
-        findings = reg.audit(reference, python=python, store=not no_store, **kwargs)
+        findings = reg.audit(
+            reference, python=python, store=not no_store, timeout=timeout, **kwargs
+        )
     _emit(as_json, findings, findings_table)
     if any(f.status not in ("ok", "not-run") for f in findings):
         click.get_current_context().exit(1)
@@ -709,26 +740,107 @@ def gc(ctx: _Context, dry_run: bool, min_age: float, temp_age: float, as_json: b
 
 
 @main.command()
+@click.argument("targets", nargs=-1, metavar="[REFERENCE|FILE]...")
 @click.option(
     "--deep",
     is_flag=True,
     help="Also read every archive in full (each module parsed, in a worker process): a "
     "header whose custom calls disagree with its modules is invalid.",
 )
+@click.option(
+    "--signatures",
+    is_flag=True,
+    help="Instead: check that each TARGET (default: every version) is signed by one of the "
+    "--key/--certificate given; a FILE's signature is FILE.sig.",
+)
+@click.option("--key", "keys", multiple=True, type=_PEM, help="A PEM public key (repeat).")
+@click.option(
+    "--certificate", "certificates", multiple=True, type=_PEM,
+    help="PEM CA certificates a certificate signature must lead to (repeat).",
+)  # fmt: skip
+@_timeout_option("With --deep: seconds one archive may take before it is killed (invalid).")
 @json_option
 @pass_ctx
-def verify(ctx: _Context, deep: bool, as_json: bool) -> None:
-    """Check every blob against its digest.
+def verify(
+    ctx: _Context,
+    targets: tuple[str, ...],
+    deep: bool,
+    signatures: bool,
+    keys: tuple[Path, ...],
+    certificates: tuple[Path, ...],
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Check every blob against its digest; or, with --signatures, [REFERENCE|FILE]... signed.
 
     Recomputes every digest and checks that database and blob store agree (exit 1 if not).
+    With --signatures: one line per file or variant, exit 1 if any is not signed by one of the
+    keys given (no signature, other signers, one that does not verify).
     """
+    if signatures or targets or keys or certificates:
+        _verify_signatures(ctx, targets, signatures, keys + certificates, as_json)
+        return
     from jaxport._cli_render import verify_summary
 
     with ctx.registry() as reg:
-        report = reg.verify(deep=deep)
+        report = reg.verify(deep=deep, timeout=timeout)
     _emit(as_json, report, verify_summary)
     if not report.ok:
         click.get_current_context().exit(1)
+
+
+def _verify_signatures(
+    ctx: _Context, targets: tuple[str, ...], signatures: bool, keys: tuple[Path, ...], as_json: bool
+) -> None:
+    from jaxport._cli_sign import verify_lines, verify_targets
+
+    if not signatures or not keys:
+        raise click.UsageError("check signatures with --signatures and --key or --certificate")
+    rows = verify_targets(ctx.registry, targets, keys)
+    _emit(as_json, rows, verify_lines)
+    if not all(r["ok"] for r in rows):
+        click.get_current_context().exit(1)
+
+
+@main.command()
+@click.argument("target", metavar="FILE|REFERENCE")
+@click.option("--key", "key", required=True, type=_PEM, help="PEM EC private key (P-256/384/521).")
+@click.option(
+    "--password-env", metavar="VAR", help="Read the key's password from this environment variable."
+)
+@click.option(
+    "--certificate", type=_PEM, help="The key's PEM certificate: sign with it (and --chain)."
+)
+@click.option(
+    "--chain", multiple=True, type=_PEM,
+    help="With --certificate: the issuing CA certificates up to the root (repeat).",
+)  # fmt: skip
+@click.option("-o", "--output", type=Path, help="FILE's signature (default: FILE.sig).")
+@json_option
+@pass_ctx
+def sign(
+    ctx: _Context,
+    target: str,
+    key: Path,
+    password_env: str | None,
+    certificate: Path | None,
+    chain: tuple[Path, ...],
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """Sign FILE|REFERENCE: a FILE (writes FILE.sig) or every variant of a registry version.
+
+    A Sigstore bundle (OpenSSF model-signing) over the archive's sha256, stored beside the
+    version for a REFERENCE; needs pip install "jaxport[signing]". An existing path is a
+    FILE, anything else a REFERENCE.
+    """
+    from jaxport._cli_sign import password_from, sign_target, signed_text
+
+    data = sign_target(
+        ctx.registry, target, key, password=password_from(password_env),
+        certificate=certificate, chain=chain, output=output,
+    )  # fmt: skip
+    _emit(as_json, data, signed_text)
 
 
 @main.group(context_settings=_CONTEXT)

@@ -178,7 +178,12 @@ def ref_panel(data: dict[str, Any]) -> Group:
             table, v.short_digest, ",".join(v.platforms), str(v.nr_devices), v.jax_version,
             "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
         )  # fmt: skip
-    return Group(head, table, *(_variant_detail(v) for v in ref.variants))
+    details = [_variant_detail(v) for v in ref.variants]
+    if data.get("signatures"):
+        from jaxport._cli_sign import signatures_table
+
+        details.append(signatures_table(data["signatures"]))
+    return Group(head, table, *details)
 
 
 def _variant_detail(v: Any) -> RenderableType:

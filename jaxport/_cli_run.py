@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from jaxport import _npz
 from jaxport._errors import JaxportError, RunError
+from jaxport._files import check_regular_file
 
 __all__ = [
     "InputSpec",
@@ -145,27 +147,31 @@ def load_inputs(path: Path, specs: Sequence[InputSpec], method: str) -> list[np.
     """The arrays of the ``.npz`` at ``path`` as ``method``'s flat inputs, in order, checked
     against ``specs`` (dtype, rank and every concrete dimension; jax checks symbolic ones).
 
+    Every array's header is read and checked (against ``specs`` and against what its zip
+    member can hold: ``jaxport._npz``) before any array's data is read, so a file that
+    declares more than it holds, or inputs of another shape, costs no allocation.
+
     Raises:
-        RunError: not an ``.npz`` of arrays (pickled objects included), other keys or a number
-            of arrays than the method takes, an array of another dtype or shape.
+        RunError: not a regular file or not an ``.npz`` of arrays (pickled objects included),
+            other keys or a number of arrays than the method takes, an array of another dtype
+            or shape (naming the argument, what it takes and what was given), sizes declared
+            beyond what the file holds.
     """
-    arrays = _read_npz(path)
-    takes = _takes(method, specs)
-    order = _order(list(arrays), specs)
-    if order is None:
-        got = ", ".join(arrays) or "no arrays"
-        raise RunError(f"{path}: {takes}; the file holds {got}")
-    return [_checked(arrays[key], spec, key, takes) for key, spec in zip(order, specs, strict=True)]
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray[Any, Any]]:
-    if not zipfile.is_zipfile(path):
-        raise RunError(f"{path} is not an .npz file (write one with numpy.savez)")
+    check_regular_file(path, RunError)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
-    except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise RunError(f"{path} is not an .npz of arrays (numpy.savez): {e}") from None
+        with zipfile.ZipFile(path) as archive:
+            headers = _npz.headers(archive, path)
+            takes = _takes(method, specs)
+            order = _order(list(headers), specs)
+            if order is None:
+                got = ", ".join(headers) or "no arrays"
+                raise RunError(f"{path}: {takes}; the file holds {got}")
+            pairs = [(headers[key], spec) for key, spec in zip(order, specs, strict=True)]
+            for header, spec in pairs:
+                _check_header(header, spec, takes)
+            return [_as_input(_npz.read(archive, h, path), s) for h, s in pairs]
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+        raise RunError(f"{path} is not an .npz file (write one with numpy.savez): {e}") from None
 
 
 def _takes(method: str, specs: Sequence[InputSpec]) -> str:
@@ -181,18 +187,23 @@ def _order(keys: list[str], specs: Sequence[InputSpec]) -> list[str] | None:
     return None
 
 
-def _checked(array: np.ndarray[Any, Any], spec: InputSpec, key: str, takes: str) -> Any:
+def _check_header(header: _npz.NpyHeader, spec: InputSpec, takes: str) -> None:
     expected = _numpy_dtype(spec.dtype)
-    if array.dtype.kind == "V" and array.dtype.itemsize == expected.itemsize:
-        array = array.view(expected)  # how numpy.savez writes an ml_dtypes type
-    shape_ok = len(array.shape) == len(spec.shape) and all(
-        isinstance(d, str) or d == n for d, n in zip(spec.shape, array.shape, strict=True)
+    dtype = header.dtype
+    if dtype.kind == "V" and dtype.itemsize == expected.itemsize and not dtype.names:
+        dtype = expected  # how numpy.savez writes an ml_dtypes type
+    shape_ok = len(header.shape) == len(spec.shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(spec.shape, header.shape, strict=True)
     )
-    if array.dtype != expected or not shape_ok:
-        got = aval_text(array.shape, array.dtype.name)
+    if dtype != expected or not shape_ok:
+        got = aval_text(header.shape, header.dtype.name)
         wanted = aval_text(spec.shape, spec.dtype)
-        raise RunError(f"input {key} is {got}, {spec.path} must be {wanted}; {takes}")
-    return array
+        raise RunError(f"input {header.key} is {got}, {spec.path} must be {wanted}; {takes}")
+
+
+def _as_input(array: np.ndarray[Any, Any], spec: InputSpec) -> np.ndarray[Any, Any]:
+    expected = _numpy_dtype(spec.dtype)
+    return array.view(expected) if array.dtype != expected else array
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:

@@ -12,15 +12,20 @@ working for code that does not know jaxport::
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
     │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
-    │                                          refuses (not allowed by name, or host callbacks)
+    │       │                                  refuses (not allowed by name, or host callbacks)
+    │       └── UnsafeModuleError              the module sandbox's worker crashed or hung on a
+    │                                          module: it is never parsed in the caller
     ├── ParamsMismatchError (ValueError)       new parameters of another tree, shape or dtype
     │                                          than the model's methods take
-    ├── RunError (ValueError)                  ``jaxport run`` cannot call the method as asked:
-    │                                          no such method, inputs that do not fit it, a
-    │                                          call jax refuses here
+    ├── RunError (ValueError)                  a model's method cannot be called as asked (by
+    │                                          ``jaxport run`` or from Python): no such method,
+    │                                          inputs that do not fit it, a call jax refuses
     ├── AuditError                             an audit could not be carried out at all (its
     │                                          worker did not start); failures of an archive
     │                                          are findings, not errors
+    ├── SignatureError                         an artifact is not signed as required: no
+    │                                          signature, one by another key, one that does not
+    │                                          verify (a file or a registry version)
     └── RegistryError                          the registry cannot do what was asked
         ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
         ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
@@ -45,7 +50,9 @@ __all__ = [
     "RegistryError",
     "RunError",
     "SchemaVersionError",
+    "SignatureError",
     "UnsafeArchiveError",
+    "UnsafeModuleError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "WrongKindError",
@@ -153,21 +160,64 @@ class UnsafeArchiveError(UnsupportedFeatureError):
         super().__init__(f"{message} ({path})" if path is not None else message)
 
 
+class UnsafeModuleError(UnsafeArchiveError):
+    """A module that the sandbox could not parse safely: its worker process crashed (a signal,
+    its memory limit) or did not answer within its time limit. The module is never parsed in
+    the calling process; ``jaxport.load(path, trusted=True)`` skips the sandbox for one's own
+    files.
+
+    Attributes:
+        section: the archive section the module is in.
+        what: what happened to the worker (``"killed by SIGSEGV"``, ``"no answer within 20 s"``).
+        targets: empty; vjp_order, path: as ``UnsafeArchiveError``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        section: int,
+        what: str,
+        vjp_order: int = 0,
+        path: str | None = None,
+    ):
+        self.section = section
+        self.what = what
+        super().__init__(message, targets=(), vjp_order=vjp_order, path=path)
+
+
 class ParamsMismatchError(JaxportError, ValueError):
     """Parameters that do not fit a model's methods; the message names the first differing path."""
 
 
 class RunError(JaxportError, ValueError):
-    """``jaxport run`` cannot call a model's method as asked: the model has no such method, the
-    inputs are not an ``.npz`` of arrays or do not fit the method (number, dtype, shape), or
-    jax refused the call here (a platform or device count the method was not exported for).
-    The message says what the method takes. A function archive given to ``run`` is a
+    """A model's method cannot be called as asked, by ``jaxport run`` or from Python
+    (``model.logits(x)``): the model has no such method, the inputs are not an ``.npz`` of
+    arrays or do not fit the method (structure, number, dtype, shape: the message names the
+    argument, what it takes and what was given), or jax refused the call here (a platform or
+    device count the method was not exported for). A function archive given to ``run`` is a
     ``WrongKindError``."""
 
 
 class AuditError(JaxportError):
     """An audit could not be carried out: e.g. the worker process did not start in the given
     Python environment. What an archive fails on is a finding (``jaxport.Finding``), not this."""
+
+
+class SignatureError(JaxportError):
+    """An artifact is not signed as a policy or a caller requires: it has no signature, its
+    signatures are by other keys, or one does not verify (a bundle that is not a valid Sigstore
+    bundle of ``model-signing``, a signature over other bytes, a certificate that does not lead
+    to a trusted one). Also: a signing key that cannot be read. Refused by ``jaxport.verify_file``
+    and, under ``Registry(require_signatures=...)``, by pulls and alias moves.
+
+    Attributes:
+        digest: the sha256 (hex) of the archive concerned, when known.
+    """
+
+    def __init__(self, message: str, *, digest: str | None = None):
+        self.digest = digest
+        super().__init__(message)
 
 
 class RegistryError(JaxportError):

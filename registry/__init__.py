@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from jaxport.registry._db import schema_revision, upgrade_database
     from jaxport.registry._names import Reference, parse_reference
     from jaxport.registry._registry import Registry
+    from jaxport.registry._signatures import Signature, SignatureCheck, SignaturePolicy
     from jaxport.registry._types import (
         AliasMove,
         BlobProblem,
@@ -52,6 +53,9 @@ _LAZY = {
     **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
     **dict.fromkeys(["Reference", "parse_reference"], "jaxport.registry._names"),
     "Registry": "jaxport.registry._registry",
+    **dict.fromkeys(
+        ["Signature", "SignatureCheck", "SignaturePolicy"], "jaxport.registry._signatures"
+    ),
     **dict.fromkeys(
         [
             "AliasMove",
@@ -85,6 +89,9 @@ __all__ = [
     "RegistryConfig",
     "Rejection",
     "Resolution",
+    "Signature",
+    "SignatureCheck",
+    "SignaturePolicy",
     "Stray",
     "VariantInfo",
     "VerifyReport",

@@ -3,8 +3,9 @@
 Both implement ``BlobStore``; ``tests/test_blob_stores.py`` runs one conformance suite on each.
 Blobs live at ``<root>/sha256/<first two hex digits>/<digest>``; a digest is checked (64 lowercase
 hex digits) before it becomes part of a path, so no name reaches outside the root. Temporary
-files of writes in progress are ``.tmp-*`` beside their blob (local) or under ``<root>/tmp/``
-(fsspec); anything else under the root is *foreign*: reported, never deleted.
+files of writes in progress are ``.tmp-<digest>.<random>`` beside their blob (local) or
+``<root>/tmp/<digest>.<random>`` (fsspec), so ``gc`` can tell a push's from a killed write's;
+anything else under the root is *foreign*: reported, never deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import BinaryIO, Protocol
 
 from jaxport._errors import IntegrityError, RegistryError
 from jaxport._io import atomic_write
+from jaxport.registry._config import safe_url
 from jaxport.registry._names import check_digest
 
 __all__ = [
@@ -39,11 +41,14 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 @dataclasses.dataclass(frozen=True)
 class Stray:
     """A file under a blob store's root that is not a blob: ``kind`` is ``"temp"`` (a write
-    in progress or killed) or ``"foreign"``; ``age`` in seconds."""
+    in progress or killed) or ``"foreign"``; ``age`` in seconds; ``digest``: the blob a
+    temporary file is written for, as its name says (``gc`` keeps it while a push of that
+    digest is in flight), else None."""
 
     path: str
     kind: str
     age: float
+    digest: str | None = None
 
 
 class BlobStore(Protocol):
@@ -111,18 +116,61 @@ def _classify(relative: str) -> str:
     return "foreign"
 
 
+def _temp_digest(relative: str) -> str | None:
+    """The digest in a temporary file's name (``sha256/ab/.tmp-<digest>.<random>`` or
+    ``tmp/<digest>.<random>``), or None."""
+    name = relative.rsplit("/", 1)[-1].removeprefix(".tmp-")
+    digest = name.split(".", 1)[0]
+    return digest if _DIGEST.fullmatch(digest) else None
+
+
+def _stray(relative: str, kind: str, age: float) -> Stray:
+    return Stray(relative, kind, age, _temp_digest(relative) if kind == "temp" else None)
+
+
+def _inside(root: str | os.PathLike[str], path: str, digest: str | None, *, link_ok: bool) -> str:
+    """``path`` with its directory resolved, if that directory is ``root`` or under it (after
+    following every symlink) and, unless ``link_ok``, ``path`` itself is no symlink.
+
+    Resolving first and using the resolved path means a symlinked prefix directory (``ab/`` ->
+    elsewhere) is followed only where it stays inside the root; a blob file that is a symlink
+    is never read or written through (``link_ok``: removing the link itself is safe).
+
+    Raises:
+        IntegrityError: the path leads outside the root, or is a symlink.
+    """
+    real_root = os.path.realpath(root)
+    parent = os.path.realpath(os.path.dirname(path))
+    inside = parent == real_root or parent.startswith(real_root.rstrip(os.sep) + os.sep)
+    if inside and (link_ok or not os.path.islink(path)):
+        return os.path.join(parent, os.path.basename(path))
+    why = "is a symlink" if inside else f"leads outside the blob store root {real_root}"
+    what = f"blob {digest}" if digest else "a temporary file"
+    raise IntegrityError(f"{what}: {path} {why}: refused", expected=digest)
+
+
 class LocalBlobStore:
-    """Blobs in a local directory, each written atomically and durably (``atomic_write``)."""
+    """Blobs in a local directory, each written atomically and durably (``atomic_write``).
+
+    Every path is resolved and checked to stay under the root (``_inside``): a prefix directory
+    that is a symlink is followed only to a directory inside the root, a blob file that is a
+    symlink is refused (``IntegrityError``); listings report symlinks as foreign files.
+    """
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
         self.url = str(self.root)
 
-    def _path(self, digest: str) -> Path:
-        return self.root / _relative(digest)
+    def _path(self, digest: str, *, link_ok: bool = False) -> Path:
+        path = str(self.root / _relative(digest))
+        return Path(_inside(self.root, path, digest, link_ok=link_ok))
 
     def path(self, digest: str) -> Path:
-        """The file of ``digest`` (which may not exist), e.g. to memory-map it."""
+        """The file of ``digest`` (which may not exist), e.g. to memory-map it.
+
+        Raises:
+            IntegrityError: the path leads outside the root or is a symlink.
+        """
         return self._path(digest)
 
     def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
@@ -130,7 +178,7 @@ class LocalBlobStore:
         if path.exists() and not replace:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, [data], sync_dir=True)
+        atomic_write(self._path(digest), [data], sync_dir=True)  # checked again once made
 
     def get(self, digest: str) -> bytes:
         return self._path(digest).read_bytes()
@@ -139,33 +187,39 @@ class LocalBlobStore:
         return self._path(digest).is_file()
 
     def delete(self, digest: str) -> None:
-        self._path(digest).unlink(missing_ok=True)
+        self._path(digest, link_ok=True).unlink(missing_ok=True)
 
     def _files(self) -> Iterator[tuple[str, Path]]:
+        """Every file under the root, and every symlink (to a directory too: never followed)."""
         if self.root.is_dir():
-            for dirpath, _, names in sorted(os.walk(self.root)):
-                for n in sorted(names):
+            for dirpath, dirs, names in sorted(os.walk(self.root)):
+                links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+                for n in sorted(names + links):
                     p = Path(dirpath) / n
                     yield p.relative_to(self.root).as_posix(), p
 
+    def _kind(self, relative: str, p: Path) -> str:
+        return "foreign" if p.is_symlink() else _classify(relative)
+
     def digests(self) -> Iterator[str]:
         for relative, p in self._files():
-            if _classify(relative) == "blob":
+            if self._kind(relative, p) == "blob":
                 yield p.name
 
     def strays(self) -> Iterator[Stray]:
         for relative, p in self._files():
-            kind = _classify(relative)
+            kind = self._kind(relative, p)
             if kind != "blob":
                 try:
                     age = max(0.0, time.time() - p.lstat().st_mtime)
                 except FileNotFoundError:
                     continue
-                yield Stray(relative, kind, age)
+                yield _stray(relative, kind, age)
 
     def remove_stray(self, stray: Stray) -> None:
         if stray.kind == "temp" and _classify(stray.path) == "temp":
-            (self.root / stray.path).unlink(missing_ok=True)
+            path = _inside(self.root, str(self.root / stray.path), None, link_ok=True)
+            Path(path).unlink(missing_ok=True)
 
     def size(self, digest: str) -> int:
         return self._path(digest).stat().st_size
@@ -178,38 +232,44 @@ class FsspecBlobStore:
     """Blobs in any fsspec filesystem (``s3://bucket/prefix``, ``gcs://...``, ``memory://...``).
 
     Writes go to a unique temporary name and are moved into place, where the filesystem can.
+    ``url`` is shown with any credentials in it masked (``safe_url``); the filesystem, which
+    holds its storage options (keys, tokens), and the root are private. On a local filesystem
+    (``local://``) every path is checked to stay under the root, as ``LocalBlobStore`` does.
     """
 
     def __init__(self, url: str, **storage_options: object):
         import fsspec
+        from fsspec.implementations.local import LocalFileSystem
 
-        self.url = url
+        self.url = safe_url(url)
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(url, **storage_options)
+            self._fs, self._root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:
             # fsspec names the package: "Install s3fs to access S3"
             raise RegistryError(f"the blob store {_scheme(url)}:// needs a package: {e}") from None
         except ValueError as e:  # an unknown protocol
             raise RegistryError(f"unknown blob store protocol {_scheme(url)!r}: {e}") from None
-        self.root = self.root.rstrip("/")
+        self._root = self._root.rstrip("/")
+        self._local = isinstance(self._fs, LocalFileSystem)
 
-    def _path(self, digest: str) -> str:
-        return f"{self.root}/{_relative(digest)}"
+    def _path(self, digest: str, *, link_ok: bool = False, under: str = "") -> str:
+        path = f"{self._root}/{under or _relative(digest)}"
+        return _inside(self._root, path, digest, link_ok=link_ok) if self._local else path
 
     def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
-        if not replace and self.fs.exists(path):
+        if not replace and self._fs.exists(path):
             return
-        tmp = f"{self.root}/tmp/{uuid.uuid4().hex}"
-        self.fs.makedirs(f"{self.root}/tmp", exist_ok=True)
-        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        self.fs.pipe_file(tmp, bytes(data))
-        self.fs.mv(tmp, path)
+        tmp = self._path(digest, under=f"tmp/{digest}.{uuid.uuid4().hex}")
+        self._fs.makedirs(f"{self._root}/tmp", exist_ok=True)
+        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self._fs.pipe_file(tmp, bytes(data))
+        self._fs.mv(tmp, path)
 
     def get(self, digest: str) -> bytes:
         path = self._path(digest)
         try:
-            return bytes(self.fs.cat_file(path))
+            return bytes(self._fs.cat_file(path))
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -223,25 +283,25 @@ class FsspecBlobStore:
         """
         path = self._path(digest)
         try:
-            return self.fs.open(path, "rb")  # type: ignore[no-any-return]
+            return self._fs.open(path, "rb")  # type: ignore[no-any-return]
         except FileNotFoundError:
             raise
         except OSError as e:
             raise FileNotFoundError(path) from e
 
     def exists(self, digest: str) -> bool:
-        return bool(self.fs.exists(self._path(digest)))
+        return bool(self._fs.exists(self._path(digest)))
 
     def delete(self, digest: str) -> None:
-        path = self._path(digest)
-        if self.fs.exists(path):
-            self.fs.rm_file(path)
+        path = self._path(digest, link_ok=True)
+        if self._fs.exists(path):
+            self._fs.rm_file(path)
 
     def _files(self) -> Iterator[str]:
-        if not self.fs.exists(self.root):
+        if not self._fs.exists(self._root):
             return
-        prefix = self.fs._strip_protocol(self.root).rstrip("/") + "/"
-        for p in sorted(self.fs.find(self.root)):
+        prefix = self._fs._strip_protocol(self._root).rstrip("/") + "/"
+        for p in sorted(self._fs.find(self._root)):
             p = str(p)
             yield p[len(prefix) :] if p.startswith(prefix) else p.rsplit("/", 1)[-1]
 
@@ -254,22 +314,22 @@ class FsspecBlobStore:
         for relative in self._files():
             kind = _classify(relative)
             if kind != "blob":
-                yield Stray(relative, kind, self._age(f"{self.root}/{relative}"))
+                yield _stray(relative, kind, self._age(f"{self._root}/{relative}"))
 
     def remove_stray(self, stray: Stray) -> None:
-        path = f"{self.root}/{stray.path}"
-        if stray.kind == "temp" and _classify(stray.path) == "temp" and self.fs.exists(path):
-            self.fs.rm_file(path)
+        path = f"{self._root}/{stray.path}"
+        if stray.kind == "temp" and _classify(stray.path) == "temp" and self._fs.exists(path):
+            self._fs.rm_file(path)
 
     def size(self, digest: str) -> int:
-        return int(self.fs.size(self._path(digest)))
+        return int(self._fs.size(self._path(digest)))
 
     def age(self, digest: str) -> float:
         return self._age(self._path(digest))
 
     def _age(self, path: str) -> float:
         try:
-            modified = self.fs.modified(path)
+            modified = self._fs.modified(path)
         except (NotImplementedError, OSError):
             return 0.0
         return max(0.0, time.time() - float(modified.timestamp()))

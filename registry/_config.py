@@ -32,9 +32,13 @@ __all__ = [
 ]
 
 # SQLAlchemy's URL grammar (sqlalchemy.engine.url._parse_url): user, then ":" and a password
-# running to the "@"; and libpq's password parameters in the query string.
-_USERINFO = re.compile(r"^([\w+.\-]+://[^:/@]*:)[^@]*@")
-_QUERY_SECRET = re.compile(r"([?&](?:password|passwd|pwd|sslpassword)=)[^&]*", re.IGNORECASE)
+# running to the "@" (also after an fsspec chain's "::", ``simplecache::s3://key:secret@b``);
+# and query parameters that carry secrets: libpq's password, fsspec and cloud tokens, keys and
+# signatures (``?token=``, ``X-Amz-Signature``, ``X-Amz-Credential``, Azure's ``sig``).
+_USERINFO = re.compile(r"([\w+.\-]+://[^:/@]*:)[^@]*@")
+_QUERY_SECRET = re.compile(
+    r"([?&][^=&#]*(?:pass|pwd|secret|token|key|sig|credential)[^=&#]*=)[^&#]*", re.IGNORECASE
+)
 
 #: Environment variable: the database URL of the default registry.
 URL_ENV = "JAXPORT_REGISTRY"
@@ -109,7 +113,9 @@ def default_blobs(url: str, home: Path | None = None) -> Path:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password (``user:PASSWORD@`` and ``?password=``) shown as ``***``, as
-    SQLAlchemy's ``render_as_string(hide_password=True)`` does; imports nothing heavy, so the
-    CLI's ``--help`` can show where the registry is."""
+    """``url`` with its credentials shown as ``***``: the password (``user:PASSWORD@``, as
+    SQLAlchemy's ``render_as_string(hide_password=True)`` hides it) and every query parameter
+    named like a secret (``password``, ``token``, ``key``, ``sig``, ...). For database URLs and
+    fsspec URLs alike; imports nothing heavy, so the CLI's ``--help`` can show where the
+    registry is."""
     return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", url))

@@ -169,7 +169,7 @@ class Findings:
             python = shutil.which(target) or target
             if not os.path.isfile(python):
                 raise NotFoundError(f"no Python interpreter at {target}")
-            kwargs: dict[str, Any] = {"platform": platform, "store": store, "timeout": 600.0}
+            kwargs: dict[str, Any] = {"platform": platform, "store": store, "timeout": 120.0}
             fresh = self.audit(reference, python=python, **kwargs)
             fresh += self.audit(reference, python=None, **kwargs)
             target = fresh[0].jax_version if fresh else target

@@ -4,8 +4,8 @@
 transaction holding the exclusive blob lock, and only when no variant, no golden examples and no
 live ``pending_blobs`` row of a push in flight needs it. A model variant needs its parts
 (``variant_parts``: the skeleton and each tensor), which its push registers as pending like any
-blob. Stale temporary files of killed writes are collected too; files that are not jaxport's
-are reported and left alone.
+blob. Stale temporary files of killed writes are collected too, never one whose digest (in its
+name) a push in flight has pending; files that are not jaxport's are reported and left alone.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from jaxport.registry._models import (
     Blob,
     Model,
     PendingBlob,
+    Signature,
     Variant,
     VariantPart,
     Version,
@@ -77,6 +78,8 @@ class Maintenance:
         strays = list(self._blobs.strays())
         with _db.translating_db_errors(), self._transaction(dry_run) as conn:
             _db.blob_lock(conn, exclusive=True)
+            if not dry_run:
+                _forget_orphan_signatures(conn)
             needed = referenced(conn)
             pending = _live_pending(conn, forget_dead=not dry_run)
             unreferenced = [d for d in stored if d not in needed]
@@ -94,8 +97,13 @@ class Maintenance:
                 conn.execute(
                     delete(PendingBlob).where(PendingBlob.created_at < time.time() - PENDING_TTL)
                 )
-        temps = tuple(s for s in strays if s.kind == "temp" and s.age >= temp_age)
-        young_temps = tuple(s.path for s in strays if s.kind == "temp" and s.age < temp_age)
+        # A temporary file of a push in flight (its digest pending) is never removed: strays
+        # are listed before the pending rows are read, and a push registers before it writes.
+        temps = tuple(
+            s for s in strays if s.kind == "temp" and s.age >= temp_age and s.digest not in pending
+        )
+        removed = {s.path for s in temps}
+        young_temps = tuple(s.path for s in strays if s.kind == "temp" and s.path not in removed)
         if not dry_run:
             for stray in temps:
                 self._blobs.remove_stray(stray)
@@ -112,14 +120,14 @@ class Maintenance:
         )
 
     def _read_in_full(
-        self, readers: dict[str, Callable[[], bytes]], users: dict[str, set[str]]
+        self, readers: dict[str, Callable[[], bytes]], users: dict[str, set[str]], timeout: float
     ) -> list[BlobProblem]:
         """Each archive read in full (every module parsed, a model's every tensor checked) in
         a worker process, one in memory at a time: the problems."""
         from jaxport.audit import AuditJob, run_audits
 
         digests = sorted(readers)
-        _, results = run_audits([AuditJob(readers[d], None) for d in digests])
+        _, results = run_audits([AuditJob(readers[d], None) for d in digests], timeout=timeout)
         return [
             BlobProblem(digest, "invalid", tuple(sorted(users[digest])), r.reason)
             for digest, r in zip(digests, results, strict=True)
@@ -150,7 +158,7 @@ class Maintenance:
         except FileNotFoundError:
             return 0
 
-    def verify(self, *, deep: bool) -> VerifyReport:
+    def verify(self, *, deep: bool, timeout: float) -> VerifyReport:
         """See ``Registry.verify``."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
             users = _users(conn)
@@ -179,7 +187,7 @@ class Maintenance:
                 readers[digest] = self._model_reader(parts, size)
                 users.setdefault(digest, names)
         if readers:
-            problems += self._read_in_full(readers, users)
+            problems += self._read_in_full(readers, users, timeout)
         stored = set(self._blobs.digests())
         return VerifyReport(
             checked=len(users),
@@ -193,12 +201,21 @@ class Maintenance:
 
 
 def referenced(conn: Connection) -> set[str]:
-    """Every digest a variant, a part of a model variant or a version's golden examples
-    refers to."""
+    """Every digest a variant, a part of a model variant, a version's golden examples or a
+    signature of a variant's archive refers to."""
     variants = conn.execute(select(Variant.digest).distinct()).scalars()
     parts = conn.execute(select(VariantPart.digest).distinct()).scalars()
     examples = conn.execute(select(VersionExamples.digest).distinct()).scalars()
-    return set(variants) | set(parts) | set(examples)
+    bundles = conn.execute(
+        select(Signature.bundle_digest).where(Signature.digest.in_(select(Variant.digest)))
+    ).scalars()
+    return set(variants) | set(parts) | set(examples) | set(bundles)
+
+
+def _forget_orphan_signatures(conn: Connection) -> None:
+    """Deletes the signature rows of archives no variant holds (their bundles become
+    unreferenced blobs, collected as any other). Runs under the exclusive blob lock."""
+    conn.execute(delete(Signature).where(Signature.digest.not_in(select(Variant.digest))))
 
 
 def _forget_rows_without_files(conn: Connection, needed: set[str], stored: set[str]) -> None:
@@ -276,6 +293,12 @@ def _users(conn: Connection) -> dict[str, set[str]]:
                 Version, VersionExamples.version_id == Version.id
             ),
             " examples",
+        ),
+        (
+            select(Signature.bundle_digest, Model.name, Version.version)
+            .join(Variant, Variant.digest == Signature.digest)
+            .join(Version, Variant.version_id == Version.id),
+            " signature",
         ),
     )
     users: dict[str, set[str]] = defaultdict(set)

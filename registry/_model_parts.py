@@ -43,6 +43,7 @@ from jaxport.schema import fb
 if TYPE_CHECKING:
     from jaxport.export import ArchiveInfo, Model, TensorInfo
     from jaxport.export._container import Section
+    from jaxport.export._verdicts import VerdictCache
 
 __all__ = [
     "FUNCTION",
@@ -81,7 +82,7 @@ class Part:
         return self.offset + self.size
 
 
-def validated_model(data: bytes, path: str | None) -> Model:
+def validated_model(data: bytes, path: str | None, verdicts: VerdictCache | None = None) -> Model:
     """The model in ``data``, read in full: every method and VJP level, every tensor checked
     against its digest.
 
@@ -91,7 +92,7 @@ def validated_model(data: bytes, path: str | None) -> Model:
     """
     from jaxport.export import loads_model
 
-    model = loads_model(data, path=path)
+    model = loads_model(data, path=path, verdicts=verdicts)
     model.params  # noqa: B018  (reads every tensor and checks its digest)
     for name, exported in model.exported.items():
         current = exported
@@ -263,6 +264,7 @@ def open_model(
     *,
     where: str,
     allow_custom_calls: Sequence[str] = (),
+    verdicts: VerdictCache | None = None,
 ) -> Model:
     """The model of a variant: its skeleton read (and verified) now, each tensor's blob when
     the model first uses it (``tensor_reader``).
@@ -273,7 +275,7 @@ def open_model(
         CorruptArchiveError, UnsupportedVersionError, UnsupportedFeatureError,
             UnsafeArchiveError: see ``jaxport.loads_model``.
     """
-    from jaxport.export import _archive, _container, _model_io
+    from jaxport.export import _archive, _container, _model_io, _vetting
 
     if not parts:
         raise NotFoundError(f"{where} was deleted while it was being pulled")
@@ -286,7 +288,7 @@ def open_model(
         head,
         modules,
         tensor_reader(blobs, head.sections, where),
-        allow_custom_calls=allow_custom_calls,
+        policy=_vetting.module_policy(allow_custom_calls, verdicts=verdicts),
         path=where,
     )
 

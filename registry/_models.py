@@ -4,6 +4,8 @@
        │                     ├─< variant_platforms
        │                     └─< variant_parts >─ blobs   (model archives)
        └─< aliases, alias_history          pending_blobs (digests of pushes in flight)
+                                           module_verdicts (the module sandbox's, by digest)
+    blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
@@ -36,8 +38,10 @@ __all__ = [
     "Base",
     "Blob",
     "Model",
+    "ModuleVerdict",
     "PendingBlob",
     "RegistryInfo",
+    "Signature",
     "Variant",
     "VariantPart",
     "VariantPlatform",
@@ -69,13 +73,22 @@ class Model(Base):
 
 
 class Version(Base):
+    """A version of a name. ``content_key`` (``_publish.content_key``: sha256 of its variants'
+    digests in order and its golden examples' digest) is unique per name, so identical content
+    pushed at the same moment by several writers is one version; NULL only on versions that an
+    older jaxport made twice (kept as they are by revision 0005)."""
+
     __tablename__ = "versions"
-    __table_args__ = (UniqueConstraint("model_id", "version"),)
+    __table_args__ = (
+        UniqueConstraint("model_id", "version"),
+        Index("ix_versions_content_key", "content_key", "model_id", unique=True),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
+    content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Blob(Base):
@@ -231,3 +244,38 @@ class VersionExamples(Base):
     )
     digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
     count: Mapped[int] = mapped_column(Integer)
+
+
+class ModuleVerdict(Base):
+    """What the module sandbox said of a module (``jaxport.export._verdicts``), recorded at push
+    so that a pull by another client with the same jaxlib does not parse the module again.
+
+    ``digest``: the module's own sha256 (not an archive's); ``verdict_json``: the facts, or
+    MLIR's refusal. Crashes and time-outs are never recorded (a push that meets one fails).
+    """
+
+    __tablename__ = "module_verdicts"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    jaxlib_version: Mapped[str] = mapped_column(String(40), primary_key=True)
+    facts_version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    verdict_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Signature(Base):
+    """A signature of an archive (``digest``, a variant's): a Sigstore bundle that the OpenSSF
+    ``model-signing`` library wrote, stored as the blob ``bundle_digest``, like an OCI referrer.
+    ``signer`` is the sha256 (hex) of the signing public key's DER SubjectPublicKeyInfo;
+    ``kind`` is ``key`` or ``certificate``. One row per archive and signer (``_signatures``)."""
+
+    __tablename__ = "signatures"
+    __table_args__ = (
+        UniqueConstraint("digest", "signer"),
+        Index("ix_signatures_bundle_digest", "bundle_digest"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    bundle_digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    signer: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[float] = mapped_column(Float)

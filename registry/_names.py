@@ -15,9 +15,10 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from jaxport._errors import InvalidNameError
+from jaxport._grammar import MAX_NAME_LENGTH, name_problem
 
 __all__ = [
     "DIGEST_PREFIX",
@@ -42,8 +43,6 @@ __all__ = [
 #: The platforms jax exports for (``Exported.platforms``); the same as
 #: ``jaxport.export._compat.KNOWN_PLATFORMS``, kept here so that checking a name imports no jax.
 KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-#: The longest name or alias, in characters.
-MAX_NAME_LENGTH = 200
 #: The largest version number (the database column is a 32-bit integer).
 MAX_VERSION = 2**31 - 1
 #: How a digest reference starts.
@@ -52,7 +51,6 @@ DIGEST_PREFIX = "sha256:"
 MIN_DIGEST_PREFIX = 6
 #: The largest metadata of one push (keys and values, UTF-8), in bytes.
 MAX_METADATA_BYTES = 1 << 20
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")
 _HEX = re.compile(r"[0-9a-f]+")
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -77,22 +75,18 @@ class Reference:
 def check_name(name: object, what: str = "name") -> str:
     """``name`` if it is a valid registry name or alias.
 
-    Rules: 1 to 200 characters of ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a
-    letter or digit (so no path separators, control characters, ``@`` or ``:``).
+    Rules (``jaxport._grammar.NAME``, the one grammar of names): 1 to 200 characters of ASCII
+    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit (so no path
+    separators, control characters, ``@`` or ``:``); a non-ASCII look-alike of an ASCII name
+    (NFKC) is refused as one.
 
     Raises:
         InvalidNameError: the name breaks a rule; the message says which.
     """
-    if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"{what} must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidNameError(f"{what} is {len(name)} characters, the limit is {MAX_NAME_LENGTH}")
-    if not name.isascii() or not _NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"{what} {name!r} is not allowed: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
-    return name
+    problem = name_problem(name, what)
+    if problem is not None:
+        raise InvalidNameError(problem)
+    return cast(str, name)  # name_problem found a str
 
 
 def check_version(version: object) -> int:

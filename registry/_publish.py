@@ -17,9 +17,14 @@ The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
 2. write each blob, or check the one already stored (hash it) and write it again if it is
    missing or corrupt (a repair);
 3. in one transaction (shared blob lock): insert the version, its variants and blob rows, and
-   delete the pending rows. On failure the pending rows are deleted; a killed push's rows are
-   dropped by gc once its process is gone (rows name the process: ``pid_scope`` and pid),
-   and expire after ``PENDING_TTL`` seconds where gc cannot tell (another host's).
+   delete the pending rows. A version's ``content_key`` (its variant digests and golden
+   examples) is unique per name: of several pushes of one content at the same moment, one
+   inserts and the others hit the unique index (rolled back to a savepoint, consuming no
+   version number) and return that version.
+On failure the pending rows are deleted; a killed push's rows are dropped by gc once its
+process is gone (rows name the process: ``pid_scope`` and pid), and expire after
+``PENDING_TTL`` seconds where gc cannot tell (another host's). A blob's temporary file is named
+after its digest (``_blobs``), so gc never removes one of a push in flight, whatever its age.
 ``gc`` deletes a blob only under the exclusive blob lock and only when neither a variant, nor
 golden examples, nor a live pending row needs it, so a blob a push relies on is either still
 there at commit or written after gc's transaction.
@@ -39,14 +44,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+from sqlalchemy import exc as sa_exc
 
 from jaxport._errors import (
-    CorruptArchiveError,
+    ConflictError,
     InvalidNameError,
-    JaxportError,
     NotFoundError,
     UnsupportedFeatureError,
 )
+from jaxport._files import read_regular
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
@@ -72,22 +78,25 @@ from jaxport.registry._models import (
 from jaxport.registry._names import check_metadata, check_name, check_names
 from jaxport.registry._queries import ref_on
 from jaxport.registry._types import PushResult, Ref
+from jaxport.registry._verdicts import RegistryVerdicts, push_verdicts
 
 if TYPE_CHECKING:
     from jax.export import Exported
 
     from jaxport.export import ArchiveInfo
     from jaxport.export._model import Model as JaxportModel
+    from jaxport.export._verdicts import VerdictCache
 
-__all__ = ["PENDING_TTL", "Publisher", "Source", "pid_scope"]
+__all__ = ["PENDING_TTL", "Publisher", "Source", "content_key", "pid_scope"]
 
 #: Seconds after which the pending rows of a push that never finished stop protecting blobs.
 PENDING_TTL = 24 * 3600.0
-#: The most VJP orders read from jax-native bytes.
-MAX_NATIVE_VJP_ORDER = 8
-#: Metadata key marking an archive converted from jax-native bytes.
-CONVERTED_KEY = "jaxport.converted_from"
 UNKNOWN = "unknown"
+#: Metadata key marking an archive converted from jax-native bytes (``export._native``).
+CONVERTED_KEY = "jaxport.converted_from"
+#: Attempts to insert a version when a concurrent push of the same content wins and a
+#: concurrent delete removes it before this push can return it.
+_INSERT_TRIES = 3
 
 #: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
@@ -138,6 +147,7 @@ class Publisher:
         aliases: Iterable[str],
         metadata: Mapping[str, str] | None,
         examples: Any,
+        max_size: int,
     ) -> PushResult:
         """See ``Registry.push``."""
         listed = list(sources) if isinstance(sources, list | tuple) else [sources]
@@ -147,7 +157,9 @@ class Publisher:
         alias_names = check_names(aliases, "alias")
         if isinstance(vjp_order, bool) or not isinstance(vjp_order, int) or vjp_order < 0:
             raise InvalidNameError(f"vjp_order must be an int >= 0, got {vjp_order!r:.40}")
-        items = [_prepare(s, vjp_order) for s in listed]
+        verdicts = RegistryVerdicts(self._engine)
+        cache = push_verdicts(verdicts)
+        items = [_prepare(s, vjp_order, cache, max_size) for s in listed]
         _check_kinds(items, examples)
         name = _push_name(name, items[0])
         golden = _golden_blob(items, examples) if examples else None
@@ -163,6 +175,7 @@ class Publisher:
                 with _db.write_transaction(self._engine) as conn:
                     _db.blob_lock(conn, exclusive=False)
                     ref, created = self._commit(conn, name, items, meta, golden, examples)
+                    verdicts.record(conn)
                     for alias in alias_names:
                         move_alias(conn, name, alias, ref.version)
                     conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
@@ -218,11 +231,21 @@ class Publisher:
         golden: tuple[str, bytes] | None,
         examples: Sequence[Any] | None,
     ) -> tuple[Ref, bool]:
-        digests = [i.digest for i in items]
-        existing = _version_with(conn, name, digests, golden[0] if golden else None)
-        if existing is not None:
-            return ref_on(conn, name, existing), False
-        version, version_id = _insert_version(conn, name, meta)
+        key = content_key([i.digest for i in items], golden[0] if golden else None)
+        for _ in range(_INSERT_TRIES):
+            existing = _version_with(conn, name, key)
+            if existing is not None:
+                return ref_on(conn, name, existing), False
+            try:
+                with conn.begin_nested():
+                    version, version_id = _insert_version(conn, name, meta, key)
+                break
+            except sa_exc.IntegrityError:
+                continue  # another push of this content committed first: return its version
+        else:
+            raise ConflictError(
+                f"pushes of the same content to {name!r} kept racing with deletes: try again"
+            )
         now = time.time()
         # A model archive's own digest gets a row too (the variants' foreign key), no file.
         sizes = {i.digest: i.size for i in items}
@@ -239,6 +262,14 @@ class Publisher:
                 {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
             )
         return ref_on(conn, name, version), True
+
+
+def content_key(digests: Sequence[str], examples: str | None) -> str:
+    """What makes two versions of one name the same: the sha256 (hex) of their variants'
+    digests, in order, and their golden examples' digest (None: none). Metadata and aliases
+    are not part of it (the first push's metadata is kept)."""
+    text = json.dumps({"variants": list(digests), "examples": examples}, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def pid_scope() -> str:
@@ -302,20 +333,20 @@ def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
 # -- turning sources into archives -----------------------------------------------------------
 
 
-def _prepare(source: Source, vjp_order: int) -> _Item:
+def _prepare(source: Source, vjp_order: int, verdicts: VerdictCache, max_size: int) -> _Item:
     from jaxport.export._model import Model as JaxportModel
 
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         try:
-            data = path.read_bytes()
+            data = read_regular(path, InvalidNameError, max_size=max_size)
         except FileNotFoundError:
             raise NotFoundError(f"no such file: {path}") from None
         except OSError as e:
             raise InvalidNameError(f"cannot read {path}: {e.strerror}") from None
-        return _from_bytes(data, str(path))
+        return _from_bytes(data, str(path), verdicts)
     if isinstance(source, bytes | bytearray | memoryview):
-        return _from_bytes(bytes(source), None)
+        return _from_bytes(bytes(source), None, verdicts)
     if isinstance(source, JaxportModel):
         return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
@@ -327,61 +358,40 @@ def _prepare(source: Source, vjp_order: int) -> _Item:
     )
 
 
-def _from_bytes(data: bytes, path: str | None) -> _Item:
+def _from_bytes(data: bytes, path: str | None, verdicts: VerdictCache) -> _Item:
     from jaxport.export._container import MAGIC
 
     if data.startswith(MAGIC):
         from jaxport.export import inspect
 
         if inspect(data).kind == MODEL:
-            return _model_item(ArchiveChunks([data]), validated_model(data, path), path)
-        return _item(data, _validated(data, path), ())
-    exported, order = _from_native(data, path)
-    from jaxport.export import dumps
+            model = validated_model(data, path, verdicts)
+            return _model_item(ArchiveChunks([data]), model, path)
+        return _item(data, _validated(data, path, verdicts), ())
+    from jaxport.export._native import convert_native
 
+    converted = convert_native(data, path=path)
     notes = [f"converted from jax-native bytes{f' ({path})' if path else ''}: the producer's "
              "jax version is not recorded there (stored as unknown)"]  # fmt: skip
-    if _is_symbolic(exported):
+    if converted.symbolic:
         notes.append(
             "jax's native format does not keep symbolic-shape constraints: calls are not "
             "checked against constraints the exporter declared"
         )
-    archive = dumps(exported, vjp_order=order, metadata={CONVERTED_KEY: "jax-native"})
-    return _item(archive, exported, tuple(notes))
+    archive = converted.archive
+    return _item(archive, _validated(archive, path, verdicts), tuple(notes))
 
 
-def _validated(data: bytes, path: str | None) -> Exported:
-    """The Exported of a jaxport archive, after reading all of it (every VJP level)."""
+def _validated(data: bytes, path: str | None, verdicts: VerdictCache) -> Exported:
+    """The Exported of a jaxport archive, after reading all of it (every VJP level, every
+    module vetted in the sandbox)."""
     from jaxport.export import inspect, loads
 
-    exported: Exported = loads(data, path=path)
+    exported: Exported = loads(data, path=path, verdicts=verdicts)
     current = exported
     for _ in range(inspect(data).vjp_order):
         current = current.vjp()
     return exported
-
-
-def _from_native(data: bytes, path: str | None) -> tuple[Exported, int]:
-    """jax-native serialized bytes -> ``(Exported, VJP orders they carry)``.
-
-    jax documents these bytes as trusted input: anything its reader fails on is reported as
-    not an archive.
-    """
-    from jax import export as jax_export
-
-    try:
-        exported = jax_export.deserialize(bytearray(data))
-        order, current = 0, exported
-        while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
-            current, order = current.vjp(), order + 1
-    except JaxportError:
-        raise
-    except Exception as e:  # jax's reader raises anything on bytes that are not its format
-        raise CorruptArchiveError(
-            f"neither a jaxport archive nor jax-native serialized Exported ({type(e).__name__})",
-            path=path,
-        ) from None
-    return exported, order
 
 
 def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
@@ -400,40 +410,28 @@ def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -
     return _Item(archive.sha256(), archive.size, info, (), blobs, model=model, parts=parts)
 
 
-def _is_symbolic(exported: Exported) -> bool:
-    return any(not isinstance(d, int) for a in exported.in_avals for d in a.shape)
-
-
 # -- rows ---------------------------------------------------------------------------------
 
 
-def _version_with(
-    conn: Connection, name: str, digests: Sequence[str], examples: str | None
-) -> int | None:
-    """The newest version of ``name`` with exactly these archives (in order) and examples;
-    its row is locked (PostgreSQL), so a concurrent delete waits for this push to commit."""
-    candidates = conn.execute(
-        select(Version.id, Version.version)
+def _version_with(conn: Connection, name: str, key: str) -> int | None:
+    """The version of ``name`` whose ``content_key`` is ``key``; its row is locked
+    (PostgreSQL), so a concurrent delete waits for this push to commit."""
+    found = conn.execute(
+        select(Version.version)
         .join(Model, Model.id == Version.model_id)
-        .join(Variant, Variant.version_id == Version.id)
-        .where(Model.name == name, Variant.digest == digests[0])
-        .order_by(Version.version.desc())
+        .where(Model.name == name, Version.content_key == key)
         .with_for_update(of=Version)
-    ).all()
-    for version_id, version in candidates:
-        found = conn.execute(
-            select(Variant.digest).where(Variant.version_id == version_id).order_by(Variant.id)
-        ).scalars()
-        golden = conn.execute(
-            select(VersionExamples.digest).where(VersionExamples.version_id == version_id)
-        ).scalar_one_or_none()
-        if list(found) == list(digests) and golden == examples:
-            return int(version)
-    return None
+    ).scalar_one_or_none()
+    return None if found is None else int(found)
 
 
-def _insert_version(conn: Connection, name: str, meta: dict[str, str]) -> tuple[int, int]:
-    """Allocates the next version of ``name``: ``(version, version id)``."""
+def _insert_version(conn: Connection, name: str, meta: dict[str, str], key: str) -> tuple[int, int]:
+    """Allocates the next version of ``name``: ``(version, version id)``.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: ``name`` has a version with content ``key`` already
+            (committed by a concurrent push).
+    """
     now = time.time()
     _db.insert_ignoring_duplicates(
         conn, Model.__table__, [{"name": name, "last_version": 0, "created_at": now}], ["name"]
@@ -447,6 +445,7 @@ def _insert_version(conn: Connection, name: str, meta: dict[str, str]) -> tuple[
             "version": version,
             "created_at": now,
             "metadata_json": json.dumps(meta, sort_keys=True),
+            "content_key": key,
         },
     ).scalar_one()
     return int(version), int(version_id)

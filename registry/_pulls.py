@@ -30,11 +30,13 @@ from jaxport.registry._model_parts import (
 )
 from jaxport.registry._queries import Queries
 from jaxport.registry._types import VariantInfo
+from jaxport.registry._verdicts import pull_verdicts
 
 if TYPE_CHECKING:
     from jax.export import Exported
 
     from jaxport.export import Model
+    from jaxport.export._verdicts import VerdictCache
 
 __all__ = ["Pulls"]
 
@@ -49,6 +51,15 @@ class Pulls:
         self._engine = engine
         self._blobs = blobs
         self._queries = queries
+        self._verdict_cache: VerdictCache | None = None
+
+    @property
+    def _verdicts(self) -> VerdictCache:
+        """The registry's sandbox verdicts, then the local cache (made on first use: it imports
+        jaxport.export, hence jax)."""
+        if self._verdict_cache is None:
+            self._verdict_cache = pull_verdicts(self._engine)
+        return self._verdict_cache
 
     def exported(
         self,
@@ -75,7 +86,9 @@ class Pulls:
                 found=chosen.kind,
             )
         data = self.archive_bytes(reference, chosen)
-        exported: Exported = loads(data, **_custom_calls(allow_custom_calls))
+        exported: Exported = loads(
+            data, verdicts=self._verdicts, **_custom_calls(allow_custom_calls)
+        )
         return exported
 
     def model(self, chosen: VariantInfo, allow_custom_calls: Sequence[str]) -> Model:
@@ -92,6 +105,7 @@ class Pulls:
             chosen.size_bytes,
             where=f"{chosen.name}:{chosen.version}",
             allow_custom_calls=allow_custom_calls,
+            verdicts=self._verdicts,
         )
 
     def method(

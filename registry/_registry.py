@@ -1,7 +1,8 @@
 """``Registry``: the facade. Each method is one short delegation to the module that holds its
 concept: ``_publish`` (push), ``_queries`` (resolve, get, list, search), ``_aliases``,
 ``_maintenance`` (delete, gc, verify), ``_findings`` (audits and their stored results),
-``_model_parts`` (model archives stored as a skeleton and one blob per tensor)."""
+``_model_parts`` (model archives stored as a skeleton and one blob per tensor), ``_signatures``
+(signatures and the signature policy)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from jaxport._errors import (
     NotFoundError,
     SchemaVersionError,
 )
+from jaxport._files import DEFAULT_MAX_READ
 from jaxport._version import __version__
 from jaxport.migrations import HEAD
 from jaxport.registry import _db
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
-from jaxport.registry._config import RegistryConfig
+from jaxport.registry._config import RegistryConfig, safe_url
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
 from jaxport.registry._names import (
@@ -33,6 +35,13 @@ from jaxport.registry._names import (
 from jaxport.registry._publish import Publisher, Source
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, nothing_matches
+from jaxport.registry._signatures import (
+    Signature,
+    SignatureCheck,
+    SignaturePolicy,
+    Signatures,
+    alias_of,
+)
 from jaxport.registry._types import (
     AliasMove,
     GcReport,
@@ -71,6 +80,13 @@ class Registry:
         blobs: a directory or fsspec URL for the archives. Default: ``$JAXPORT_BLOBS``, else
             ``blobs/`` beside a SQLite database file; required for other databases.
         upgrade: upgrade an older database schema to this jaxport's (alembic).
+        require_signatures: a ``SignaturePolicy``: pulls and alias moves of versions its keys
+            did not sign raise ``SignatureError`` (``jaxport[signing]``).
+
+    Attributes:
+        url: the database URL with its password masked (``user:***@``); the real one is used
+            to connect and kept nowhere public.
+        blobs: the ``BlobStore`` (its ``url`` masked the same way).
 
     Raises:
         SchemaVersionError: the database's schema is older and ``upgrade`` is False.
@@ -84,10 +100,14 @@ class Registry:
         *,
         blobs: str | os.PathLike[str] | BlobStore | None = None,
         upgrade: bool = False,
+        require_signatures: SignaturePolicy | None = None,
     ):
+        if require_signatures is not None and not isinstance(require_signatures, SignaturePolicy):
+            raise InvalidNameError("require_signatures must be a jaxport.SignaturePolicy or None")
+        self.require_signatures = require_signatures
         config = RegistryConfig.from_env()
         url = url or config.database_url()
-        self.url = url
+        self.url = safe_url(url)  # the real URL stays in the engine
         self.blobs = open_blob_store(blobs if blobs is not None else config.blob_location(url))
         self._engine = _db.create_registry_engine(url)
         try:
@@ -102,6 +122,7 @@ class Registry:
         self._pulls = Pulls(self._engine, self.blobs, self._queries)
         self._maintenance = Maintenance(self._engine, self.blobs)
         self._findings = Findings(self._engine, self.blobs, self._queries, self._pulls)
+        self._signatures = Signatures(self._engine, self.blobs, self._queries)
 
     def close(self) -> None:
         """Releases the database connections."""
@@ -114,7 +135,7 @@ class Registry:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Registry({_db.safe_url(self.url)!r}, blobs={self.blobs.url!r})"
+        return f"Registry({self.url!r}, blobs={self.blobs.url!r})"
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -129,6 +150,7 @@ class Registry:
         examples: Sequence[Example | tuple[Any, ...]]
         | Mapping[str, Sequence[Example | tuple[Any, ...]]]
         | None = None,
+        max_size: int = DEFAULT_MAX_READ,
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
@@ -160,15 +182,23 @@ class Registry:
                 or ``(args, kwargs)`` tuples; outputs left None are computed now by the first
                 variant that runs here. For a model, ``{method: [Example(args), ...]}``: the
                 method's own arguments, without the parameters.
+            max_size: the largest file a path may name, in bytes (default 64 GiB); a path
+                must name a regular file (not a FIFO or a device). Both are checked before a
+                byte is read.
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what
             jax's native format lost) and the digests of repaired blobs.
 
+        Under ``require_signatures``, an alias with a rule is moved after the push, as
+        ``alias`` moves it: a version just pushed is not signed yet, so that move is refused
+        (``SignatureError``; the version stays): sign it, then move the alias.
+
         Raises:
             InvalidNameError: a bad name, alias, metadata entry or source type; functions and
                 models in one version; a model without ``name``.
             NotFoundError: a path that does not exist.
+            InvalidNameError: also a path that is not a regular file, or over ``max_size``.
             CorruptArchiveError: bytes that are neither a valid jaxport archive nor jax-native.
             IntegrityError: a digest of the archive (a model's tensor's, say) does not match.
             SchemaVersionError: the database is newer than this jaxport.
@@ -176,10 +206,18 @@ class Registry:
                 with a model; a model archive not laid out as jaxport writes them.
         """
         self._check_writable()
-        return self._publisher.push(
+        ruled: builtins.list[str] = []
+        if self.require_signatures is not None and not isinstance(aliases, str):
+            aliases = builtins.list(aliases)
+            ruled = [a for a in aliases if isinstance(a, str) and self._alias_rules(a)]
+            aliases = [a for a in aliases if a not in ruled]
+        result = self._publisher.push(
             source, name, vjp_order=vjp_order, aliases=aliases, metadata=metadata,
-            examples=examples,
+            examples=examples, max_size=max_size,
         )  # fmt: skip
+        for alias in ruled:
+            self.alias(result.name, alias, result.version)
+        return result
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         """Points ``name@alias`` at ``version`` (None: removes it), in one transaction; every
@@ -188,9 +226,73 @@ class Registry:
         Raises:
             NotFoundError: no such name or version.
             InvalidNameError: a bad name, alias or version.
+            SignatureError: under ``require_signatures``, the version is not signed as the
+                registry's keys or the alias's rule require (see ``SignaturePolicy``).
         """
         self._check_writable()
+        rules = self._alias_rules(alias) if version is not None else []
+        if rules:
+            self._signatures.check_version(self.get(f"{check_name(name)}:{version}"), rules)
         self._aliases.set(name, alias, version)
+
+    def sign(
+        self,
+        reference: str,
+        *,
+        private_key: str | os.PathLike[str],
+        password: str | None = None,
+        certificate: str | os.PathLike[str] | None = None,
+        certificate_chain: Sequence[str | os.PathLike[str]] = (),
+    ) -> builtins.list[Signature]:
+        """Signs every variant of a version (``model-signing``: a Sigstore bundle over each
+        archive's sha256) and stores the bundles beside it; each archive is read and checked
+        against its digest first. A key's earlier signature of the same archive is replaced.
+
+        Args:
+            reference: ``NAME:VERSION``, ``NAME@ALIAS``, ``sha256:PREFIX`` or ``NAME`` (newest).
+            private_key: a PEM elliptic-curve private key (P-256, P-384, P-521).
+            password: the key's password, if it is encrypted.
+            certificate: the key's PEM certificate, with ``certificate_chain`` (intermediates,
+                then root): a certificate signature, verified against CA certificates.
+
+        Returns:
+            One ``Signature`` per variant.
+
+        Raises:
+            SignatureError: the key cannot be read (wrong password, unsupported curve) or does
+                not match the certificate.
+            IntegrityError: a variant's archive is missing or corrupt: nothing of it is signed.
+            UnsupportedFeatureError: ``model-signing`` is not installed (``jaxport[signing]``).
+            (and see ``get``)
+        """
+        self._check_writable()
+        return self._signatures.sign(
+            reference, private_key, password=password, certificate=certificate,
+            certificate_chain=certificate_chain,
+        )  # fmt: skip
+
+    def signatures(self, reference: str) -> builtins.list[Signature]:
+        """The signatures stored for a version's variants, as stored (not verified: see
+        ``verify_signatures``).
+
+        Raises:
+            (see ``get``)
+        """
+        return self._signatures.of(self._queries.get(reference))
+
+    def verify_signatures(
+        self, reference: str, keys: Sequence[str | os.PathLike[str] | bytes]
+    ) -> builtins.list[SignatureCheck]:
+        """Each variant of a version, checked: does a stored signature verify with one of
+        ``keys`` (PEM public keys or CA certificates, paths or bytes) over its archive? If not,
+        the check says why (no signature, other signers, one that does not verify).
+
+        Raises:
+            SignatureError: a key that is not a PEM public key or certificate.
+            (and see ``get``)
+        """
+        trusted = SignaturePolicy(keys).keys
+        return self._signatures.verify(self._queries.get(reference), trusted)
 
     def delete(self, name: str, version: int | None = None, *, force: bool = False) -> None:
         """Deletes a version (or, with ``version`` None, every version of the name); blobs stay
@@ -212,14 +314,15 @@ class Registry:
     ) -> GcReport:
         """Removes blobs nothing refers to, and stale temporary files; ``dry_run`` only reports.
 
-        Safe beside concurrent pushes at any ``min_age`` (see ``registry/_publish.py``).
+        Safe beside concurrent pushes at any ``min_age`` and ``temp_age`` (see
+        ``registry/_publish.py``): a temporary file of a push in flight is never removed.
 
         Args:
             dry_run: report what would be removed, remove nothing.
             min_age: keep unreferenced blobs younger than this, in seconds (written by an
                 older jaxport's push in flight, say).
-            temp_age: remove temporary files of writes older than this, in seconds (a
-                younger one may belong to a write in progress).
+            temp_age: remove temporary files of killed writes older than this, in seconds
+                (a younger one may belong to a write of an older jaxport still in progress).
 
         Raises:
             InvalidNameError: ``min_age`` or ``temp_age`` is not a finite number >= 0.
@@ -233,7 +336,7 @@ class Registry:
             self._check_writable()
         return self._maintenance.gc(dry_run=bool(dry_run), min_age=min_age, temp_age=temp_age)
 
-    def verify(self, *, deep: bool = False) -> VerifyReport:
+    def verify(self, *, deep: bool = False, timeout: float = 120.0) -> VerifyReport:
         """Recomputes the digest of every blob the database refers to; names each version that
         a missing or corrupt blob affects.
 
@@ -241,8 +344,10 @@ class Registry:
             deep: also read every archive in full, each module parsed, in a worker process
                 (jaxlib may crash on a malformed module): a header whose custom-call targets
                 disagree with its modules, or any other unreadable part, is ``invalid``.
+            timeout: with ``deep``, seconds one archive may take before its worker is killed
+                (the archive is then ``invalid``, naming the limit).
         """
-        return self._maintenance.verify(deep=deep)
+        return self._maintenance.verify(deep=deep, timeout=timeout)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -305,9 +410,11 @@ class Registry:
                 ``pull_model``), or a function and one is.
             IntegrityError: the blob is missing or does not match its digest; nothing is
                 returned.
+            SignatureError: under ``require_signatures``, the variant is not signed as the
+                registry's keys (or, through ``NAME@ALIAS``, the alias's rule) require.
             (and see ``resolve`` and ``jaxport.loads``)
         """
-        chosen = self._chosen(reference, version, platform, nr_devices)
+        chosen = self._signed(reference, version, platform, nr_devices)
         return self._pulls.exported(reference, chosen, allow_custom_calls, method)
 
     def pull_model(
@@ -337,9 +444,11 @@ class Registry:
             WrongKindError: the variant is a function: use ``pull``.
             IntegrityError: the skeleton is missing or corrupt; later, when a tensor is used,
                 its blob is missing or does not match its digest (no array is returned).
+            SignatureError: see ``pull``; under a policy a model's parts are read once to check
+                that they make the archive signed.
             (and see ``resolve`` and ``jaxport.loads_model``)
         """
-        chosen = self._chosen(reference, version, platform, nr_devices)
+        chosen = self._signed(reference, version, platform, nr_devices)
         return self._pulls.model(chosen, allow_custom_calls)
 
     def pull_bytes(
@@ -352,8 +461,9 @@ class Registry:
     ) -> bytes:
         """The archive bytes of the variant ``resolve`` chooses, exactly as pushed, digest
         verified (see ``pull``): a model archive is put together from its parts, each verified.
+        Under ``require_signatures``, a variant not signed as required raises ``SignatureError``.
         """
-        chosen = self._chosen(reference, version, platform, nr_devices)
+        chosen = self._signed(reference, version, platform, nr_devices)
         return self._pulls.archive_bytes(reference, chosen)
 
     def pull_file(
@@ -375,7 +485,7 @@ class Registry:
             OSError: the directory is missing or not writable.
             (and see ``pull_bytes``; on any error ``path`` is left as it was)
         """
-        chosen = self._chosen(reference, version, platform, nr_devices)
+        chosen = self._signed(reference, version, platform, nr_devices)
         self._pulls.write_file(reference, chosen, path)
         return chosen
 
@@ -398,6 +508,21 @@ class Registry:
         if resolution.chosen is None:
             raise NotFoundError(nothing_matches(resolution))
         return resolution.chosen
+
+    def _signed(
+        self, reference: str, version: int | None, platform: Any, nr_devices: int | None
+    ) -> VariantInfo:
+        """``_chosen``, checked against ``require_signatures`` (the registry's keys, and the
+        alias's rule for a ``NAME@ALIAS`` reference)."""
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        if self.require_signatures is not None:
+            alias = alias_of(reference) if version is None else None
+            self._signatures.check_variant(chosen, self.require_signatures.rules(alias))
+        return chosen
+
+    def _alias_rules(self, alias: str) -> builtins.list[Any]:
+        policy = self.require_signatures
+        return [] if policy is None else policy.rules(alias)
 
     def get(self, reference: str) -> Ref:
         """The version ``NAME:VERSION``, ``NAME@ALIAS`` or ``sha256:PREFIX`` names; the newest
@@ -485,7 +610,7 @@ class Registry:
         platform: str | None = None,
         store: bool = True,
         python: str | os.PathLike[str] | None = None,
-        timeout: float = 600.0,
+        timeout: float = 120.0,
     ) -> builtins.list[Finding]:
         """Audits variants with a jax: loads, compiles, re-runs golden examples (``jaxport.audit``).
 
@@ -502,7 +627,8 @@ class Registry:
             python: audit with the jax of another environment: an interpreter where jaxport
                 and another jax release are installed. The archives are handed to it; the
                 database is not (no URL or password leaves this process).
-            timeout: seconds one variant's audit may take before it is killed (``crash``).
+            timeout: seconds one variant's audit may take before it is killed (``crash``);
+                a module that hangs the parser is stopped sooner, by the module sandbox.
 
         Returns:
             One ``Finding`` per variant and platform.

@@ -196,8 +196,8 @@ class GcReport:
         kept_pending: unreferenced blobs kept back because a push in flight holds them.
         temp_files: stale temporary files (of killed writes) removed.
         foreign: files in the blob store that are not jaxport's, left alone.
-        kept_temp: temporary files younger than ``temp_age`` (a write in progress, or a killed
-            one not yet stale), left alone.
+        kept_temp: temporary files of a push in flight (whatever their age), or younger than
+            ``temp_age`` (a killed write not yet stale), left alone.
     """
 
     digests: tuple[str, ...]

@@ -201,27 +201,37 @@ _ESCAPED = b"""module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_rep
 }"""
 
 
-def test_a_text_module_is_parsed_not_scanned():
+def test_a_text_module_is_refused_unless_trusted_and_then_parsed_not_scanned():
     # jax 0.10 also reads MLIR text, where escapes hide "custom_call" from a search of the bytes.
+    # jaxport writes only bytecode, so a reader refuses text from an untrusted archive; a
+    # trusted one is parsed (in-process), never scanned.
     assert b"custom_call" not in _ESCAPED and b"foo" not in _ESCAPED
     exp = _with_module(_ESCAPED)
+    untrue = _resealed(exp, 0, [()])
+    with pytest.raises(jaxport.CorruptArchiveError, match=r"primal module \(section 0\) is not"):
+        jaxport.loads(untrue)
     try:
         data = jaxport.dumps(exp)
     except jaxport.UnsupportedFeatureError:  # jax 0.7 reads bytecode only: so does the reader
         with pytest.raises(jaxport.CorruptArchiveError, match="not StableHLO that MLIR can read"):
-            jaxport.loads(_resealed(exp, 0, [()]))
+            jaxport.loads(untrue, trusted=True)
         return
     assert jaxport.inspect(data).custom_call_targets == ("foo",)
     with pytest.raises(jaxport.UnsafeArchiveError, match="'foo'"):
         jaxport.loads(data)
     with pytest.raises(jaxport.CorruptArchiveError, match=r"but the module calls \['foo'\]"):
-        jaxport.loads(_resealed(exp, 0, [()]))
+        jaxport.loads(untrue, trusted=True)
 
 
 def test_a_module_mlir_cannot_parse_is_corrupt():
     exp = _with_module(b"not MLIR")
-    with pytest.raises(jaxport.CorruptArchiveError, match="not StableHLO that MLIR can read"):
+    with pytest.raises(jaxport.CorruptArchiveError, match="is not MLIR bytecode"):
         jaxport.loads(_resealed(exp, 0, [()]))
+    with pytest.raises(jaxport.CorruptArchiveError, match="not StableHLO that MLIR can read"):
+        jaxport.loads(_resealed(exp, 0, [()]), trusted=True)
+    junk = _with_module(b"ML\xefR" + b"\x06junk" * 8)
+    with pytest.raises(jaxport.CorruptArchiveError, match=r"section 0\): MLIR cannot read it"):
+        jaxport.loads(_resealed(junk, 0, [()]))
     with pytest.raises(jaxport.UnsupportedFeatureError, match="cannot write the Exported"):
         jaxport.dumps(exp)
 

@@ -106,3 +106,45 @@ def test_cli_db_current_and_upgrade(db_url):
     assert result.exit_code == 1 and "RegistryError: database error" in result.output
     result = runner.invoke(main, ["--registry", "nosuchdb://x", "db", "current"])
     assert result.exit_code == 1 and "RegistryError" in result.output
+
+
+def test_revision_5_keys_versions_and_keeps_older_duplicates(db_url, tmp_path):
+    """Versions of one content that concurrent pushes made twice before revision 0005 are
+    kept; the newest gets the content key (the one push returned), the older NULL."""
+    from jaxport.registry._publish import content_key
+
+    engine = create_registry_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0004")
+        _fill_revision_1(conn)
+        conn.execute(sa.text("UPDATE models SET last_version = 3"))
+        conn.execute(
+            sa.text(f"INSERT INTO blobs (digest, size, created_at) VALUES ('{'b' * 64}', 3, 1.0)")
+        )
+        for version_id, digest in ((2, "a" * 64), (3, "b" * 64)):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO versions (id, model_id, version, created_at, metadata_json) "
+                    f"VALUES ({version_id}, 1, {version_id}, 1.0, '{{}}')"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO variants (id, version_id, digest, fun_name, platforms, "
+                    "nr_devices, sharded, calling_convention_version, format_version, "
+                    "jax_version, jaxlib_version, vjp_order, shape_polymorphic, "
+                    "custom_call_targets, size_bytes, in_signature, out_signature, created_at, "
+                    f"metadata_json) VALUES ({version_id}, {version_id}, '{digest}', 'f', "
+                    "'cpu', 1, false, 10, 1, '0.10.2', '0.10.2', 0, false, '[]', 3, 'x', 'y', "
+                    "1.0, '{}')"
+                )
+            )
+        command.upgrade(alembic_config(conn), "head")
+        rows = conn.execute(sa.text("SELECT version, content_key FROM versions"))
+        keys = {version: key for version, key in rows}
+    assert keys == {1: None, 2: content_key(["a" * 64], None), 3: content_key(["b" * 64], None)}
+    with engine.begin() as conn:  # and back
+        command.downgrade(alembic_config(conn), "0004")
+        assert current_revision(conn) == "0004"
+        assert conn.execute(sa.text("SELECT count(*) FROM variants")).scalar_one() == 3
+    engine.dispose()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -33,6 +34,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -257,7 +259,38 @@ REFERENCE_CALLS: dict[str, Call] = {
     "diff(b)": lambda r, s: r.diff("ok:1", s),
     "audit": lambda r, s: r.audit(s, store=False),
     "upgrade_report(reference)": lambda r, s: r.upgrade_report("0.7.0", s),
+    "signatures": lambda r, s: r.signatures(s),
+    "verify_signatures": lambda r, s: r.verify_signatures(s, [_signing_key()[1]]),
+    "sign": lambda r, s: r.sign(s, private_key=_signing_key()[0]),
 }
+
+
+@functools.cache
+def _signing_key() -> tuple[str, bytes]:
+    """A private key file (EC P-256, made once per run) and its public key's PEM; without
+    cryptography (a venv without the signing extra), a file that is no key: signing then
+    raises ``UnsupportedFeatureError`` naming the extra."""
+    path = Path(tempfile.mkdtemp(prefix="jaxport-key-")) / "key.pem"
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError:
+        path.write_bytes(b"not a key")
+        return str(path), b"not a key"
+    key = ec.generate_private_key(ec.SECP256R1())
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return str(path), public
+
+
 #: Version arguments given a string: they must raise too.
 VERSION_CALLS: dict[str, Call] = {
     "alias(version)": lambda r, s: r.alias("ok", "prod", s),
@@ -466,7 +499,7 @@ def test_hostile_strays_remove_nothing(tmp_path, archive, kind, memory):
     store = _store(kind, arena, memory)
     store.put(hashlib.sha256(archive).hexdigest(), archive)
     if kind == "memory":
-        store.fs.pipe_file(f"{memory.root}/.tmp-foreign", SENTINEL)
+        store._fs.pipe_file(f"{memory.root}/.tmp-foreign", SENTINEL)
     before, mem_before = arena.snapshot(), memory.state()
     failures = []
     with FileWatch() as watch:
@@ -507,6 +540,14 @@ SUBPROCESS_SITES = {
     ("jaxport.schema._codegen", "generate_python"): (
         "development tool: runs flatc on the package's own schema/jaxport.fbs to regenerate "
         "schema/_generated.py (tests/test_schema_codegen.py); never on a read path"
+    ),
+    ("jaxport.export._sandbox", "Sandbox._start"): (
+        "the module sandbox's worker: [python, -I, _sandbox_worker.py, MEMORY_LIMIT], no shell, "
+        "the allow-listed environment (jaxport._environ); module bytes reach it as a file"
+    ),
+    ("jaxport.export._native", "convert_native"): (
+        "jax-native bytes converted in a child: [python, -I, -m, jaxport.export._native, IN, OUT,"
+        " MEMORY_LIMIT], no shell, the allow-listed environment; the bytes reach it as a file"
     ),
 }
 

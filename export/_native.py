@@ -1,0 +1,146 @@
+"""jax-native ``Exported.serialize()`` bytes -> a jaxport archive, converted in a worker process.
+
+jax documents its own serialized bytes as trusted input: its reader believes declared sizes (a
+509 KB file ran for over two minutes) and its MLIR parse of a hostile module crashes (a 3.4 KB
+file segfaults). So the conversion runs in a child (``PYTHON -I -m jaxport.export._native IN
+OUT MEMORY_LIMIT``) with an address-space limit it sets itself before importing jax, the
+allow-listed environment and a time limit; the parent gets the archive's bytes and then reads
+them like any other archive (every module through the module sandbox).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from jaxport._environ import worker_environment
+from jaxport._errors import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError
+
+__all__ = ["CONVERTED_KEY", "MAX_NATIVE_VJP_ORDER", "NativeConversion", "convert_native"]
+
+#: Metadata key of an archive converted from jax-native bytes.
+CONVERTED_KEY = "jaxport.converted_from"
+#: The most VJP orders read from jax-native bytes (jax's format nests them without a bound).
+MAX_NATIVE_VJP_ORDER = 8
+#: The converting child's address-space limit, bytes (jax on CPU needs about 4 GiB of it).
+NATIVE_MEMORY_LIMIT = 16 << 30
+#: Exit status of the child when jax's reader refused the bytes (not a crash).
+_NOT_NATIVE = 3
+#: Exit status of the child when jaxport cannot store what jax read (``dumps`` refused it).
+_NOT_STORABLE = 4
+
+
+class NativeConversion:
+    """The converted archive and what the conversion saw."""
+
+    def __init__(self, archive: bytes, vjp_order: int, symbolic: bool):
+        self.archive = archive
+        self.vjp_order = vjp_order
+        self.symbolic = symbolic
+
+
+def convert_native(
+    data: bytes,
+    *,
+    path: str | None = None,
+    timeout: float | None = None,
+    memory_limit: int = NATIVE_MEMORY_LIMIT,
+) -> NativeConversion:
+    """Converts jax-native serialized bytes into a jaxport archive in a child process.
+
+    Args:
+        data: what ``jax.export.Exported.serialize()`` wrote (with any VJPs it carries, at
+            most ``MAX_NATIVE_VJP_ORDER``).
+        path: the file, for messages.
+        timeout: seconds (default 120 s plus 1 s per 4 MB).
+        memory_limit: the child's address-space limit in bytes.
+
+    Raises:
+        CorruptArchiveError: jax's reader refused the bytes (not its format).
+        UnsupportedFeatureError: jax read them but ``dumps`` cannot store that Exported.
+        UnsafeArchiveError: the child crashed, ran out of memory or time.
+    """
+    limit = timeout if timeout is not None else 120.0 + len(data) / 4e6
+    with tempfile.TemporaryDirectory(prefix="jaxport-native-") as tmp:
+        src, dst = Path(tmp, "in"), Path(tmp, "out")
+        src.write_bytes(data)
+        cmd = [sys.executable, "-I", "-m", "jaxport.export._native", str(src), str(dst)]
+        try:
+            done = subprocess.run(
+                [*cmd, str(memory_limit)],
+                env=worker_environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=limit,
+            )
+        except subprocess.TimeoutExpired:
+            raise _unsafe(f"no answer within {limit:g} s", path) from None
+        if done.returncode == _NOT_NATIVE:
+            raise CorruptArchiveError(
+                f"neither a jaxport archive nor jax-native serialized Exported "
+                f"({done.stdout.decode(errors='replace').strip()[:200]})",
+                path=path,
+            )
+        if done.returncode == _NOT_STORABLE:
+            raise UnsupportedFeatureError(
+                f"jax-native bytes cannot be stored as a jaxport archive: "
+                f"{done.stdout.decode(errors='replace').strip()[:500]}"
+            )
+        if done.returncode != 0:
+            raise _unsafe(_status(done.returncode), path)
+        facts = json.loads(Path(tmp, "facts").read_text())
+        return NativeConversion(dst.read_bytes(), int(facts["vjp_order"]), bool(facts["symbolic"]))
+
+
+def _unsafe(what: str, path: str | None) -> UnsafeArchiveError:
+    return UnsafeArchiveError(
+        f"jax's reader could not convert these jax-native bytes safely: {what}; nothing was "
+        f"parsed in this process",
+        targets=(),
+        vjp_order=0,
+        path=path,
+    )
+
+
+def _status(code: int) -> str:
+    import signal
+
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"the converter was killed by {signal.Signals(-code).name}"
+    return f"the converter exited with status {code} (its memory limit, or an internal error)"
+
+
+def _child(src: str, dst: str, memory_limit: int) -> int:
+    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    from jax import export as jax_export
+
+    from jaxport._errors import JaxportError
+    from jaxport.export import dumps
+
+    try:
+        exported = jax_export.deserialize(bytearray(Path(src).read_bytes()))
+        order, current = 0, exported
+        while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
+            current, order = current.vjp(), order + 1
+    except Exception as e:  # jax's reader raises anything on bytes that are not its format
+        print(type(e).__name__)
+        return _NOT_NATIVE
+    try:
+        archive = dumps(exported, vjp_order=order, metadata={CONVERTED_KEY: "jax-native"})
+    except JaxportError as e:
+        print(f"{type(e).__name__}: {e}")
+        return _NOT_STORABLE
+    symbolic = any(not isinstance(d, int) for a in exported.in_avals for d in a.shape)
+    Path(dst).write_bytes(archive)
+    Path(dst).with_name("facts").write_text(json.dumps({"vjp_order": order, "symbolic": symbolic}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], sys.argv[2], int(sys.argv[3])))
