@@ -240,8 +240,14 @@ def test_orbax_metadata_json_is_bounded_before_it_is_parsed(
 
 _CALL_UNDER_LIMIT = """
 import resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (3 * 2**29, 3 * 2**29))  # 1.5 GiB of address space
-import numpy as np, jaxport
+import jax, numpy as np, jaxport
+jax.devices()
+# 2000 MiB of address space beyond what the imports and the backend hold (that differs between
+# jax releases: 0.76 GB under 0.7.0, 1.35 GB under 0.10.2): the 1 GiB of tensors decompress,
+# their copies on the device do not fit.
+with open("/proc/self/status") as status:
+    held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (held + 2000 * 2**20, held + 2000 * 2**20))
 try:
     # trusted: the module sandbox's workers would inherit the limit (tested in test_sandbox.py)
     model = jaxport.load_model(sys.argv[1], trusted=True)
@@ -259,9 +265,10 @@ def test_a_model_declaring_a_gibibyte_of_compressed_tensors_fails_typed_when_cal
     """The 1.1 MB model that allocated 2.3 GB when called: 64 zstd tensor sections of 16 MiB,
     each a 19 KB frame (about 860x, within the default ratio bound of 1000x, so the archive is
     valid), 1 GiB of parameters in a 1.3 MB file; a call holds each tensor decompressed and
-    its copy on the device (measured: 2.2x the declared bytes at peak). Under a 1.5 GiB
-    address-space limit the call now fails with ``RunError`` (before: jax's raw
-    ``JaxRuntimeError: RESOURCE_EXHAUSTED``), and the process exits normally."""
+    its copy on the device (measured: 2.2x the declared bytes at peak). Under an address-space
+    limit 2000 MiB above what the process holds after importing jax, the call now fails with
+    ``RunError`` (before: jax's raw ``JaxRuntimeError: RESOURCE_EXHAUSTED``), and the process
+    exits normally."""
     zstandard = pytest.importorskip("zstandard")
     from test_model_attacks import _build
 
@@ -279,13 +286,28 @@ def test_a_model_declaring_a_gibibyte_of_compressed_tensors_fails_typed_when_cal
     assert len(data) < 1.5 * 2**20
     (tmp_path / "m.jaxport").write_bytes(data)
     child = subprocess.run(
-        [sys.executable, "-c", _CALL_UNDER_LIMIT, str(tmp_path / "m.jaxport")],
+        # Threads with 1 MiB stacks (glibc takes RLIMIT_STACK, 8 MiB, as their default): under the
+        # address-space limit, XLA's and LLVM's compile threads otherwise fail to start and abort.
+        [
+            "sh",
+            "-c",
+            'ulimit -s 1024 && exec "$0" "$@"',
+            sys.executable,
+            "-c",
+            _CALL_UNDER_LIMIT,
+            str(tmp_path / "m.jaxport"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
         cwd=tmp_path,  # not the checkout's root, whose jaxport/ would shadow the package
     )
+    if child.returncode != 0 and "pthread_create" in child.stderr:
+        pytest.skip(  # seen under jax 0.7.0 in about half of the runs; never under 0.10.2
+            "XLA aborted when it could not start a compile thread under the address-space "
+            "limit, before the call allocated: this jax release cannot run the check"
+        )
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.startswith("typed RunError parameter"), child.stdout + child.stderr[-2000:]
     assert "does not fit in the devices' memory" in child.stdout
