@@ -13,7 +13,9 @@ statuses and what each proves: ``_report``):
 2. here (``not-run``): the platform's devices exist on this machine, as many as the export
    needs. Otherwise nothing more is measured.
 3. compile (``compile-error``): deserialize, then lower and compile on this platform's devices
-   from the avals alone (symbolic dimensions take the first small size the constraints allow).
+   from the avals alone (symbolic dimensions take the first small size the constraints allow,
+   else the first concrete output dimension that refines: ``_dim_candidates``), each input on
+   its own sharding's mesh (an export may use several meshes: ``_compat.in_shardings_on``).
 4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
    and compare with the producer's outputs, with dtype-aware tolerances
    (``_examples.tolerance``); the largest absolute and relative errors are reported.
@@ -300,7 +302,7 @@ def _compile(exp: Any, platform: str, checks: dict[str, str]) -> None:
 
     shardings = _in_shardings(exp, platform)
     error: Exception | None = None
-    for size in _DIM_CANDIDATES:
+    for size in _dim_candidates(exp):
         specs = [
             jax.ShapeDtypeStruct(_concrete(a.shape, size), a.dtype, sharding=s)
             for a, s in zip(exp.in_avals, shardings, strict=True)
@@ -317,6 +319,24 @@ def _compile(exp: Any, platform: str, checks: dict[str, str]) -> None:
         return
     assert error is not None
     raise error
+
+
+def _dim_candidates(exp: Any) -> tuple[int, ...]:
+    """The sizes tried for every dimension variable: ``_DIM_CANDIDATES``, then each concrete
+    output dimension larger than 1.
+
+    The second kind is for an export whose outputs are concrete though its inputs are
+    symbolic: jax's own back-compat Exporteds take their ``out_avals`` from one run's results
+    (``export_back_compat_test_util.run_serialized``), e.g. ``approx_max_k(a, k=b)`` of
+    ``f32[b + 4]`` declares ``f32[20]``, so only ``b = 20`` refines (jax then rejects every
+    other size: "Error refining shapes").
+    """
+    from jax._src import core
+
+    outputs = {
+        int(d) for a in exp.out_avals for d in a.shape if core.is_constant_dim(d) and int(d) > 1
+    }
+    return _DIM_CANDIDATES + tuple(sorted(outputs - set(_DIM_CANDIDATES)))
 
 
 def _in_shardings(exp: Any, platform: str) -> list[Any]:
