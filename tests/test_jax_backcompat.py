@@ -363,6 +363,16 @@ def test_run(entry, built):
     _check_expected(entry, got, list(want))
 
 
+def _golden(entry: Entry, exp: Any) -> list[jaxport.Example] | None:
+    """The entry's inputs and expected outputs as golden examples for the audit to re-run,
+    where jax's test compares them plainly (not where it checks a decomposition's
+    properties: eig, eigh, Schur and top-k outputs are unique only up to order or phase)."""
+    if entry.native or entry.file in _CHECKS or not _runs_here(exp):
+        return None
+    args, kwargs = _inputs(entry, exp)
+    return [jaxport.Example(args, kwargs, list(entry.data["expected_outputs"]))]
+
+
 @pytest.fixture(scope="module")
 def registry_pushes(tmp_path_factory, built) -> tuple[Any, dict[str, Any]]:
     """One SQLite registry holding every entry that pushes: (registry, id -> push outcome)."""
@@ -375,7 +385,7 @@ def registry_pushes(tmp_path_factory, built) -> tuple[Any, dict[str, Any]]:
             outcomes[entry.id] = exp
             continue
         try:
-            outcomes[entry.id] = reg.push(exp, f"entry-{i}")
+            outcomes[entry.id] = reg.push(exp, f"entry-{i}", examples=_golden(entry, exp))
         except jaxport.JaxportError as e:
             outcomes[entry.id] = e
     yield reg, outcomes
@@ -432,3 +442,5 @@ def test_audit(entry, built, registry_pushes, audit_findings):
             assert f.status in ("compile-error", "error"), f"{entry.id}: jax: {e!r}; {f.reason}"
         else:
             assert f.status == "ok", f"{entry.id} on cpu: {f.status}: {f.reason}"
+            if _golden(entry, exp) is not None:
+                assert f.checks["golden"].startswith("1 example(s)"), f.checks
