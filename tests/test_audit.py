@@ -124,6 +124,22 @@ def test_symbolic_inputs_with_concrete_outputs_compile_at_the_size_they_pin():
     )
 
 
+def test_symbolic_inputs_compile_at_the_shapes_of_the_first_golden_example(registry):
+    """f32[b0, b1] -> f32[6] (jax's rng_bit_generator data: b0 * b1 pinned): no single size
+    for both variables refines; the stored example's (2, 3) does."""
+    b0, b1 = jax.export.symbolic_shape("b0, b1")
+    poly = jax.export.export(jax.jit(lambda a: a.reshape(-1)))(
+        jax.ShapeDtypeStruct((b0, b1), jnp.float32)
+    )
+    pinned = dataclasses.replace(poly, out_avals=(jax.core.ShapedArray((6,), jnp.float32),))
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    registry.push(pinned, "pinned", examples=[jaxport.Example((a,), {}, a.reshape(-1))])
+    (finding,) = registry.audit("pinned")
+    assert finding.status == "ok", finding.reason
+    assert finding.checks["compile"] == "ok (symbolic dims = the first example's shapes)"
+    assert audit_archive(jaxport.dumps(pinned), platform="cpu").status == "compile-error"
+
+
 def test_audit_of_garbage_is_an_error_finding():
     assert audit_archive(b"garbage", platform="cpu").status == "error"
 
