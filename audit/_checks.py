@@ -13,7 +13,10 @@ statuses and what each proves: ``_report``):
 2. here (``not-run``): the platform's devices exist on this machine, as many as the export
    needs. Otherwise nothing more is measured.
 3. compile (``compile-error``): deserialize, then lower and compile on this platform's devices
-   from the avals alone (symbolic dimensions take the first small size the constraints allow).
+   from the avals (symbolic dimensions take the first golden example's input shapes, else the
+   first small size the constraints allow, else the first concrete output dimension that
+   refines: ``_dim_candidates``), each input on
+   its own sharding's mesh (an export may use several meshes: ``_compat.in_shardings_on``).
 4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
    and compare with the producer's outputs, with dtype-aware tolerances
    (``_examples.tolerance``); the largest absolute and relative errors are reported.
@@ -136,7 +139,7 @@ def _audit(
         return _failed(e)
     try:
         with _on(platform):
-            _compile(exp, platform, checks)
+            _compile(exp, platform, checks, _example_shapes(examples))
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
@@ -294,29 +297,72 @@ def _devices(platform: str) -> list[Any]:
     return list(jax.devices("gpu" if platform in ("cuda", "rocm") else platform))
 
 
-def _compile(exp: Any, platform: str, checks: dict[str, str]) -> None:
+def _compile(
+    exp: Any, platform: str, checks: dict[str, str], example_shapes: list[Any] | None = None
+) -> None:
+    """Lowers and compiles ``exp`` for ``platform`` from its avals; symbolic dimensions take
+    the shapes of the first golden example's inputs (``example_shapes``) when there is one,
+    else each size of ``_dim_candidates`` for every variable, until one compiles.
+
+    Raises:
+        Exception: whatever jax or XLA raised for the last shapes tried.
+    """
     import jax
-    import numpy as np
 
     shardings = _in_shardings(exp, platform)
+    attempts: list[tuple[str, list[tuple[int, ...]]]] = []
+    if example_shapes is not None and _symbolic(exp):
+        attempts.append(("the first example's shapes", [tuple(s) for s in example_shapes]))
+    for size in _dim_candidates(exp):
+        attempts.append((str(size), [_concrete(a.shape, size) for a in exp.in_avals]))
     error: Exception | None = None
-    for size in _DIM_CANDIDATES:
+    for label, shapes in attempts:
         specs = [
-            jax.ShapeDtypeStruct(_concrete(a.shape, size), a.dtype, sharding=s)
-            for a, s in zip(exp.in_avals, shardings, strict=True)
+            jax.ShapeDtypeStruct(shape, a.dtype, sharding=s)
+            for shape, a, s in zip(shapes, exp.in_avals, shardings, strict=True)
         ]
         args, kwargs = jax.tree.unflatten(exp.in_tree, specs)
         try:
             jax.jit(exp.call).lower(*args, **kwargs).compile()
         except Exception as e:  # a size that breaks a constraint: try the next one
             error = e
-            if not any(not isinstance(d, int | np.integer) for a in exp.in_avals for d in a.shape):
+            if not _symbolic(exp):
                 break
             continue
-        checks["compile"] = "ok" + (f" (symbolic dims = {size})" if _symbolic(exp) else "")
+        checks["compile"] = "ok" + (f" (symbolic dims = {label})" if _symbolic(exp) else "")
         return
     assert error is not None
     raise error
+
+
+def _example_shapes(examples: bytes | None) -> list[Any] | None:
+    """The shapes of the first golden example's inputs, flat; None without examples, or when
+    the blob does not decode (step 4 reports that)."""
+    if examples is None:
+        return None
+    try:
+        pairs = decode_examples(examples)
+    except JaxportError:
+        return None
+    return [tuple(a.shape) for a in pairs[0][0]] if pairs else None
+
+
+def _dim_candidates(exp: Any) -> tuple[int, ...]:
+    """The sizes tried for every dimension variable: ``_DIM_CANDIDATES``, then each concrete
+    output dimension larger than 1.
+
+    The second kind is for an export whose outputs are concrete though its inputs are
+    symbolic: jax's own back-compat Exporteds take their ``out_avals`` from one run's results
+    (``export_back_compat_test_util.run_serialized``), e.g. ``approx_max_k(a, k=b)`` of
+    ``f32[b + 4]`` declares ``f32[20]``, so only ``b = 20`` refines (jax then rejects every
+    other size: "Error refining shapes").
+    """
+    from jax._src import core
+
+    outputs = {
+        int(d) for a in exp.out_avals for d in a.shape if core.is_constant_dim(d) and int(d) > 1
+    }
+    return _DIM_CANDIDATES + tuple(sorted(outputs - set(_DIM_CANDIDATES)))
 
 
 def _in_shardings(exp: Any, platform: str) -> list[Any]:

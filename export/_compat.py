@@ -153,19 +153,37 @@ def hlo_shardings_on(shardings: Sequence[Any], devices: Sequence[Any]) -> list[A
 
 def in_shardings_on(exp: Any, devices: Sequence[Any]) -> list[Any]:
     """Concrete shardings on ``devices`` (the first ``exp.nr_devices`` are used) for the inputs
-    of a sharded Exported: over a mesh of the export's axis names and sizes when it has named
-    shardings, else (jax < 0.9) the HloSharding form on the devices in order."""
-    import numpy as np
+    of a sharded Exported.
 
+    With named shardings, each input gets a mesh of its own sharding's abstract mesh (axis
+    names, sizes and types) over those devices in order: an export may use several meshes
+    (jax's ``export_with_multiple_meshes`` data: inputs over a 1x2 mesh, weights over a 2x1
+    one), and jax's ``Exported.in_shardings_jax`` takes only one. An input with no named
+    sharding (unspecified) gets None. Without named shardings (jax < 0.9, or none given), the
+    HloSharding form on the devices in order.
+    """
     devs = list(devices)[: exp.nr_devices]
     _, named, _ = exported_named_shardings(exp)
-    abstract = next((s.mesh for s in named if s is not None), None)
-    if abstract is None:
+    if all(s is None for s in named):
         return hlo_shardings_on(exp.in_shardings_hlo, devs)
-    from jax.sharding import Mesh
+    meshes: dict[Any, Any] = {}
+    return [None if s is None else _on_mesh(s, devs, meshes) for s in named]
 
-    mesh = Mesh(np.array(devs).reshape(abstract.axis_sizes), abstract.axis_names)
-    return list(exp.in_shardings_jax(mesh))
+
+def _on_mesh(sharding: Any, devices: Sequence[Any], meshes: dict[Any, Any]) -> Any:
+    """``sharding`` (over an abstract mesh) over a concrete mesh of ``devices`` of the same
+    axis names, sizes and types; ``meshes`` caches one concrete mesh per abstract mesh."""
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+
+    abstract = sharding.mesh
+    key = (abstract.axis_sizes, abstract.axis_names, getattr(abstract, "axis_types", None))
+    if key not in meshes:
+        size = int(np.prod(abstract.axis_sizes, dtype=np.int64))
+        grid = np.array(devices[:size], dtype=object).reshape(abstract.axis_sizes)
+        kwargs = {} if key[2] is None else {"axis_types": key[2]}
+        meshes[key] = Mesh(grid, abstract.axis_names, **kwargs)
+    return NamedSharding(meshes[key], sharding.spec, memory_kind=sharding.memory_kind)
 
 
 def hlo_sharding_to_proto(sharding: Any) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,6 +82,62 @@ def test_audit_of_too_few_devices_is_not_run_with_the_hint(registry, monkeypatch
     assert finding.status == "not-run"
     assert "8 cpu devices needed, 2 available" in finding.reason
     assert "xla_force_host_platform_device_count=8" in finding.reason
+
+
+def test_an_export_over_two_meshes_audits_ok_and_reruns_its_examples(registry):
+    """Inputs over a 1x2 mesh, weights over a 2x1 one (jax's export_with_multiple_meshes):
+    each input is placed on a mesh of its own sharding's shape, not one mesh for all."""
+    devices = np.array(jax.devices()[:2])
+    mesh_in = Mesh(devices.reshape(1, 2), ("x1", "x2"))
+    mesh_w = Mesh(devices.reshape(2, 1), ("y2", "y1"))
+    f = jax.jit(
+        lambda x, w: x @ w,
+        in_shardings=(NamedSharding(mesh_in, P(None, "x2")), NamedSharding(mesh_w, P("y2", None))),
+        out_shardings=NamedSharding(mesh_in, P(None, "x1")),
+    )
+    x = np.arange(32.0, dtype=np.float32).reshape(4, 8)
+    w = np.arange(16.0, dtype=np.float32).reshape(8, 2)
+    exp = jax.export.export(f)(
+        jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype)
+    )
+    registry.push(exp, "two-meshes", examples=[jaxport.Example((x, w), {}, x @ w)])
+    (finding,) = registry.audit("two-meshes")
+    assert finding.status == "ok", finding.reason
+    assert "1 example(s)" in finding.checks["golden"]
+
+
+def test_symbolic_inputs_with_concrete_outputs_compile_at_the_size_they_pin():
+    """jax's back-compat Exporteds take out_avals from one run: approx_max_k(a, k=b) of
+    f32[b + 4] declares f32[20] outputs, so only b = 20 refines; the audit tries it."""
+    (n,) = jax.export.symbolic_shape("b + 4")
+    poly = jax.export.export(jax.jit(lambda a: jax.lax.approx_max_k(a, k=a.shape[0] - 4)))(
+        jax.ShapeDtypeStruct((n,), jnp.float32)
+    )
+    outs = (jax.core.ShapedArray((20,), jnp.float32), jax.core.ShapedArray((20,), jnp.int32))
+    pinned = dataclasses.replace(poly, out_avals=outs)
+    result = audit_archive(jaxport.dumps(pinned), platform="cpu")
+    assert result.status == "ok", result.reason
+    assert result.checks["compile"] == "ok (symbolic dims = 20)"
+    # The unpinned export still compiles at the first small size.
+    assert audit_archive(jaxport.dumps(poly), platform="cpu").checks["compile"] == (
+        "ok (symbolic dims = 2)"
+    )
+
+
+def test_symbolic_inputs_compile_at_the_shapes_of_the_first_golden_example(registry):
+    """f32[b0, b1] -> f32[6] (jax's rng_bit_generator data: b0 * b1 pinned): no single size
+    for both variables refines; the stored example's (2, 3) does."""
+    b0, b1 = jax.export.symbolic_shape("b0, b1")
+    poly = jax.export.export(jax.jit(lambda a: a.reshape(-1)))(
+        jax.ShapeDtypeStruct((b0, b1), jnp.float32)
+    )
+    pinned = dataclasses.replace(poly, out_avals=(jax.core.ShapedArray((6,), jnp.float32),))
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    registry.push(pinned, "pinned", examples=[jaxport.Example((a,), {}, a.reshape(-1))])
+    (finding,) = registry.audit("pinned")
+    assert finding.status == "ok", finding.reason
+    assert finding.checks["compile"] == "ok (symbolic dims = the first example's shapes)"
+    assert audit_archive(jaxport.dumps(pinned), platform="cpu").status == "compile-error"
 
 
 def test_audit_of_garbage_is_an_error_finding():
