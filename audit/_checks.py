@@ -48,6 +48,7 @@ from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
+    _calls,
     _compat,
     inspect,
     is_host_callback,
@@ -138,6 +139,7 @@ def _audit(
         with _on(platform):
             _compile(exp, platform, checks)
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
+        e = _calls.translate_call_error(e, info.fun_name) or e
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
     if examples is None:
@@ -184,6 +186,7 @@ def _audit_model(
             with _on(platform):
                 _compile(exp, platform, checks)
         except Exception as e:  # XLA and jax raise many types for a module they cannot compile
+            e = _calls.translate_call_error(e, name) or e
             checks[f"compile ({name})"] = f"{type(e).__name__}: {_first_line(e)}"
             return "compile-error", f"method {name}: {checks[f'compile ({name})']}"
         checks[f"compile ({name})"] = checks.pop("compile")
@@ -232,13 +235,16 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
 def _static(info: Any, checks: dict[str, str]) -> str:
     lo, hi = MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION
     checks["format version"] = f"{info.format_version} (reader {lo}..{hi})"
-    cc_lo, cc_hi = _compat.calling_convention_range()
+    cc_lo, cc_hi = _calls.runnable_calling_conventions()
     versions = {m.calling_convention_version for m in info.methods}
     versions = versions or {info.calling_convention_version}
     checks["calling convention"] = f"{', '.join(map(str, sorted(versions)))} (jax {cc_lo}..{cc_hi})"
     outside = sorted(v for v in versions if not cc_lo <= v <= cc_hi)
     if outside:
-        return f"calling convention version {outside[0]} outside jax's {cc_lo}..{cc_hi}"
+        return (
+            f"calling convention version {outside[0]} outside the {cc_lo}..{cc_hi} jax runs: "
+            f"{_calls.releases_exporting(outside[0])}"
+        )
     # The producer string is the writer's StableHLO version; jax writes modules for an older
     # target (its compatibility window), so a newer producer is reported, not failed on:
     # deserializing and compiling below measure whether this jaxlib reads it.
