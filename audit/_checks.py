@@ -50,12 +50,12 @@ from jaxport.export import (
     MIN_SUPPORTED_FORMAT_VERSION,
     _calls,
     _compat,
+    _custom_calls,
     inspect,
     is_host_callback,
     loads,
     loads_model,
     module_custom_calls,
-    stable_custom_call_targets,
 )
 
 __all__ = ["audit_archive", "check_archive"]
@@ -257,7 +257,7 @@ def _static(info: Any, checks: dict[str, str]) -> str:
         checks[f"StableHLO ({label})"] = (
             f"{m.stablehlo_version} (jaxlib {shlo_lo}..{shlo_hi}{note})"
         )
-    stable = stable_custom_call_targets() | {"shape_assertion"}
+    stable = _custom_calls.running_stable_targets() | {"shape_assertion"}
     unstable = sorted(set(info.custom_call_targets) - stable)
     checks["custom calls"] = (
         f"not guaranteed stable: {', '.join(unstable)}" if unstable else "all guaranteed stable"

@@ -27,6 +27,7 @@ __all__ = [
     "check_allowed",
     "check_module_targets",
     "is_host_callback",
+    "running_stable_targets",
     "stable_custom_call_targets",
     "target_releases",
 ]
@@ -84,6 +85,14 @@ def stable_custom_call_targets() -> frozenset[str]:
     running = frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
     every = running | frozenset(_jax_targets.STABLE_TARGETS) | SHARDING_TARGETS
     return frozenset(t for t in every if not is_host_callback(t))
+
+
+def running_stable_targets() -> frozenset[str]:
+    """What the running jax alone guarantees stable (its ``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``)
+    and ``SHARDING_TARGETS``: what an audit reports as stable under this jax."""
+    from jax._src.export import _export
+
+    return frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE) | SHARDING_TARGETS
 
 
 def target_releases(target: str) -> tuple[str, ...]:
