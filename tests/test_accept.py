@@ -257,3 +257,51 @@ def test_cli_allow_custom_call(tmp_path, db_url):
     pulled = run("pull", "foo", "--format", "jax", "-o", str(out), "--allow-custom-call", "foo")
     assert pulled.returncode == 0, pulled.stderr
     assert export.deserialize(bytearray(out.read_bytes())).fun_name == _foo().fun_name
+
+
+def _foo_model() -> jaxport.Model:
+    """A model whose method ``f(params, x)`` calls ``foo`` (no handler anywhere)."""
+    dc = export.DisabledSafetyCheck.custom_call("foo")
+
+    def f(p: Any, x: Any) -> Any:
+        return jax.ffi.ffi_call("foo", jax.ShapeDtypeStruct(x.shape, x.dtype))(x * p["w"])
+
+    params = {"w": np.ones(3, np.float32)}
+    spec = jax.ShapeDtypeStruct((3,), np.float32)
+    exp = export.export(jax.jit(f), disabled_checks=[dc])(params, spec)
+    return jaxport.Model.from_exported(params, {"f": exp})
+
+
+def test_load_model_and_pull_model_take_allow_custom_calls(registry, tmp_path):
+    path = tmp_path / "foo-model.jaxport"
+    _foo_model().save(path)
+    with pytest.raises(jaxport.UnsafeArchiveError, match="--allow-custom-call foo"):
+        jaxport.load_model(path)
+    model = jaxport.load_model(path, allow_custom_calls=("foo",))
+    with pytest.raises(jaxport.MissingCustomCallError, match="'foo'"):
+        model.exported["f"].call(model.params, np.zeros(3, np.float32))
+    registry.push(path, "foo-model", allow_custom_calls=("foo",))
+    with pytest.raises(jaxport.UnsafeArchiveError):
+        registry.pull_model("foo-model")
+    assert "f" in registry.pull_model("foo-model", allow_custom_calls=("foo",)).exported
+
+
+def test_cli_run_allow_custom_call(tmp_path):
+    import os
+    import sys
+
+    path = tmp_path / "foo-model.jaxport"
+    _foo_model().save(path)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, np.zeros(3, np.float32))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXPORT_", "XDG_"))}
+    env.update(JAX_PLATFORMS="cpu", JAXPORT_HOME=str(tmp_path / "home"))
+    cli = str(Path(sys.executable).with_name("jaxport"))
+    argv = [cli, "run", str(path), "f", "-i", str(inputs), "-o", str(tmp_path / "out.npz")]
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "UnsafeArchiveError" in refused.stderr and "--allow-custom-call foo" in refused.stderr
+    argv += ["--allow-custom-call", "foo"]
+    missing = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert "MissingCustomCallError" in missing.stderr and "'foo'" in missing.stderr
