@@ -7,6 +7,8 @@ from its syntax tree only (nothing is executed), ``_CUSTOM_CALL_TARGETS_GUARANTE
 ``minimum/maximum_supported_calling_convention_version`` bounds.
 
 Usage: python scripts/jax_custom_call_table.py /path/to/jax/clone > export/_jax_targets.py
+(after a new jax release: fetch its tag first). tests/test_accept.py checks the file against
+this script's output when JAXPORT_JAX_CLONE names such a clone.
 """
 
 from __future__ import annotations
