@@ -335,3 +335,12 @@ def test_a_vjp_calling_a_missing_target_fails_at_its_call():
     with pytest.raises(jaxport.MissingCustomCallError, match="'bar'") as e:
         back.vjp().call(x, np.ones(3, np.float32))
     assert e.value.targets == ("bar",)
+
+
+def test_an_audit_reports_a_calling_convention_jax_cannot_run():
+    from jaxport.audit._checks import audit_archive
+
+    exp = _with(from_compat_data(TOP_K_V7, ("_, b",)), calling_convention_version=99)
+    result = audit_archive(jaxport.dumps(exp), platform="cpu")
+    assert result.status == "incompatible"
+    assert "calling convention version 99" in result.reason and "newer jax" in result.reason
