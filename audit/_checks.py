@@ -51,13 +51,14 @@ from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
+    _calls,
     _compat,
+    _custom_calls,
     inspect,
     is_host_callback,
     loads,
     loads_model,
     module_custom_calls,
-    stable_custom_call_targets,
 )
 
 __all__ = ["audit_archive", "check_archive"]
@@ -141,6 +142,7 @@ def _audit(
         with _on(platform):
             _compile(exp, platform, checks, _example_shapes(examples))
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
+        e = _calls.translate_call_error(e, info.fun_name) or e
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
     if examples is None:
@@ -187,6 +189,7 @@ def _audit_model(
             with _on(platform):
                 _compile(exp, platform, checks)
         except Exception as e:  # XLA and jax raise many types for a module they cannot compile
+            e = _calls.translate_call_error(e, name) or e
             checks[f"compile ({name})"] = f"{type(e).__name__}: {_first_line(e)}"
             return "compile-error", f"method {name}: {checks[f'compile ({name})']}"
         checks[f"compile ({name})"] = checks.pop("compile")
@@ -235,13 +238,16 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
 def _static(info: Any, checks: dict[str, str]) -> str:
     lo, hi = MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION
     checks["format version"] = f"{info.format_version} (reader {lo}..{hi})"
-    cc_lo, cc_hi = _compat.calling_convention_range()
+    cc_lo, cc_hi = _calls.runnable_calling_conventions()
     versions = {m.calling_convention_version for m in info.methods}
     versions = versions or {info.calling_convention_version}
     checks["calling convention"] = f"{', '.join(map(str, sorted(versions)))} (jax {cc_lo}..{cc_hi})"
     outside = sorted(v for v in versions if not cc_lo <= v <= cc_hi)
     if outside:
-        return f"calling convention version {outside[0]} outside jax's {cc_lo}..{cc_hi}"
+        return (
+            f"calling convention version {outside[0]} outside the {cc_lo}..{cc_hi} jax runs: "
+            f"{_calls.releases_exporting(outside[0])}"
+        )
     # The producer string is the writer's StableHLO version; jax writes modules for an older
     # target (its compatibility window), so a newer producer is reported, not failed on:
     # deserializing and compiling below measure whether this jaxlib reads it.
@@ -254,7 +260,7 @@ def _static(info: Any, checks: dict[str, str]) -> str:
         checks[f"StableHLO ({label})"] = (
             f"{m.stablehlo_version} (jaxlib {shlo_lo}..{shlo_hi}{note})"
         )
-    stable = stable_custom_call_targets() | {"shape_assertion"}
+    stable = _custom_calls.running_stable_targets() | {"shape_assertion"}
     unstable = sorted(set(info.custom_call_targets) - stable)
     checks["custom calls"] = (
         f"not guaranteed stable: {', '.join(unstable)}" if unstable else "all guaranteed stable"

@@ -7,6 +7,7 @@ from jaxport.export._custom_calls import (
     HOST_CALLBACK_TARGETS,
     is_host_callback,
     stable_custom_call_targets,
+    target_releases,
 )
 from jaxport.export._info import (
     ArchiveInfo,
@@ -48,4 +49,5 @@ __all__ = [
     "module_custom_calls",
     "save",
     "stable_custom_call_targets",
+    "target_releases",
 ]

@@ -72,8 +72,7 @@ def dumps(
         UnsupportedFeatureError: ``exported`` has fewer VJP orders than ``vjp_order``, or a part
             that cannot be stored (unregistered pytree node type, non-string dict key, a module
             MLIR cannot parse when its custom calls must be listed, ...).
-        UnsupportedVersionError: its calling convention version is outside the running jax's
-            supported range.
+        UnsupportedVersionError: its calling convention version is below 1.
     """
     return b"".join(dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
 
@@ -284,11 +283,11 @@ def loads(
 
     Args:
         data: the archive bytes.
-        allow_unsupported_calling_convention: load an archive whose calling convention version
-            the running jax cannot run, for inspection only.
-        allow_custom_calls: custom-call targets to accept besides those jax guarantees stable
-            (``stable_custom_call_targets()``), e.g. ``("lapack_sgeqrf",)`` for an archive
-            made by an old jax: only from authors you trust, since such a target may read its
+        allow_unsupported_calling_convention: kept for compatibility: every calling convention
+            version from 1 is read; one the running jax cannot run is refused at ``.call``.
+        allow_custom_calls: custom-call targets to accept besides those some jax release since
+            0.4.30 guarantees stable (``stable_custom_call_targets()``), e.g. a Pallas kernel's:
+            only from authors you trust, since such a target may read its
             operands unchecked. Host callbacks (``HOST_CALLBACK_TARGETS``) are never accepted.
         max_compression_ratio: the largest declared decompressed size over stored size of a
             section (above 16 MiB) that is believed (default 1000, schema/FORMAT.md, "Limits");
@@ -309,8 +308,8 @@ def loads(
             oversized header, malformed FlatBuffer, out-of-range section, bad zstd frame).
         IntegrityError: a header or section digest does not match (a bit flip, say).
         UnsupportedVersionError: a format version outside ``MIN_SUPPORTED_FORMAT_VERSION`` ..
-            ``MAX_SUPPORTED_FORMAT_VERSION``, or a calling convention version the running jax
-            does not support.
+            ``MAX_SUPPORTED_FORMAT_VERSION``, or a calling convention version below 1 (one the
+            running jax cannot run is refused by the returned Exported's ``.call``).
         UnsupportedFeatureError: the archive needs a dtype, effect or custom pytree node that
             this program does not have (register custom nodes before loading).
         UnsafeArchiveError: a module (the primal; a VJP when ``.vjp()`` reads it) calls a host

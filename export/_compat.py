@@ -115,12 +115,14 @@ def exported_named_shardings(exp: Any) -> tuple[bool, tuple[Any, ...], tuple[Any
     return exp._has_named_shardings, exp._in_named_shardings, exp._out_named_shardings
 
 
-def make_exported(**fields: Any) -> Any:
-    """Builds a ``jax.export.Exported`` from the fields the running jax knows.
+def make_exported(cls: Any = None, **fields: Any) -> Any:
+    """Builds a ``jax.export.Exported`` (or ``cls``, a subclass) from the fields the running
+    jax knows.
 
     Named-sharding fields are dropped on a jax without them (the HloSharding form is kept).
     """
-    return _export.Exported(**{k: v for k, v in fields.items() if k in _EXPORTED_FIELDS})
+    make = _export.Exported if cls is None else cls
+    return make(**{k: v for k, v in fields.items() if k in _EXPORTED_FIELDS})
 
 
 def named_to_hlo_sharding(sharding: Any, aval: Any) -> Any:

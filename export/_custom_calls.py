@@ -1,9 +1,14 @@
 """Which custom-call targets a reader accepts from an archive (schema/FORMAT.md, *Custom calls*).
 
 The rule is jax's own export-time check (``jax._src.export._export._check_module``) applied on
-load: a module may call the targets jax guarantees stable
-(``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``, https://docs.jax.dev/en/latest/export/export.html
-#compatibility-guarantees-for-custom-calls) and those the caller names. Host callbacks are never
+load, over every jax release whose artifacts jaxport reads: a module may call a target that
+some jax release since 0.4.30 guaranteed stable (``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``,
+https://docs.jax.dev/en/latest/export/export.html#compatibility-guarantees-for-custom-calls;
+the table, with the releases that list each target, is ``_jax_targets.STABLE_TARGETS``,
+generated from jax's git tags by scripts/jax_custom_call_table.py), the sharding targets jax's
+own export writes (``SHARDING_TARGETS``), and those the caller names. A target accepted here
+that the running jaxlib does not provide fails only when the function is called or compiled
+(``MissingCustomCallError``, ``_call_errors``). Host callbacks are never
 accepted: their operands index the writer's table of Python callbacks (or, before jax 0.5, hold
 a pointer into the writer's process), and a forged index crashes the reader with SIGSEGV.
 """
@@ -13,15 +18,40 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from jaxport._errors import CorruptArchiveError, UnsafeArchiveError
+from jaxport.export import _jax_targets
 
 __all__ = [
     "HOST_CALLBACK_TARGETS",
+    "SHARDING_TARGETS",
     "allowed_targets",
     "check_allowed",
     "check_module_targets",
     "is_host_callback",
+    "running_stable_targets",
     "stable_custom_call_targets",
+    "target_releases",
 ]
+
+#: The sharding custom calls that jax's own export writes into modules, besides those on jax's
+#: stable lists (``Sharding``, ``SPMDFullToShardShape``, ``SPMDShardToFullShape``): Shardy's
+#: round-trip targets, written by XLA's ``xla-sdy-round-trip-export`` pass when jax serializes
+#: a module under Shardy (xla/service/spmd/shardy/constants.h: ``kFuncResultShardingTargetName``,
+#: ``kShardingGroupCustomCallTargetName``, ``kGlobalToLocalShapeCallTargetName``,
+#: ``kLocalToGlobalShapeCallTargetName``; jax's back-compat data annotate_data_placement.py
+#: holds a jax-written module calling ``xla.sdy.FuncResultSharding``), and ``LayoutConstraint``
+#: (jax/_src/interpreters/mlir.py, jax 0.11).
+SHARDING_TARGETS = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "xla.sdy.FuncResultSharding",
+        "xla.sdy.GlobalToLocalShape",
+        "xla.sdy.LocalToGlobalShape",
+        "xla.sdy.ShardingGroup",
+        "LayoutConstraint",
+    }
+)
 
 #: The custom-call targets of jax's host callbacks (``jax.pure_callback``, ``io_callback``,
 #: ``jax.debug.callback``, ``jax.experimental.buffer_callback``), in jaxlib 0.4.x (the
@@ -41,14 +71,34 @@ HOST_CALLBACK_TARGETS = frozenset(
 
 
 def stable_custom_call_targets() -> frozenset[str]:
-    """The targets the running jax guarantees stable, which a reader accepts without asking.
+    """The targets a reader accepts without asking: every target some jax release since 0.4.30
+    guaranteed stable (``target_releases`` says which), the running jax's own list (for a
+    release newer than the table), and ``SHARDING_TARGETS``; never a host callback.
 
-    This is jax's ``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``: what ``jax.export`` accepts
-    without a ``DisabledSafetyCheck.custom_call``. It differs between jax releases.
+    A superset of what the running ``jax.export`` accepts without a
+    ``DisabledSafetyCheck.custom_call``: an archive written by an older jax stays readable
+    after jax drops one of its targets (whether this jaxlib still runs it is measured when the
+    function is called or audited).
     """
     from jax._src.export import _export
 
-    return frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE) - HOST_CALLBACK_TARGETS
+    running = frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+    every = running | frozenset(_jax_targets.STABLE_TARGETS) | SHARDING_TARGETS
+    return frozenset(t for t in every if not is_host_callback(t))
+
+
+def running_stable_targets() -> frozenset[str]:
+    """What the running jax alone guarantees stable (its ``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``)
+    and ``SHARDING_TARGETS``: what an audit reports as stable under this jax."""
+    from jax._src.export import _export
+
+    return frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE) | SHARDING_TARGETS
+
+
+def target_releases(target: str) -> tuple[str, ...]:
+    """The jax releases whose stable list has ``target``, as runs ``"first..last"`` (e.g.
+    ``("0.4.30..0.4.34",)`` for ``lapack_sgeqrf``); empty for a target none lists."""
+    return _jax_targets.STABLE_TARGETS.get(target, ())
 
 
 def is_host_callback(target: str) -> bool:
@@ -135,9 +185,10 @@ def check_allowed(
     refused = tuple(sorted({t for t in targets if t not in allowed}))
     if refused:
         raise UnsafeArchiveError(
-            f"{module} calls custom-call targets that jax does not guarantee stable: "
-            f"{list(refused)}; if you trust the archive's author, load it with "
-            f"allow_custom_calls={refused!r}",
+            f"{module} calls custom-call targets that no jax release guarantees stable: "
+            f"{list(refused)}; if you trust the archive's author, pass "
+            f"allow_custom_calls={refused!r} (Python) or "
+            f"{' '.join(f'--allow-custom-call {t}' for t in refused)} (CLI)",
             targets=refused,
             vjp_order=vjp_order,
             path=path,

@@ -19,7 +19,16 @@ from jax._src import effects as jax_effects
 from jax._src.export import _export
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError, UnsupportedVersionError
-from jaxport.export import _avals, _compat, _fb, _limits, _modules, _pytrees, _shardings
+from jaxport.export import (
+    _avals,
+    _calls,
+    _compat,
+    _fb,
+    _limits,
+    _modules,
+    _pytrees,
+    _shardings,
+)
 from jaxport.schema import fb
 
 __all__ = ["DecodeCache", "decode_exported", "encode_exported"]
@@ -261,6 +270,7 @@ def _link(levels: list[_Level], read_module: ModuleReader) -> Any:
                     return build(order + 1)
 
             built[order] = _compat.make_exported(
+                _calls.LoadedExported,
                 **level.fields,
                 mlir_module_serialized=read_module(level.module, level.fields),
                 _get_vjp=get_vjp,
@@ -271,21 +281,21 @@ def _link(levels: list[_Level], read_module: ModuleReader) -> Any:
 
 
 def check_calling_convention_version(version: int) -> None:
-    """Checks ``version`` against the running jax's supported calling convention versions.
+    """Checks a calling convention version that is read or written: every version jax's own
+    deserializer reads is accepted (it reads any); a version the running jax cannot run is
+    refused only when the function is called or audited (``_calls.check_runnable``).
 
     Raises:
-        UnsupportedVersionError: outside ``jax.export.minimum_supported_calling_convention_version``
-            to ``maximum_supported_calling_convention_version``
-            (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions).
+        UnsupportedVersionError: a version below 1 (jax numbers them from 1), or one that
+            does not fit the format's ``uint32``.
     """
-    lo, hi = _compat.calling_convention_range()
-    if not lo <= version <= hi:
+    if not 1 <= version <= _MAX_UINT32:
         raise UnsupportedVersionError(
-            "calling convention version",
-            version,
-            (lo, hi),
-            f"the running jax is {_compat.jax_versions()[0]}",
+            "calling convention version", version, (1, _MAX_UINT32), "jax numbers them from 1"
         )
+
+
+_MAX_UINT32 = 2**32 - 1
 
 
 def _decode_tree(table: fb.PyTreeDef | None, field: str, leaves: tuple[Any, ...]) -> Any:

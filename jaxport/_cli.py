@@ -92,6 +92,14 @@ _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
 )
+allow_custom_call_option = click.option(
+    "--allow-custom-call",
+    "allow_custom_calls",
+    multiple=True,
+    metavar="TARGET",
+    help="Accept modules that call this custom-call target (repeat), besides those some jax "
+    "release since 0.4.30 guarantees stable: only for archives from authors you trust.",
+)
 
 
 @click.group(cls=_Cli, context_settings=_CONTEXT)
@@ -173,6 +181,7 @@ def _parse_meta(
     metavar="BYTES",
     help="Refuse a file larger than this, before reading it.",
 )
+@allow_custom_call_option
 @json_option
 @pass_ctx
 def push(
@@ -182,6 +191,7 @@ def push(
     aliases: tuple[str, ...],
     metadata: dict[str, str],
     max_size: int,
+    allow_custom_calls: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Push files as the variants of one version.
@@ -191,7 +201,10 @@ def push(
     Pushing archives that are already a version changes nothing and names that version.
     """
     with ctx.registry() as reg:
-        result = reg.push(list(files), name, aliases=aliases, metadata=metadata, max_size=max_size)
+        result = reg.push(
+            list(files), name, aliases=aliases, metadata=metadata, max_size=max_size,
+            allow_custom_calls=allow_custom_calls,
+        )  # fmt: skip
     _emit(as_json, result, _pushed)
 
 
@@ -236,6 +249,7 @@ def _pushed(result: Any) -> str:
     "the parameter tree).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@allow_custom_call_option
 @json_option
 @pass_ctx
 def pull(
@@ -247,6 +261,7 @@ def pull(
     fmt: str,
     method: str | None,
     force: bool,
+    allow_custom_calls: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Pull a version's archive, digest verified.
@@ -273,7 +288,7 @@ def pull(
         if output is None:
             check_output(Path(target), force=force)
         if method is not None:
-            data = _method_archive(reg, chosen, method, fmt)
+            data = _method_archive(reg, chosen, method, fmt, allow_custom_calls)
         elif chosen.kind == "model" and target != STDOUT:
             reg.pull_file(f"sha256:{chosen.digest}", target)  # one part at a time
             _emit(as_json, _pulled_facts(target, chosen.size_bytes, fmt, chosen), _pulled)
@@ -283,7 +298,8 @@ def pull(
     if fmt == "jax" and method is None:
         from jaxport import loads
 
-        data = bytes(loads(data).serialize(vjp_order=chosen.vjp_order))
+        exported = loads(data, allow_custom_calls=allow_custom_calls)
+        data = bytes(exported.serialize(vjp_order=chosen.vjp_order))
     write_output(target, data)
     if target != STDOUT:
         _emit(as_json, _pulled_facts(target, len(data), fmt, chosen), _pulled)
@@ -293,12 +309,16 @@ def _pulled_facts(target: str, size: int, fmt: str, chosen: Any) -> dict[str, An
     return {"path": target, "bytes": size, "format": fmt, "variant": chosen}
 
 
-def _method_archive(reg: Any, chosen: Any, method: str, fmt: str) -> bytes:
+def _method_archive(
+    reg: Any, chosen: Any, method: str, fmt: str, allow_custom_calls: tuple[str, ...]
+) -> bytes:
     """One method of a model variant as a function archive (jaxport, or jax-native bytes),
     with the VJP orders the model stored for it."""
     from jaxport import dumps
 
-    exported = reg.pull(f"sha256:{chosen.digest}", method=method)
+    exported = reg.pull(
+        f"sha256:{chosen.digest}", method=method, allow_custom_calls=allow_custom_calls
+    )
     vjp_order = next((m.vjp_order for m in chosen.methods if m.name == method), 0)
     if fmt == "jax":
         return bytes(exported.serialize(vjp_order=vjp_order))
@@ -471,6 +491,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     "--devices", type=click.IntRange(min=1), help="With a registry reference: its device count."
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@allow_custom_call_option
 @json_option
 @pass_ctx
 def run(
@@ -482,6 +503,7 @@ def run(
     platform: str | None,
     devices: int | None,
     force: bool,
+    allow_custom_calls: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run a model's method on arrays from an .npz; write its outputs to an .npz.
@@ -500,7 +522,7 @@ def run(
             "run writes an .npz file; '-' (stdout) is not supported", param_hint="-o"
         )
     target = output or Path(f"{method}-out.npz")
-    model = _open_model(ctx, source, platform, devices)
+    model = _open_model(ctx, source, platform, devices, allow_custom_calls)
     specs = _cli_run.input_specs(model, method)
     arrays = _cli_run.load_inputs(inputs, specs, method)
     check_output(target, force=force)  # after the source and inputs, whose errors come first
@@ -517,7 +539,13 @@ def run(
     _emit(as_json, ran, outputs_table)
 
 
-def _open_model(ctx: _Context, source: str, platform: str | None, devices: int | None) -> Any:
+def _open_model(
+    ctx: _Context,
+    source: str,
+    platform: str | None,
+    devices: int | None,
+    allow_custom_calls: tuple[str, ...] = (),
+) -> Any:
     """The model ``run`` runs: from a file, else pulled from the registry.
 
     Raises:
@@ -541,7 +569,7 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
             raise WrongKindError(
                 f"{path} is a function archive, not a model: use jaxport.load", found=kind
             )
-        return load_model(path)
+        return load_model(path, allow_custom_calls=allow_custom_calls)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a model archive", source)
     if "/" in source or path.suffix == ".jaxport":
@@ -550,7 +578,7 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
     if platform is not None:
         kwargs["platform"] = platform
     with ctx.registry() as reg:
-        return reg.pull_model(source, **kwargs)
+        return reg.pull_model(source, allow_custom_calls=allow_custom_calls, **kwargs)
 
 
 # -- audits ---------------------------------------------------------------------------------

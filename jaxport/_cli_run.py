@@ -222,6 +222,7 @@ def call_method(model: Any, method: str, inputs: Sequence[Any]) -> Any:
     Raises:
         RunError: jax refused the call (a platform the method was not exported for, too few
             devices, symbolic dimensions that disagree), or a shape assertion failed.
+        MissingCustomCallError: the method calls a custom-call target jaxlib lacks.
         JaxportError: a parameter tensor could not be read (``IntegrityError``, ...).
     """
     import jax
@@ -236,6 +237,11 @@ def call_method(model: Any, method: str, inputs: Sequence[Any]) -> Any:
     except JaxportError:
         raise
     except (ValueError, TypeError, jax.errors.JaxRuntimeError) as e:
+        from jaxport.export._calls import translate_call_error
+
+        typed = translate_call_error(e, method)
+        if typed is not None:
+            raise typed from None
         raise RunError(f"method {method!r} cannot run here: {_first_line(e)}") from None
 
 

@@ -11,6 +11,8 @@ working for code that does not know jaxport::
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
+    │   ├── MissingCustomCallError             calling or compiling a module that calls a
+    │   │                                      custom-call target this jaxlib does not provide
     │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
     │       │                                  refuses (not allowed by name, or host callbacks)
     │       └── UnsafeModuleError              the module sandbox's worker crashed or hung on a
@@ -45,6 +47,7 @@ __all__ = [
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "MissingCustomCallError",
     "NotFoundError",
     "ParamsMismatchError",
     "RegistryError",
@@ -129,6 +132,25 @@ class UnsupportedFeatureError(JaxportError, ValueError):
     a nullary constructor, a dtype the running jax does not know, or a ``vjp_order`` higher than
     the Exported has VJPs for.
     """
+
+
+class MissingCustomCallError(UnsupportedFeatureError):
+    """Calling or compiling a loaded function whose module calls a custom-call target that the
+    running jaxlib does not provide (no handler registered for it on the platform).
+
+    Loading accepts such a module (the target was allowed: see ``stable_custom_call_targets``);
+    only its use fails, translated from jax's ``JaxRuntimeError`` at ``Exported.call`` (and
+    reported as a finding by an audit).
+
+    Attributes:
+        targets: the missing targets (as jax's error names them).
+        fun_name: the function called.
+    """
+
+    def __init__(self, message: str, *, targets: tuple[str, ...], fun_name: str):
+        self.targets = targets
+        self.fun_name = fun_name
+        super().__init__(message)
 
 
 class UnsafeArchiveError(UnsupportedFeatureError):

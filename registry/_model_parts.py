@@ -82,7 +82,12 @@ class Part:
         return self.offset + self.size
 
 
-def validated_model(data: bytes, path: str | None, verdicts: VerdictCache | None = None) -> Model:
+def validated_model(
+    data: bytes,
+    path: str | None,
+    verdicts: VerdictCache | None = None,
+    allow_custom_calls: Sequence[str] = (),
+) -> Model:
     """The model in ``data``, read in full: every method and VJP level, every tensor checked
     against its digest.
 
@@ -92,7 +97,7 @@ def validated_model(data: bytes, path: str | None, verdicts: VerdictCache | None
     """
     from jaxport.export import loads_model
 
-    model = loads_model(data, path=path, verdicts=verdicts)
+    model = loads_model(data, path=path, verdicts=verdicts, allow_custom_calls=allow_custom_calls)
     model.params  # noqa: B018  (reads every tensor and checks its digest)
     for name, exported in model.exported.items():
         current = exported

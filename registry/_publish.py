@@ -148,6 +148,7 @@ class Publisher:
         metadata: Mapping[str, str] | None,
         examples: Any,
         max_size: int,
+        allow_custom_calls: Sequence[str] = (),
     ) -> PushResult:
         """See ``Registry.push``."""
         listed = list(sources) if isinstance(sources, list | tuple) else [sources]
@@ -159,7 +160,8 @@ class Publisher:
             raise InvalidNameError(f"vjp_order must be an int >= 0, got {vjp_order!r:.40}")
         verdicts = RegistryVerdicts(self._engine)
         cache = push_verdicts(verdicts)
-        items = [_prepare(s, vjp_order, cache, max_size) for s in listed]
+        allow = _allowed(allow_custom_calls)
+        items = [_prepare(s, vjp_order, cache, max_size, allow) for s in listed]
         _check_kinds(items, examples)
         name = _push_name(name, items[0])
         golden = _golden_blob(items, examples) if examples else None
@@ -333,7 +335,17 @@ def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
 # -- turning sources into archives -----------------------------------------------------------
 
 
-def _prepare(source: Source, vjp_order: int, verdicts: VerdictCache, max_size: int) -> _Item:
+def _allowed(allow_custom_calls: Sequence[str]) -> tuple[str, ...]:
+    """``allow_custom_calls`` checked now (a single string is a TypeError, as for ``loads``)."""
+    from jaxport.export import _custom_calls
+
+    _custom_calls.allowed_targets(allow_custom_calls)
+    return tuple(allow_custom_calls)
+
+
+def _prepare(
+    source: Source, vjp_order: int, verdicts: VerdictCache, max_size: int, allow: tuple[str, ...]
+) -> _Item:
     from jaxport.export._model import Model as JaxportModel
 
     if isinstance(source, str | os.PathLike):
@@ -344,9 +356,9 @@ def _prepare(source: Source, vjp_order: int, verdicts: VerdictCache, max_size: i
             raise NotFoundError(f"no such file: {path}") from None
         except OSError as e:
             raise InvalidNameError(f"cannot read {path}: {e.strerror}") from None
-        return _from_bytes(data, str(path), verdicts)
+        return _from_bytes(data, str(path), verdicts, allow)
     if isinstance(source, bytes | bytearray | memoryview):
-        return _from_bytes(bytes(source), None, verdicts)
+        return _from_bytes(bytes(source), None, verdicts, allow)
     if isinstance(source, JaxportModel):
         return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
@@ -358,16 +370,18 @@ def _prepare(source: Source, vjp_order: int, verdicts: VerdictCache, max_size: i
     )
 
 
-def _from_bytes(data: bytes, path: str | None, verdicts: VerdictCache) -> _Item:
+def _from_bytes(
+    data: bytes, path: str | None, verdicts: VerdictCache, allow: tuple[str, ...]
+) -> _Item:
     from jaxport.export._container import MAGIC
 
     if data.startswith(MAGIC):
         from jaxport.export import inspect
 
         if inspect(data).kind == MODEL:
-            model = validated_model(data, path, verdicts)
+            model = validated_model(data, path, verdicts, allow)
             return _model_item(ArchiveChunks([data]), model, path)
-        return _item(data, _validated(data, path, verdicts), ())
+        return _item(data, _validated(data, path, verdicts, allow), ())
     from jaxport.export._native import convert_native
 
     converted = convert_native(data, path=path)
@@ -379,15 +393,17 @@ def _from_bytes(data: bytes, path: str | None, verdicts: VerdictCache) -> _Item:
             "checked against constraints the exporter declared"
         )
     archive = converted.archive
-    return _item(archive, _validated(archive, path, verdicts), tuple(notes))
+    return _item(archive, _validated(archive, path, verdicts, allow), tuple(notes))
 
 
-def _validated(data: bytes, path: str | None, verdicts: VerdictCache) -> Exported:
+def _validated(
+    data: bytes, path: str | None, verdicts: VerdictCache, allow: tuple[str, ...] = ()
+) -> Exported:
     """The Exported of a jaxport archive, after reading all of it (every VJP level, every
     module vetted in the sandbox)."""
     from jaxport.export import inspect, loads
 
-    exported: Exported = loads(data, path=path, verdicts=verdicts)
+    exported: Exported = loads(data, path=path, verdicts=verdicts, allow_custom_calls=allow)
     current = exported
     for _ in range(inspect(data).vjp_order):
         current = current.vjp()

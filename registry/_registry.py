@@ -151,6 +151,7 @@ class Registry:
         | Mapping[str, Sequence[Example | tuple[Any, ...]]]
         | None = None,
         max_size: int = DEFAULT_MAX_READ,
+        allow_custom_calls: Sequence[str] = (),
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
@@ -185,6 +186,9 @@ class Registry:
             max_size: the largest file a path may name, in bytes (default 64 GiB); a path
                 must name a regular file (not a FIFO or a device). Both are checked before a
                 byte is read.
+            allow_custom_calls: custom-call targets an archive's modules may call besides those
+                some jax release guarantees stable (as ``jaxport.loads``), e.g. a Pallas Triton
+                kernel's ``("__gpu$xla.gpu.triton",)``: only from authors you trust.
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what
@@ -213,7 +217,7 @@ class Registry:
             aliases = [a for a in aliases if a not in ruled]
         result = self._publisher.push(
             source, name, vjp_order=vjp_order, aliases=aliases, metadata=metadata,
-            examples=examples, max_size=max_size,
+            examples=examples, max_size=max_size, allow_custom_calls=allow_custom_calls,
         )  # fmt: skip
         for alias in ruled:
             self.alias(result.name, alias, result.version)

@@ -190,26 +190,18 @@ def test_unknown_compression(archive):
         jaxport.loads(_rebuild_section(archive, compression=7))
 
 
-def test_calling_convention_check_on_read_and_opt_in():
+def test_calling_convention_is_read_and_refused_at_call(monkeypatch):
     exp = jax.export.export(jax.jit(jnp.sin))(jnp.zeros(3))
     data = jaxport.dumps(exp)
-    lo, hi = (
-        jax.export.minimum_supported_calling_convention_version,
-        jax.export.maximum_supported_calling_convention_version,
-    )
-    from jaxport.export import _exported
+    hi = jax.export.maximum_supported_calling_convention_version
+    from jaxport.export import _calls
 
-    orig = _exported._compat.calling_convention_range
-    _exported._compat.calling_convention_range = lambda: (hi + 1, hi + 2)  # type: ignore[assignment]
-    try:
-        with pytest.raises(jaxport.UnsupportedVersionError, match="calling convention") as e:
-            jaxport.loads(data)
-        assert e.value.supported == (hi + 1, hi + 2)
-        back = jaxport.loads(data, allow_unsupported_calling_convention=True)
-        assert back.calling_convention_version == exp.calling_convention_version
-    finally:
-        _exported._compat.calling_convention_range = orig  # type: ignore[assignment]
-    assert lo <= exp.calling_convention_version <= hi
+    monkeypatch.setattr(_calls, "runnable_calling_conventions", lambda: (hi + 1, hi + 2))
+    back = jaxport.loads(data)  # every version is read (issue 16)
+    assert back.calling_convention_version == exp.calling_convention_version
+    with pytest.raises(jaxport.UnsupportedVersionError, match="calling convention") as e:
+        back.call(jnp.zeros(3))
+    assert e.value.supported == (hi + 1, hi + 2)
 
 
 def test_unregistered_custom_pytree_on_read():

@@ -267,11 +267,15 @@ def test_inspect_reports_header_fields():
     assert info.metadata == {"k": "v"}
 
 
-def test_calling_convention_out_of_range_is_refused_by_the_writer():
+def test_every_calling_convention_is_written_and_refused_at_call():
     exp = _export(jnp.sin, jnp.zeros(3))
-    bad = dataclasses.replace(exp, calling_convention_version=999)
+    newer = dataclasses.replace(exp, calling_convention_version=999)
+    back = jaxport.loads(jaxport.dumps(newer))  # issue 16: refused only at use
+    assert back.calling_convention_version == 999
     with pytest.raises(jaxport.UnsupportedVersionError, match="calling convention version 999"):
-        jaxport.dumps(bad)
+        back.call(jnp.zeros(3))
+    with pytest.raises(jaxport.UnsupportedVersionError, match="calling convention version 0"):
+        jaxport.dumps(dataclasses.replace(exp, calling_convention_version=0))
 
 
 def test_abstract_device_without_platform_as_jax_before_0_10_writes_it():
