@@ -78,7 +78,8 @@ def environment_key(python: str | None) -> EnvironmentKey:
 
 def key_from_metadata(versions: dict[str, str | None], environ: dict[str, str]) -> EnvironmentKey:
     """The key from distribution versions (None: not installed) and the workers' environment
-    (``JAX_NUM_CPU_DEVICES``, else ``XLA_FLAGS``'s forced host device count, else 1 CPU).
+    (``JAX_NUM_CPU_DEVICES``, else ``XLA_FLAGS``'s forced host device count, else 1 CPU; a
+    platform left out of ``JAX_PLATFORMS`` has 0 devices).
 
     Raises:
         AuditError: jax or jaxlib is not installed.
@@ -94,6 +95,11 @@ def key_from_metadata(versions: dict[str, str | None], environ: dict[str, str]) 
     devices: dict[str, int | None] = {"cpu": cpu}
     for platform, plugins in _PLUGINS.items():
         devices[platform] = None if any(versions.get(p) for p in plugins) else 0
+    allowed = {p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+    for platform in devices if allowed else ():  # JAX_PLATFORMS=cpu: no GPU or TPU device
+        gpu = platform in ("cuda", "rocm") and "gpu" in allowed
+        if platform not in allowed and not gpu:
+            devices[platform] = 0
     return EnvironmentKey(jax_version, jaxlib_version, devices)
 
 
