@@ -310,12 +310,20 @@ class _Worker:
 
     def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """One request answered by one JSON object (AuditError if none comes)."""
-        result = self.run(request, timeout, raw=True)
-        if not isinstance(result, dict):
-            raise AuditError(f"the audit worker did not answer: {self._tail()}")
-        return result
+        reply = self._exchange(request, timeout)
+        if not isinstance(reply, dict):
+            raise AuditError(f"the audit worker did not answer: {reply.reason}")
+        return reply
 
-    def run(self, request: dict[str, Any], timeout: float, raw: bool = False) -> Any:
+    def run(self, request: dict[str, Any], timeout: float) -> AuditResult:
+        """One audit job: its result, or a ``crash`` where the worker died or ran out of time."""
+        reply = self._exchange(request, timeout)
+        if isinstance(reply, AuditResult):
+            return reply
+        return AuditResult(reply["status"], reply["reason"], reply["checks"], reply["seconds"])
+
+    def _exchange(self, request: dict[str, Any], timeout: float) -> dict[str, Any] | AuditResult:
+        """Sends ``request``; the worker's JSON reply, or a ``crash`` result without one."""
         start = time.perf_counter()
         try:
             assert self._proc.stdin is not None
@@ -331,10 +339,8 @@ class _Worker:
             return AuditResult("crash", f"killed after the {timeout:g} s time limit", {}, seconds)
         if not line:
             return AuditResult("crash", self._death(), {}, seconds)
-        reply = json.loads(line)
-        if raw:
-            return reply
-        return AuditResult(reply["status"], reply["reason"], reply["checks"], reply["seconds"])
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def _readline(self, timeout: float) -> bytes | None:
         """A line from the worker, b"" at its end, None after ``timeout`` seconds."""

@@ -7,7 +7,7 @@ all match; a finding whose ``devices`` is unknown (None) is never reused.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -22,23 +22,40 @@ from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
     from jaxport.audit import Finding
+    from jaxport.audit._static import Facts
 
 __all__ = ["Target", "audit_targets", "stored_findings"]
 
 
-@dataclasses.dataclass(frozen=True)
 class Target:
     """One variant on one platform to audit; ``examples``: its version's golden examples blob
-    digest, if any."""
+    digest, if any; ``row``: its ``variants`` row (``variant`` is made from it when asked:
+    a re-audit of 10,000 stored findings makes none)."""
 
-    variant: VariantInfo
-    platform: str
-    examples: str | None
+    __slots__ = ("__dict__", "examples", "measure", "name", "platform", "row", "version")
 
-    @property
-    def measure(self) -> tuple[str, str, str | None]:
-        """What one measurement covers: versions sharing an archive and examples share it."""
-        return (self.variant.digest, self.platform, self.examples)
+    def __init__(self, name: str, version: int, row: Any, platform: str, examples: str | None):
+        self.name, self.version, self.row = name, version, row
+        self.platform, self.examples = platform, examples
+        #: What one measurement covers: versions sharing an archive and examples share it.
+        self.measure: tuple[str, str, str | None] = (row.digest, platform, examples)
+
+    @functools.cached_property
+    def variant(self) -> VariantInfo:
+        return VariantInfo.from_row(self.name, self.version, self.row)
+
+    def facts(self) -> Facts:
+        """What a static audit reads, as the row recorded it at push."""
+        from jaxport.audit._static import Facts
+
+        row = self.row
+        return Facts(
+            format_version=row.format_version,
+            calling_convention_version=row.calling_convention_version,
+            platforms=_platforms(row.platforms),
+            custom_call_targets=_targets(row.custom_call_targets),
+            kind=row.kind,
+        )
 
 
 def audit_targets(
@@ -72,15 +89,14 @@ def audit_targets(
             q = q.where(Model.name == chosen.name, Version.version == chosen.version)
     with _db.translating_db_errors(), engine.connect() as conn:
         rows = conn.execute(q).all()
-    pairs = [(VariantInfo.from_row(r.m_name, r.v_number, r), r.examples_digest) for r in rows]
     targets = [
-        Target(v, p, g)
-        for v, g in pairs
-        for p in (v.platforms if platform is None else (platform,))
-        if p in v.platforms
+        Target(r.m_name, r.v_number, r, p, r.examples_digest)
+        for r in rows
+        for p in _platforms(r.platforms)
+        if platform is None or p == platform
     ]
-    if not targets and platform is not None and pairs:
-        have = sorted({p for v, _ in pairs for p in v.platforms})
+    if not targets and platform is not None and rows:
+        have = sorted({p for r in rows for p in _platforms(r.platforms)})
         raise NotFoundError(
             f"nothing to audit for {platform}: the variants are for {', '.join(have)}"
         )
@@ -120,11 +136,33 @@ def stored_findings(
 
 def finding_of(target: Target, row: Any) -> Finding:
     """A stored ``audits`` row as the finding of ``target`` (marked reused)."""
-    from jaxport.audit import Finding
-
-    v = target.variant
-    return Finding(
-        v.name, v.version, row.digest, row.jax_version, row.jaxlib_version, row.platform,
-        row.status, row.reason, json.loads(row.details_json), row.seconds, row.created_at,
-        level=row.level, devices=row.devices, reused=True,
+    return _finding_class()(
+        target.name, target.version, row.digest, row.jax_version, row.jaxlib_version,
+        row.platform, row.status, row.reason, dict(_details(row.details_json)), row.seconds,
+        row.created_at, level=row.level, devices=row.devices, reused=True,
     )  # fmt: skip
+
+
+@functools.cache
+def _finding_class() -> type[Finding]:
+    from jaxport.audit import Finding  # imports jax: not before an audit needs it
+
+    return Finding
+
+
+@functools.lru_cache(maxsize=4096)
+def _details(text: str) -> dict[str, str]:
+    """A finding's checks (findings of similar variants share the text: parsed once; callers
+    copy)."""
+    found = json.loads(text)
+    return found if isinstance(found, dict) else {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _platforms(text: str) -> tuple[str, ...]:
+    return tuple(text.split(",")) if text else ()
+
+
+@functools.lru_cache(maxsize=4096)
+def _targets(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))

@@ -32,7 +32,6 @@ from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
     from jaxport.audit import AuditResult, Change, Finding, UpgradeRow
-    from jaxport.audit._static import Facts
     from jaxport.export import ArchiveInfo
 
 __all__ = ["Findings"]
@@ -79,7 +78,7 @@ class Findings:
                 jax_version=key.jax_version,
                 jaxlib_version=key.jaxlib_version,
                 devices=key.devices,
-                digests={t.variant.digest for t in targets},
+                digests={t.measure[0] for t in targets},
             )
         todo = list({t.measure: t for t in targets if t.measure not in stored}.values())
         measures = len({t.measure for t in targets})
@@ -122,7 +121,7 @@ class Findings:
                 out[t.measure] = (
                     caps.jax_version,
                     caps.jaxlib_version,
-                    static_verdict(facts_of(t.variant), t.platform, caps),
+                    static_verdict(t.facts(), t.platform, caps),
                 )
                 done.add(1)
             return out
@@ -248,19 +247,6 @@ class _Counter:
             self._progress(min(self._done, self._total), self._total)
 
 
-def facts_of(variant: VariantInfo) -> Facts:
-    """The facts a static audit reads, as the ``variants`` row recorded them at push."""
-    from jaxport.audit._static import Facts
-
-    return Facts(
-        format_version=variant.format_version,
-        calling_convention_version=variant.calling_convention_version,
-        platforms=variant.platforms,
-        custom_call_targets=variant.custom_call_targets,
-        kind=variant.kind,
-    )
-
-
 def _new_finding(
     t: Target,
     jax_version: str,
@@ -272,9 +258,8 @@ def _new_finding(
 ) -> Finding:
     from jaxport.audit import Finding
 
-    v = t.variant
     return Finding(
-        v.name, v.version, v.digest, jax_version, jaxlib_version, t.platform, r.status,
+        t.name, t.version, t.measure[0], jax_version, jaxlib_version, t.platform, r.status,
         r.reason, r.checks, r.seconds, now, level=level, devices=devices.get(t.platform),
     )  # fmt: skip
 
