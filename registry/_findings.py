@@ -1,5 +1,7 @@
 """Audits as the registry runs and keeps them: which variants to audit, the findings stored per
-digest x jax x platform, upgrade reports and diffs between versions.
+digest x golden examples x level x jax x jaxlib x platform x devices (and reused: an audit
+measures only what is not stored yet, unless forced), upgrade reports and diffs between
+versions.
 
 A model variant is audited from its archive put together from its parts (every tensor read and
 checked in the worker). Diffs of models compare methods and parameters (``jaxport.audit`` diff

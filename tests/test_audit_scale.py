@@ -389,3 +389,10 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_never_with_json(tmp_path):
     assert "auditing" not in quiet and json.loads(quiet)[0]["level"] == "static"
     piped = _cli(env, "audit", "--static", "--force")  # not a terminal: no bar either
     assert b"auditing" not in piped.stderr + piped.stdout
+
+
+def test_a_static_audit_with_another_interpreter_asks_its_worker(registry):
+    registry.push(_exp(jnp.sin), "a")
+    (finding,) = registry.audit(level="static", python=sys.executable)
+    assert finding.status == "ok" and finding.level == "static"
+    assert finding.jax_version == jax.__version__
