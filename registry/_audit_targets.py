@@ -2,7 +2,8 @@
 version's golden examples, and the stored findings an incremental audit may reuse.
 
 A finding is reused when digest x golden examples x level x jax x jaxlib x platform x devices
-all match; a finding whose ``devices`` is unknown (None) is never reused.
+all match; a finding whose ``devices`` is unknown (None) is never reused, nor a ``crash``
+(a worker killed by a time limit or a signal: the next audit tries again).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def stored_findings(
             Audit.level == level,
             Audit.jax_version == jax_version,
             Audit.jaxlib_version == jaxlib_version[:40],
+            Audit.status != "crash",
         )
         .order_by(Audit.id.desc())
     )

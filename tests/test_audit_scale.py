@@ -396,3 +396,11 @@ def test_a_static_audit_with_another_interpreter_asks_its_worker(registry):
     (finding,) = registry.audit(level="static", python=sys.executable)
     assert finding.status == "ok" and finding.level == "static"
     assert finding.jax_version == jax.__version__
+
+
+def test_a_variant_over_its_time_limit_is_a_crash_finding_measured_again_next_time(registry):
+    registry.push(_exp(jnp.sin), "a")
+    (hung,) = registry.audit("a", timeout=0.001)
+    assert hung.status == "crash" and "time limit" in hung.reason
+    (again,) = registry.audit("a")
+    assert not again.reused and again.status == "ok"
