@@ -124,8 +124,12 @@ def cached_environment(release: str, home: Path) -> str | None:
 
 
 def _run(command: tuple[str, ...]) -> None:
+    """One step, without the registry's variables (its URL may hold a password)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXPORT_")}
     try:
-        done = subprocess.run(command, capture_output=True, timeout=_STEP_TIMEOUT, check=False)
+        done = subprocess.run(
+            command, capture_output=True, timeout=_STEP_TIMEOUT, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise AuditError(f"making the jax environment failed at {command[:3]}: {e}") from None
     if done.returncode != 0:
