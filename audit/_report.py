@@ -15,6 +15,13 @@ Statuses (``STATUSES``), each saying exactly what was measured:
 ``not-run``        could not be measured here (no such device, too few devices): never a
                    verdict about the artifact
 =================  ========================================================================
+
+A finding's ``level`` says what was measured: ``"full"`` (the steps above, in a worker) or
+``"static"`` (``_static``: the facts the registry recorded at push against the jax's own
+capabilities, nothing parsed or compiled). At the static level ``ok`` means only "every
+recorded fact is within this jax's capabilities", and ``incompatible`` also covers a
+custom-call target this jax neither guarantees nor registers for the platform, and a platform
+this jax cannot lower for; a fact the registry did not record is ``not-run``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import dataclasses
 from collections.abc import Sequence
 
 __all__ = [
+    "LEVELS",
     "NOT_AUDITED",
     "NOT_RUN",
     "STATUSES",
@@ -38,6 +46,8 @@ STATUSES = ("ok", "incompatible", "compile-error", "mismatch", "error", "crash",
 NOT_RUN = "not-run"
 #: ``UpgradeRow.after`` where the target release has no finding.
 NOT_AUDITED = "not audited"
+#: Check levels: ``full`` loads and compiles in a worker, ``static`` reads recorded facts.
+LEVELS = ("full", "static")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +64,10 @@ class AuditResult:
 class Finding:
     """An audit of one variant for one platform by one jax, as the registry stores it.
 
-    ``seconds`` is the audit's duration, ``created_at`` unix seconds.
+    ``seconds`` is the audit's duration, ``created_at`` unix seconds; ``level`` is ``"full"``
+    or ``"static"`` (see the module docstring); ``devices`` how many devices of ``platform``
+    the auditing host had (None: not known); ``reused``: stored by an earlier audit with the
+    same key (digest x level x jax x jaxlib x platform x devices), not measured again now.
     """
 
     name: str
@@ -68,6 +81,9 @@ class Finding:
     checks: dict[str, str]
     seconds: float
     created_at: float
+    level: str = "full"
+    devices: int | None = None
+    reused: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +104,12 @@ class UpgradeRow:
 
 def compare_findings(findings: Sequence[Finding], current: str, target: str) -> list[UpgradeRow]:
     """What moving from jax ``current`` to ``target`` breaks, from stored findings (newest
-    first: the newest per digest, release and platform counts). Every variant and platform
+    first: the newest per digest, release and platform counts, a full audit before a static
+    one). Every variant and platform
     with a finding under either release gets a row; the side without one says "not audited"
     (nothing is left out silently)."""
     latest: dict[tuple[str, str, str], Finding] = {}
-    for f in findings:
+    for f in sorted(findings, key=lambda f: f.level != "full"):  # stable: newest full first
         latest.setdefault((f.digest, f.jax_version, f.platform), f)
     keys = {(d, p): f for (d, r, p), f in latest.items() if r in (current, target)}
     rows = []

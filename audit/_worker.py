@@ -12,9 +12,13 @@ protocol is JSON lines:
 - parent -> worker, per job: ``{"archive": PATH, "examples": PATH or null, "platform": P}``
   (platform null: only read the whole archive, ``_checks.check_archive``)
 - worker -> parent, per job: ``{"status": ..., "reason": ..., "checks": {...}, "seconds": S}``
+- parent -> worker: ``{"capabilities": true}``; worker -> parent: the jax's capabilities for
+  static audits (``_static.Capabilities.to_json``)
 
 A job that kills the worker (a signal, the memory limit) or outlasts ``timeout`` seconds is a
 ``crash`` finding naming the signal or the limit; a fresh worker takes the remaining jobs.
+With ``workers=N`` there are N long-lived workers (each imports jax once and audits many
+jobs), each fed by a thread of the parent from one queue; results keep the jobs' order.
 """
 
 from __future__ import annotations
@@ -27,16 +31,27 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from jaxport._environ import worker_environment
 from jaxport._errors import AuditError, JaxportError, NotFoundError
 from jaxport.audit._report import AuditResult
 
-__all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_MEMORY_LIMIT", "AuditJob", "Environment", "run_audits"]
+if TYPE_CHECKING:
+    from jaxport.audit._static import Capabilities
+
+__all__ = [
+    "DEFAULT_JOB_TIMEOUT",
+    "DEFAULT_MEMORY_LIMIT",
+    "AuditJob",
+    "Environment",
+    "run_audits",
+    "worker_capabilities",
+]
 
 #: The address-space limit of a worker, in bytes (jax on CPU needs about 4 GiB of it).
 DEFAULT_MEMORY_LIMIT = 16 << 30
@@ -75,6 +90,8 @@ def run_audits(
     python: str | os.PathLike[str] | None = None,
     timeout: float = DEFAULT_JOB_TIMEOUT,
     memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+    workers: int = 1,
+    progress: Callable[[int, AuditResult], None] | None = None,
 ) -> tuple[Environment, list[AuditResult]]:
     """Audits ``jobs`` in worker processes of ``python`` (default: this interpreter).
 
@@ -82,41 +99,147 @@ def run_audits(
         jobs: what to audit.
         python: an interpreter with jaxport installed (another jax release, say).
         timeout: seconds one job may take before its worker is killed.
-        memory_limit: the worker's address-space limit in bytes (None: unlimited); applied
+        memory_limit: each worker's address-space limit in bytes (None: unlimited); applied
             only when every job is for CPU (GPU and TPU runtimes reserve address space far
             beyond memory, so a limit would stop them from starting).
+        workers: how many worker processes audit at once (at most one per job; each takes
+            about 1 GiB of memory with jax loaded).
+        progress: called as ``progress(index, result)`` after each job, from the thread that
+            ran it, one call at a time.
 
     Returns:
-        The auditing jax's versions, and one result per job, in order.
+        The auditing jax's versions, and one result per job, in the jobs' order.
 
     Raises:
         NotFoundError: ``python`` does not exist or is not executable.
-        AuditError: the worker does not start (no jaxport or jax in that environment).
+        AuditError: no worker starts (no jaxport or jax in that environment).
     """
     exe = _interpreter(python)
     if memory_limit is not None and any(j.platform not in (None, "cpu") for j in jobs):
         memory_limit = None  # CUDA and TPU runtimes reserve far more address space than RAM
-    results: list[AuditResult] = []
+    lanes = max(1, min(int(workers), len(jobs)))
     with tempfile.TemporaryDirectory(prefix="jaxport-audit-") as tmp:
-        env: Environment | None = None
-        while len(results) < len(jobs) or env is None:
-            worker = _Worker(exe, Path(tmp), memory_limit)
-            try:
-                env = worker.start()
-                while len(results) < len(jobs):
-                    result = _run_one(worker, Path(tmp), jobs[len(results)], timeout)
-                    results.append(result)
-                    if result.status == "crash":
-                        break
-            finally:
-                worker.stop()
-    return env, results
+        queue = _Queue(jobs, progress)
+        if lanes == 1:
+            _lane(exe, Path(tmp), memory_limit, timeout, queue)
+        else:
+            threads = [
+                threading.Thread(
+                    target=_lane_catching,
+                    args=(exe, Path(tmp) / f"w{k}", memory_limit, timeout, queue),
+                )
+                for k in range(lanes)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return queue.outcome()
 
 
-def _run_one(worker: _Worker, tmp: Path, job: AuditJob, timeout: float) -> AuditResult:
-    """Writes the job's files, runs it, removes them."""
+class _Queue:
+    """The jobs the lanes share: which comes next, the results, the first environment."""
+
+    def __init__(
+        self, jobs: Sequence[AuditJob], progress: Callable[[int, AuditResult], None] | None
+    ):
+        self.jobs = jobs
+        self._progress = progress
+        self._next = 0
+        self._results: list[AuditResult | None] = [None] * len(jobs)
+        self._env: Environment | None = None
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self.reading = threading.Lock()  # one blob read at a time (the registry's engine)
+
+    def take(self) -> int | None:
+        with self._lock:
+            if self._next >= len(self.jobs):
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def started(self, env: Environment) -> None:
+        with self._lock:
+            self._env = self._env or env
+
+    def finish(self, index: int, result: AuditResult) -> None:
+        with self._lock:
+            self._results[index] = result
+            if self._progress is not None:
+                self._progress(index, result)
+
+    def failed(self, error: BaseException) -> None:
+        with self._lock:
+            self._errors.append(error)
+
+    def outcome(self) -> tuple[Environment, list[AuditResult]]:
+        done = [r for r in self._results if r is not None]
+        if self._errors and (self._env is None or len(done) < len(self.jobs)):
+            raise self._errors[0]
+        assert self._env is not None and len(done) == len(self.jobs)
+        return self._env, done
+
+
+def _lane_catching(
+    exe: str, tmp: Path, memory_limit: int | None, timeout: float, queue: _Queue
+) -> None:
     try:
-        request = _write_job(tmp, job)
+        _lane(exe, tmp, memory_limit, timeout, queue)
+    except BaseException as e:  # re-raised by run_audits in the calling thread
+        queue.failed(e)
+
+
+def _lane(exe: str, tmp: Path, memory_limit: int | None, timeout: float, queue: _Queue) -> None:
+    """One worker at a time takes jobs from ``queue`` until none is left; a crash replaces it."""
+    tmp.mkdir(exist_ok=True)
+    index = queue.take()
+    while True:
+        worker = _Worker(exe, tmp, memory_limit)
+        try:
+            queue.started(worker.start())
+            while index is not None:
+                result = _run_one(worker, tmp, queue.jobs[index], timeout, queue.reading)
+                queue.finish(index, result)
+                index = queue.take()
+                if result.status == "crash":
+                    break
+            else:
+                return
+        finally:
+            worker.stop()
+
+
+def worker_capabilities(python: str | os.PathLike[str] | None) -> Capabilities:
+    """The capabilities (``_static``) of ``python``'s jax, asked of one worker.
+
+    Raises:
+        NotFoundError: ``python`` does not exist or is not executable.
+        AuditError: the worker does not start or answers nonsense.
+    """
+    from jaxport.audit._static import Capabilities
+
+    exe = _interpreter(python)
+    with tempfile.TemporaryDirectory(prefix="jaxport-audit-") as tmp:
+        worker = _Worker(exe, Path(tmp), DEFAULT_MEMORY_LIMIT)
+        try:
+            worker.start()
+            reply = worker.ask({"capabilities": True}, _START_TIMEOUT)
+            try:
+                return Capabilities.from_json(reply)
+            except (KeyError, TypeError, ValueError):
+                raise AuditError(f"the audit worker of {exe} sent no capabilities") from None
+        finally:
+            worker.stop()
+
+
+def _run_one(
+    worker: _Worker, tmp: Path, job: AuditJob, timeout: float, reading: threading.Lock
+) -> AuditResult:
+    """Writes the job's files (one reader at a time), runs it, removes them."""
+    try:
+        with reading:
+            request = _write_job(tmp, job)
     except JaxportError as e:  # a blob that is missing or corrupt: that variant's finding
         return AuditResult("error", f"{type(e).__name__}: {e}", {}, 0.0)
     try:
@@ -185,7 +308,22 @@ class _Worker:
                 "installed in that environment?)"
             ) from None
 
+    def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """One request answered by one JSON object (AuditError if none comes)."""
+        reply = self._exchange(request, timeout)
+        if not isinstance(reply, dict):
+            raise AuditError(f"the audit worker did not answer: {reply.reason}")
+        return reply
+
     def run(self, request: dict[str, Any], timeout: float) -> AuditResult:
+        """One audit job: its result, or a ``crash`` where the worker died or ran out of time."""
+        reply = self._exchange(request, timeout)
+        if isinstance(reply, AuditResult):
+            return reply
+        return AuditResult(reply["status"], reply["reason"], reply["checks"], reply["seconds"])
+
+    def _exchange(self, request: dict[str, Any], timeout: float) -> dict[str, Any] | AuditResult:
+        """Sends ``request``; the worker's JSON reply, or a ``crash`` result without one."""
         start = time.perf_counter()
         try:
             assert self._proc.stdin is not None
@@ -201,8 +339,8 @@ class _Worker:
             return AuditResult("crash", f"killed after the {timeout:g} s time limit", {}, seconds)
         if not line:
             return AuditResult("crash", self._death(), {}, seconds)
-        reply = json.loads(line)
-        return AuditResult(reply["status"], reply["reason"], reply["checks"], reply["seconds"])
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def _readline(self, timeout: float) -> bytes | None:
         """A line from the worker, b"" at its end, None after ``timeout`` seconds."""
@@ -251,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     _send(stdout, {"jax_version": jax_version, "jaxlib_version": jaxlib_version})
     for line in stdin:
         request = json.loads(line)
+        if request.get("capabilities"):
+            from jaxport.audit._static import capabilities
+
+            _send(stdout, capabilities().to_json())
+            continue
         examples, data = request["examples"], Path(request["archive"]).read_bytes()
         if request["platform"] is None:
             result = check_archive(data)

@@ -620,6 +620,31 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
     help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
 @click.option("--no-store", is_flag=True, help="Do not record the findings.")
+@click.option(
+    "--force", is_flag=True, help="Measure again even where an identical finding is stored."
+)
+@click.option(
+    "--static",
+    is_flag=True,
+    help="Only the facts recorded at push against this jax's capabilities (no compile).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    "workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Worker processes auditing at once (each imports jax once).",
+)
+@click.option(
+    "--jax",
+    "jax_release",
+    metavar="RELEASE",
+    help="Audit with this jax release, in an environment made once under "
+    "$JAXPORT_HOME/envs/jax-RELEASE (minutes the first time).",
+)
 @_timeout_option("Seconds one variant's audit may take before it is killed (a crash).")
 @json_option
 @pass_ctx
@@ -631,6 +656,10 @@ def audit(
     matrix: bool,
     upgrade_to: str | None,
     no_store: bool,
+    force: bool,
+    static: bool,
+    workers: int,
+    jax_release: str | None,
     timeout: float,
     as_json: bool,
 ) -> None:
@@ -639,8 +668,11 @@ def audit(
     REFERENCE names what to audit (default: everything). Statuses: ok, incompatible,
     compile-error, mismatch, error, crash, not-run (could not be measured here: no such
     device, too few devices). Exit 1 when a measured status is not ok (or, with --upgrade-to,
-    when one would break); not-run alone exits 0.
+    when one would break); not-run alone exits 0. Incremental: a finding stored for the same
+    archive, check level, jax, jaxlib, platform and device count is reused (--force: measure
+    again). A progress bar is drawn on stderr when it is a terminal (never with --json).
     """
+    from jaxport._cli_progress import audit_progress
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
@@ -653,9 +685,21 @@ def audit(
             findings = reg.audit_results(name=_name_of(reference), platform=platform)
             _emit(as_json, findings, matrix_table)
             return
-        findings = reg.audit(
-            reference, python=python, store=not no_store, timeout=timeout, **kwargs
-        )
+        if python is not None and jax_release is not None:
+            raise click.UsageError("give --python or --jax, not both")
+        with audit_progress(as_json) as progress:
+            findings = reg.audit(
+                reference,
+                python=python,
+                store=not no_store,
+                timeout=timeout,
+                force=force,
+                level="static" if static else "full",
+                workers=workers,
+                jax=jax_release,
+                progress=progress,
+                **kwargs,
+            )
     _emit(as_json, findings, findings_table)
     if any(f.status not in ("ok", "not-run") for f in findings):
         click.get_current_context().exit(1)

@@ -506,12 +506,13 @@ _SHORT_STATUS = {"incompatible": "incompat", "compile-error": "compile-err"}
 
 def matrix_table(findings: list[Any]) -> Table:
     """``audit --matrix``: (variant, platform) x jax releases, the newest finding in each
-    cell; past four releases, one row per (variant, platform, release) instead."""
+    cell (a full audit's before a static one's); past four releases, one row per (variant,
+    platform, release) instead."""
     from jaxport.export._compat import release_key
 
     releases = sorted({f.jax_version for f in findings}, key=release_key)
     latest: dict[tuple[str, str, str], Any] = {}
-    for f in findings:  # newest first
+    for f in sorted(findings, key=lambda f: f.level != "full"):  # newest first, full first
         latest.setdefault((f.digest, f.jax_version, f.platform), f)
     rows = sorted({(f.name, f.version, f.platform, f.digest) for f in findings})
     label = _variant_labels(findings)

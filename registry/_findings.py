@@ -1,5 +1,7 @@
 """Audits as the registry runs and keeps them: which variants to audit, the findings stored per
-digest x jax x platform, upgrade reports and diffs between versions.
+digest x golden examples x level x jax x jaxlib x platform x devices (and reused: an audit
+measures only what is not stored yet, unless forced), upgrade reports and diffs between
+versions.
 
 A model variant is audited from its archive put together from its parts (every tensor read and
 checked in the worker). Diffs of models compare methods and parameters (``jaxport.audit`` diff
@@ -21,16 +23,17 @@ from sqlalchemy import Engine, insert, select
 
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
+from jaxport.registry._audit_targets import Target, audit_targets, finding_of, stored_findings
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, header_info, parts_of
 from jaxport.registry._models import Audit, Model, Variant, Version
 from jaxport.registry._names import check_name, check_text, parse_reference
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, check_limit, model_id_of
-from jaxport.registry._types import Ref, VariantInfo
+from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
-    from jaxport.audit import Change, Finding, UpgradeRow
+    from jaxport.audit import AuditResult, Change, Finding, UpgradeRow
     from jaxport.export import ArchiveInfo
 
 __all__ = ["Findings"]
@@ -56,71 +59,98 @@ class Findings:
         store: bool,
         python: str | os.PathLike[str] | None,
         timeout: float,
+        force: bool = False,
+        level: str = "full",
+        workers: int = 1,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[Finding]:
         """See ``Registry.audit``."""
-        from jaxport.audit import AuditJob, Finding, run_audits
+        from jaxport.audit._probe import environment_key
 
-        refs = self._targets(reference)
-        targets = []
-        for ref in refs:
-            golden = self._queries.examples_digest(ref.name, ref.version)
-            for v in ref.variants:
-                for p in v.platforms if platform is None else (platform,):
-                    if p in v.platforms:
-                        targets.append((ref, v, p, golden))
+        targets = audit_targets(self._engine, self._queries, reference, platform)
         if not targets:
-            if platform is not None and any(r.variants for r in refs):
-                have = sorted({p for r in refs for v in r.variants for p in v.platforms})
-                raise NotFoundError(
-                    f"nothing to audit for {platform}: the variants are for {', '.join(have)}"
-                )
             return []
+        exe = None if python is None else os.fspath(python)
+        key = environment_key(exe)
+        stored = {}
+        if not force:
+            stored = stored_findings(
+                self._engine,
+                level=level,
+                jax_version=key.jax_version,
+                jaxlib_version=key.jaxlib_version,
+                devices=key.devices,
+                digests={t.measure[0] for t in targets},
+            )
+        todo = list({t.measure: t for t in targets if t.measure not in stored}.values())
+        measures = len({t.measure for t in targets})
+        done = _Counter(measures - len(todo), measures, progress)
+        measured = self._measure(todo, level, exe, timeout, workers, done)
+        now = time.time()
+        findings: list[Finding] = []
+        for t in targets:
+            if t.measure in measured:
+                jax_v, jaxlib_v, r = measured[t.measure]
+                findings.append(_new_finding(t, jax_v, jaxlib_v, r, level, key.devices, now))
+            else:
+                findings.append(finding_of(t, stored[t.measure]))
+        new = {t.measure: f for f, t in zip(findings, targets, strict=True) if not f.reused}
+        if store and new:
+            rows = [_audit_row(f) | {"examples_digest": m[2]} for m, f in new.items()]
+            with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+                conn.execute(insert(Audit), rows)
+        return findings
+
+    def _measure(
+        self,
+        todo: list[Target],
+        level: str,
+        python: str | None,
+        timeout: float,
+        workers: int,
+        done: _Counter,
+    ) -> dict[tuple[str, str, str | None], tuple[str, str, AuditResult]]:
+        """Audits each target (one per measure) at ``level``: (jax, jaxlib, result) each."""
+        if not todo:
+            return {}
+        if level == "static":
+            from jaxport.audit._static import capabilities, static_verdict
+            from jaxport.audit._worker import worker_capabilities
+
+            caps = capabilities() if python is None else worker_capabilities(python)
+            out = {}
+            for t in todo:
+                out[t.measure] = (
+                    caps.jax_version,
+                    caps.jaxlib_version,
+                    static_verdict(t.facts(), t.platform, caps),
+                )
+                done.add(1)
+            return out
+        from jaxport.audit import AuditJob, run_audits
+
         jobs = [
             AuditJob(
-                self._archive_reader(v),
-                p,
-                None if g is None else functools.partial(read_verified, self._blobs, g),
+                self._archive_reader(t.variant),
+                t.platform,
+                None
+                if t.examples is None
+                else functools.partial(read_verified, self._blobs, t.examples),
             )
-            for _, v, p, g in targets
+            for t in todo
         ]
-        env, results = run_audits(jobs, python=python, timeout=timeout)
-        now = time.time()
-        findings = [
-            Finding(
-                name=ref.name,
-                version=ref.version,
-                digest=v.digest,
-                jax_version=env.jax_version,
-                jaxlib_version=env.jaxlib_version,
-                platform=p,
-                status=r.status,
-                reason=r.reason,
-                checks=r.checks,
-                seconds=r.seconds,
-                created_at=now,
-            )
-            for (ref, v, p, _), r in zip(targets, results, strict=True)
-        ]
-        if store:
-            with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
-                conn.execute(insert(Audit), [_audit_row(f) for f in findings])
-        return findings
+        env, results = run_audits(
+            jobs, python=python, timeout=timeout, workers=workers, progress=lambda i, r: done.add(1)
+        )
+        return {
+            t.measure: (env.jax_version, env.jaxlib_version, r)
+            for t, r in zip(todo, results, strict=True)
+        }
 
     def _archive_reader(self, variant: VariantInfo) -> Callable[[], bytes]:
         """Reads a variant's archive when the worker needs it (a model's from its parts)."""
         where = f"{variant.name}:{variant.version}"
         return functools.partial(self._pulls.archive_bytes, where, variant)
-
-    def _targets(self, reference: str | None) -> list[Ref]:
-        if reference is None:
-            return [r for n in self._queries.names() for r in self._all(n)]
-        ref = parse_reference(reference)
-        if ref.name is not None and ref.version is None and ref.alias is None:
-            return self._all(ref.name)
-        return [self._queries.get(reference)]
-
-    def _all(self, name: str) -> list[Ref]:
-        return self._queries.page(name, limit=1_000_000, after=None)
 
     def results(
         self,
@@ -165,10 +195,17 @@ class Findings:
         if reference is not None:
             name = parse_reference(reference).name or self._queries.get(reference).name
         fresh: list[Finding] = []
+        python: str | None = None
         if not _RELEASE.fullmatch(target):  # an interpreter: a path, or a name on PATH
             python = shutil.which(target) or target
             if not os.path.isfile(python):
                 raise NotFoundError(f"no Python interpreter at {target}")
+        elif target != jax_versions()[0]:  # an environment made by audit(jax=target), if any
+            from jaxport.audit._envs import cached_environment
+            from jaxport.registry._config import default_home
+
+            python = cached_environment(target, default_home())
+        if python is not None:  # incremental: only what is not stored yet is measured
             kwargs: dict[str, Any] = {"platform": platform, "store": store, "timeout": 120.0}
             fresh = self.audit(reference, python=python, **kwargs)
             fresh += self.audit(reference, python=None, **kwargs)
@@ -199,8 +236,40 @@ class Findings:
         return header_info(self._blobs, parts[0].digest, variant.size_bytes)
 
 
+class _Counter:
+    """Progress over ``total`` measurements, ``done`` of them already (stored findings)."""
+
+    def __init__(self, done: int, total: int, progress: Callable[[int, int], None] | None):
+        self._done, self._total, self._progress = done, total, progress
+        self.add(0)
+
+    def add(self, n: int) -> None:
+        self._done += n
+        if self._progress is not None:
+            self._progress(min(self._done, self._total), self._total)
+
+
+def _new_finding(
+    t: Target,
+    jax_version: str,
+    jaxlib_version: str,
+    r: AuditResult,
+    level: str,
+    devices: dict[str, int | None],
+    now: float,
+) -> Finding:
+    from jaxport.audit import Finding
+
+    return Finding(
+        t.name, t.version, t.measure[0], jax_version, jaxlib_version, t.platform, r.status,
+        r.reason, r.checks, r.seconds, now, level=level, devices=devices.get(t.platform),
+    )  # fmt: skip
+
+
 def _audit_row(f: Finding) -> dict[str, Any]:
     return {
+        "level": f.level,
+        "devices": f.devices,
         "digest": f.digest,
         "jax_version": f.jax_version,
         "jaxlib_version": f.jaxlib_version,
@@ -219,5 +288,5 @@ def _finding(row: Any) -> Finding:
     return Finding(
         row.m_name, row.v_number, row.digest, row.jax_version, row.jaxlib_version,
         row.platform, row.status, row.reason, json.loads(row.details_json),
-        row.seconds, row.created_at,
+        row.seconds, row.created_at, level=row.level, devices=row.devices,
     )  # fmt: skip

@@ -218,11 +218,17 @@ class Audit(Base):
     """An audit of one variant's archive by one jax / jaxlib on one platform (``jaxport audit``).
 
     ``status``: one of ``jaxport.audit.STATUSES``; ``seconds``: how long the
-    audit took; ``details_json``: each check's outcome.
+    audit took; ``details_json``: each check's outcome; ``level``: ``"full"`` (loaded and
+    compiled) or ``"static"`` (recorded facts only); ``devices``: how many devices of the
+    platform the auditing host had (None: unknown); ``examples_digest``: the golden examples
+    re-run (None: none). Reused by digest x examples x level x jax x jaxlib x platform x devices.
     """
 
     __tablename__ = "audits"
-    __table_args__ = (Index("ix_audits_digest", "digest", "jax_version", "platform"),)
+    __table_args__ = (
+        Index("ix_audits_digest", "digest", "jax_version", "platform"),
+        Index("ix_audits_key", "digest", "level", "jax_version", "platform"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     digest: Mapped[str] = mapped_column(String(64))
     jax_version: Mapped[str] = mapped_column(String(40))
@@ -233,6 +239,9 @@ class Audit(Base):
     details_json: Mapped[str] = mapped_column(Text)
     seconds: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
+    level: Mapped[str] = mapped_column(String(20), server_default="full")
+    devices: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    examples_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class VersionExamples(Base):

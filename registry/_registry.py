@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxport._errors import (
@@ -23,7 +23,7 @@ from jaxport.migrations import HEAD
 from jaxport.registry import _db
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
-from jaxport.registry._config import RegistryConfig, safe_url
+from jaxport.registry._config import RegistryConfig, default_home, safe_url
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
 from jaxport.registry._names import (
@@ -615,6 +615,11 @@ class Registry:
         store: bool = True,
         python: str | os.PathLike[str] | None = None,
         timeout: float = 120.0,
+        force: bool = False,
+        level: str = "full",
+        workers: int = 1,
+        jax: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> builtins.list[Finding]:
         """Audits variants with a jax: loads, compiles, re-runs golden examples (``jaxport.audit``).
 
@@ -622,6 +627,11 @@ class Registry:
         in a worker process (``python -m jaxport.audit._worker``) with time and memory limits,
         so a crash in jaxlib becomes a ``crash`` finding. A check that cannot run here (no
         such device, too few devices) is ``not-run``, with the reason.
+
+        Incremental: a stored finding with the same digest x level x jax x jaxlib x platform x
+        devices is returned again (``Finding.reused``) instead of measured, unless ``force``;
+        when every finding is stored, no worker starts and no module is parsed. Versions that
+        share an archive (and golden examples) are measured once.
 
         Args:
             reference: ``NAME:VERSION`` / ``NAME@ALIAS`` / ``sha256:PREFIX`` (that version),
@@ -633,20 +643,51 @@ class Registry:
                 database is not (no URL or password leaves this process).
             timeout: seconds one variant's audit may take before it is killed (``crash``);
                 a module that hangs the parser is stopped sooner, by the module sandbox.
+            force: measure again even where a finding with the same key is stored.
+            level: ``"full"`` (load, compile, golden examples) or ``"static"`` (the facts
+                recorded at push against the jax's capabilities: nothing parsed or compiled;
+                ``jaxport.audit._static``).
+            workers: worker processes auditing at once (full level), each importing jax once.
+            jax: a jax release (``"0.7.0"``): audit in an environment with that jax and
+                this jaxport, made once under ``$JAXPORT_HOME/envs/jax-RELEASE`` and reused
+                (``uv`` when on PATH, else venv and pip; the first time takes minutes and
+                needs the package index). Not with ``python``.
+            progress: called as ``progress(done, total)`` as the audit advances (counting
+                measurements: stored ones are done from the start).
 
         Returns:
             One ``Finding`` per variant and platform.
 
         Raises:
             NotFoundError: no such name, version or alias; ``python`` does not exist.
-            InvalidNameError: an unknown platform.
-            AuditError: the worker could not start (e.g. no jaxport in that environment).
+            InvalidNameError: an unknown platform or level, workers < 1, both ``python`` and
+                ``jax``, a ``jax`` that is not a release number.
+            AuditError: the worker could not start (e.g. no jaxport in that environment), or
+                the environment for ``jax`` could not be made.
         """
         if store:
             self._check_writable()
         wanted = None if platform is None else normalize_platform(platform)
+        if level not in ("full", "static"):
+            raise InvalidNameError(f"level must be 'full' or 'static', got {level!r:.40}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InvalidNameError(f"workers must be a positive int, got {workers!r:.40}")
+        if jax is not None:
+            if python is not None:
+                raise InvalidNameError("give python or jax, not both")
+            from jaxport.audit._envs import jax_environment
+
+            python = jax_environment(jax, default_home())
         return self._findings.audit(
-            reference, platform=wanted, store=store, python=python, timeout=timeout
+            reference,
+            platform=wanted,
+            store=store,
+            python=python,
+            timeout=timeout,
+            force=force,
+            level=level,
+            workers=workers,
+            progress=progress,
         )
 
     def audit_results(

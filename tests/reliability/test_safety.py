@@ -549,6 +549,15 @@ SUBPROCESS_SITES = {
         "jax-native bytes converted in a child: [python, -I, -m, jaxport.export._native, IN, OUT,"
         " MEMORY_LIMIT], no shell, the allow-listed environment; the bytes reach it as a file"
     ),
+    ("jaxport.audit._probe", "_versions_of"): (
+        "the auditing interpreter's package versions: [python, -P, -c, FIXED_SCRIPT], no shell,"
+        " the allow-listed environment; the script is a constant (names formatted by repr), its"
+        " output read as JSON"
+    ),
+    ("jaxport.audit._envs", "_run"): (
+        "making a --jax environment: [uv|python, venv|pip ..., jax==RELEASE, jaxlib==RELEASE,"
+        " this jaxport], no shell; RELEASE checked to be digits and dots first"
+    ),
 }
 
 
