@@ -41,6 +41,7 @@ PUBLIC = [
     "NotFoundError",
     "ParamsMismatchError",
     "PushResult",
+    "QueuedJob",
     "Ref",
     "Registry",
     "RegistryError",
