@@ -76,10 +76,10 @@ def queue_of(platform: str) -> str:
     """The queue of a platform's audit jobs: ``audit-tpu``.
 
     Raises:
-        InvalidNameError: not one of ``PLATFORMS`` (``gpu`` is not a host's kind: say cuda
-            or rocm).
+        InvalidNameError: not one of ``PLATFORMS`` (any case; ``gpu`` names no queue: say
+            cuda or rocm).
     """
-    wanted = normalize_platform(platform)
+    wanted = "gpu" if str(platform).lower() == "gpu" else normalize_platform(platform)
     if wanted not in PLATFORMS:
         raise InvalidNameError(
             f"no audit queue for platform {platform!r}: one of {', '.join(PLATFORMS)}"
