@@ -56,6 +56,8 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 TASK = "jaxport.audit"
 #: Runs of a job that raises before it is left ``failed`` (a killed worker's retry counts too).
 MAX_ATTEMPTS = 5
+#: Jobs deferred in one statement.
+_BATCH = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +112,7 @@ def enqueue(
     if not jobs:
         return []
     with _opened(engine) as app:
-        return [_defer(app, job, timeout) for job in jobs]
+        return _defer_all(app, engine, jobs, timeout)
 
 
 def _targets(queries: Queries, reference: str | None) -> list[Ref]:
@@ -123,18 +125,60 @@ def _targets(queries: Queries, reference: str | None) -> list[Ref]:
     return [queries.get(reference)]
 
 
-def _defer(app: App, job: QueuedJob, timeout: float) -> QueuedJob:
+def _defer_all(app: App, engine: Engine, jobs: list[QueuedJob], timeout: float) -> list[QueuedJob]:
+    """Defers ``jobs`` in batches of ``_BATCH`` (one statement each), leaving out those whose
+    key already waits; a batch that meets a job enqueued meanwhile is deferred one by one."""
     from procrastinate.exceptions import AlreadyEnqueued
 
-    key = f"{job.digest}:{job.platform}:{job.nr_devices}"
-    deferrer = app.configure_task(TASK, queue=queue_of(job.platform), lock=key, queueing_lock=key)
+    waiting = _waiting(engine, [_key(j) for j in jobs])
+    fresh = [j for j in jobs if _key(j) not in waiting]
+    ids: dict[str, int | None] = {}
+    for start in range(0, len(fresh), _BATCH):
+        chunk = fresh[start : start + _BATCH]
+        try:
+            deferred = app.job_manager.batch_defer_jobs([_job(j, timeout) for j in chunk])
+        except AlreadyEnqueued:
+            ids.update((_key(j), _defer(app, j, timeout)) for j in chunk)
+        else:
+            ids.update(zip(map(_key, chunk), (d.id for d in deferred), strict=True))
+    return [dataclasses.replace(j, job_id=ids.get(_key(j))) for j in jobs]
+
+
+def _key(job: QueuedJob) -> str:
+    """A job's lock and queueing lock: ``DIGEST:PLATFORM:DEVICES``."""
+    return f"{job.digest}:{job.platform}:{job.nr_devices}"
+
+
+def _job(job: QueuedJob, timeout: float) -> Any:
+    from procrastinate.jobs import Job
+
+    return Job(
+        id=None, queue=queue_of(job.platform), lock=_key(job), queueing_lock=_key(job),
+        task_name=TASK, task_kwargs={
+            "digest": job.digest, "platform": job.platform, "nr_devices": job.nr_devices,
+            "timeout": timeout,
+        },
+    )  # fmt: skip
+
+
+def _defer(app: App, job: QueuedJob, timeout: float) -> int | None:
+    """One job's id, or None when its key already waits."""
+    from procrastinate.exceptions import AlreadyEnqueued
+
     try:
-        job_id = deferrer.defer(
-            digest=job.digest, platform=job.platform, nr_devices=job.nr_devices, timeout=timeout
-        )
+        return app.job_manager.defer_job(_job(job, timeout)).id
     except AlreadyEnqueued:
-        return job
-    return dataclasses.replace(job, job_id=job_id)
+        return None
+
+
+def _waiting(engine: Engine, keys: list[str]) -> set[str]:
+    """Those of ``keys`` (queueing locks) whose job waits (``todo``)."""
+    query = text(
+        "SELECT queueing_lock FROM procrastinate_jobs "
+        "WHERE status = 'todo' AND queueing_lock = ANY(:keys)"
+    )
+    with _db.translating_db_errors(), engine.connect() as conn:
+        return set(conn.execute(query, {"keys": keys}).scalars())
 
 
 def run_worker(

@@ -233,3 +233,22 @@ def test_procrastinate_migrations_after_a_recorded_release(tmp_path):
     chosen = [p.name for p in _migrations_after(tmp_path, "2.15.1", "3.1.0")]
     assert chosen == names[1:3]
     assert _migrations_after(tmp_path, "3.10.0", "3.10.0") == []
+
+
+def test_batches_fall_back_to_one_by_one_when_a_key_waits(pg_registry, monkeypatch):
+    from jaxport.registry import _queue
+    from jaxport.registry._db import create_registry_engine
+
+    url, _ = pg_registry
+    engine = create_registry_engine(url)
+    jobs = [_queue.QueuedJob("m", 1, f"{i:064x}", "tpu", 1, None) for i in range(3)]
+    try:
+        with _queue._opened(engine) as app:
+            first = _queue._defer_all(app, engine, jobs[:1], 120.0)
+            monkeypatch.setattr(_queue, "_waiting", lambda *_: set())  # as if enqueued meanwhile
+            both = _queue._defer_all(app, engine, jobs, 120.0)
+    finally:
+        engine.dispose()
+    assert first[0].job_id is not None
+    assert both[0].job_id is None and None not in (both[1].job_id, both[2].job_id)
+    assert _rows(url, "SELECT count(*) FROM procrastinate_jobs") == [(3,)]
