@@ -58,6 +58,9 @@ TASK = "jaxport.audit"
 MAX_ATTEMPTS = 5
 #: Jobs deferred in one statement.
 _BATCH = 500
+#: Seconds between a worker's heartbeats (a quarter of ``stalled_after`` if less): short, so
+#: that workers started with another ``stalled_after`` do not take a live one for dead.
+_HEARTBEAT = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +218,7 @@ def run_worker(
         "queues": queues,
         "concurrency": concurrency,
         "name": f"jaxport-audit-{'+'.join(q.removeprefix('audit-') for q in queues)}",
-        "update_heartbeat_interval": max(stalled_after / 4, 0.5),
+        "update_heartbeat_interval": min(stalled_after / 4, _HEARTBEAT),
         "stalled_worker_timeout": stalled_after,
         "fetch_job_polling_interval": min(stalled_after / 2, 5.0),
         "delete_jobs": "never",

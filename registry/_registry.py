@@ -761,7 +761,8 @@ class Registry:
             concurrency: jobs audited at once (each in its own audit worker process).
             until_idle: return once the queues of ``platforms`` are empty.
             stalled_after: seconds without a heartbeat after which a worker counts as dead:
-                its jobs are put back in the queue (a worker sends one every quarter of it).
+                its jobs are put back in the queue (a worker sends one every 5 s, or every
+                quarter of ``stalled_after`` if less).
             on_finding: called with each job's finding and whether it was recorded (False: its
                 key had one already).
 

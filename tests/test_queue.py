@@ -106,6 +106,7 @@ def _push_fleet(url, tmp_path):
         reg.push(_export(jnp.tanh, "cpu"), "tanh")
 
 
+@pytest.mark.slow
 def test_killed_worker_jobs_complete_once_and_tpu_takes_only_tpu(pg_registry, tmp_path):
     url, env = pg_registry
     _push_fleet(url, tmp_path)
@@ -159,6 +160,7 @@ def test_killed_worker_jobs_complete_once_and_tpu_takes_only_tpu(pg_registry, tm
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_push_audit_and_db_upgrade_again(pg_registry, tmp_path):
     url, env = pg_registry
     jaxport.save(_export(jnp.cos, "cpu"), tmp_path / "cos.jaxport")
@@ -197,6 +199,7 @@ def test_record_once_replaces_only_not_run(pg_registry, tmp_path):
     assert sorted(_rows(url, "SELECT status FROM audits")) == [("ok",), ("ok",)]
 
 
+@pytest.mark.slow
 def test_enqueue_on_sqlite_is_a_typed_error(tmp_path):
     env = {**os.environ, "JAXPORT_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
     env.pop("JAXPORT_REGISTRY", None)
