@@ -9,7 +9,8 @@ taken by ``jaxport audit-worker`` on each platform's own hosts.
 - A worker killed mid-job (SIGKILL, a lost host) stops sending heartbeats and its job stays
   ``doing``. Every worker, when it starts and then every ``stalled_after`` seconds, puts back to
   ``todo`` the jobs of workers silent for longer than that (procrastinate's
-  ``get_stalled_jobs`` and ``retry_job``): the job is retried, never lost. A job that raises
+  ``get_stalled_jobs`` and ``retry_job``): the job is retried, never lost (after
+  ``MAX_ATTEMPTS`` runs that ended so it is left ``failed``, in the queue). A job that raises
   (the database unreachable, the audit worker not starting) is retried, ``MAX_ATTEMPTS`` runs
   in all, after waits of 2, 4, 8, ... seconds.
 - A job retried after its finding was written does not write it again (``_queue_jobs``).
@@ -251,15 +252,20 @@ async def _work(
 
 async def _recover_stalled(app: App, stalled_after: float) -> None:
     """Puts back to ``todo`` the audit jobs of workers silent for ``stalled_after`` seconds (on
-    any queue: a CPU host rescues a dead TPU host's job for another TPU host)."""
+    any queue: a CPU host rescues a dead TPU host's job for another TPU host). A job whose
+    workers died ``MAX_ATTEMPTS`` times is left ``failed`` instead: it may be what kills them."""
     from procrastinate.exceptions import ConnectorException
+    from procrastinate.jobs import Status
 
     stalled = await app.job_manager.get_stalled_jobs(
         task_name=TASK, seconds_since_heartbeat=stalled_after
     )
     for job in stalled:
-        with contextlib.suppress(ConnectorException):  # another worker put it back first
-            await app.job_manager.retry_job(job)
+        with contextlib.suppress(ConnectorException):  # another worker got to it first
+            if job.attempts + 1 >= MAX_ATTEMPTS:  # it took its workers down every time
+                await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+            else:
+                await app.job_manager.retry_job(job)
 
 
 def _pending(engine: Engine, queues: list[str]) -> bool:

@@ -255,3 +255,35 @@ def test_batches_fall_back_to_one_by_one_when_a_key_waits(pg_registry, monkeypat
     assert first[0].job_id is not None
     assert both[0].job_id is None and None not in (both[1].job_id, both[2].job_id)
     assert _rows(url, "SELECT count(*) FROM procrastinate_jobs") == [(3,)]
+
+
+def test_stalled_jobs_go_back_until_they_killed_max_attempts_workers(pg_registry):
+    import asyncio
+
+    from jaxport.registry import _queue
+    from jaxport.registry._db import create_registry_engine
+
+    url, _ = pg_registry
+    engine = create_registry_engine(url)
+    jobs = [_queue.QueuedJob("m", 1, f"{i:064x}", "tpu", 1, None) for i in range(2)]
+    try:
+        with _queue._opened(engine) as app:
+            ids = [j.job_id for j in _queue._defer_all(app, engine, jobs, 120.0)]
+        # Both taken by a worker that is gone (no worker row: as after a prune); one has
+        # already killed MAX_ATTEMPTS - 1 workers.
+        _rows(url, "UPDATE procrastinate_jobs SET status = 'doing', worker_id = NULL")
+        _rows(url, f"UPDATE procrastinate_jobs SET attempts = 4 WHERE id = {ids[1]}")
+
+        async def recover():
+            app = _queue._new_app(engine)
+            async with app.open_async():
+                await _queue._recover_stalled(app, 1.0)
+
+        asyncio.run(recover())
+    finally:
+        engine.dispose()
+    assert _queue.MAX_ATTEMPTS == 5
+    assert sorted(_rows(url, "SELECT id, status, attempts FROM procrastinate_jobs")) == [
+        (ids[0], "todo", 1),
+        (ids[1], "failed", 5),  # five runs, each ended by its worker dying
+    ]
