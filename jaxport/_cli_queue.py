@@ -44,14 +44,16 @@ class _OneLine(logging.Filter):
 
 
 def _log_without_tracebacks() -> None:
-    """procrastinate's warnings and errors on stderr, as ``LEVEL procrastinate: message``."""
+    """procrastinate's warnings and errors (psycopg's errors) on stderr, one line each, as
+    ``LEVEL procrastinate: message``; a connection pool retrying is not an error."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_OneLine())
-    logger = logging.getLogger("procrastinate")
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
+    for name, level in (("procrastinate", logging.WARNING), ("psycopg", logging.ERROR)):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 @click.command("audit-worker")

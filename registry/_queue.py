@@ -115,7 +115,7 @@ def enqueue(
                     jobs.append(QueuedJob(ref.name, ref.version, v.digest, p, v.nr_devices, None))
     if not jobs:
         return []
-    with _opened(engine) as app:
+    with _opened(engine) as app, _translating_queue_errors():
         return _defer_all(app, engine, jobs, timeout)
 
 
@@ -224,7 +224,8 @@ def run_worker(
         "fetch_job_polling_interval": min(stalled_after / 2, 5.0),
         "delete_jobs": "never",
     }
-    asyncio.run(_work(app, engine, queues, options, until_idle, stalled_after))
+    with _translating_queue_errors():
+        asyncio.run(_work(app, engine, queues, options, until_idle, stalled_after))
 
 
 async def _work(
@@ -305,11 +306,28 @@ def _opened(engine: Engine) -> Iterator[App]:
         RegistryError: the database cannot be reached.
     """
     app = _new_app(engine)
-    try:
+    with _translating_queue_errors():
         app.open()
-    except Exception as e:  # procrastinate's and psycopg's connection errors
-        raise RegistryError(f"the audit queue cannot be reached: {type(e).__name__}") from None
     try:
         yield app
     finally:
         app.close()
+
+
+@contextlib.contextmanager
+def _translating_queue_errors() -> Iterator[None]:
+    """Turns procrastinate's and psycopg's errors into ``RegistryError`` (jaxport's own, and
+    SQLAlchemy's through ``_db``, pass through)."""
+    import psycopg
+    import psycopg_pool
+    from procrastinate.exceptions import ProcrastinateException
+
+    try:
+        with _db.translating_db_errors():
+            yield
+    except (ProcrastinateException, psycopg.Error, psycopg_pool.PoolTimeout) as e:
+        cause = e.__cause__ if isinstance(e.__cause__, psycopg.Error) else e
+        detail = str(cause).splitlines()
+        raise RegistryError(
+            f"the audit queue failed: {type(cause).__name__}: {detail[0] if detail else ''}"
+        ) from None
