@@ -196,7 +196,8 @@ def run_worker(
     on_finding: Callable[[Finding, bool], None] | None,
 ) -> None:
     """See ``Registry.run_audit_worker``."""
-    queues = sorted({queue_of(p) for p in platforms})
+    names = [platforms] if isinstance(platforms, str) else list(platforms)
+    queues = sorted({queue_of(p) for p in names})
     if not queues:
         raise InvalidNameError("an audit worker needs at least one platform")
     if stalled_after < 1:
