@@ -104,10 +104,11 @@ def enqueue(
 ) -> list[QueuedJob]:
     """See ``Registry.enqueue_audits``."""
     wanted = None if platform is None else queue_of(platform).removeprefix("audit-")
+    refs = _targets(queries, reference)  # a bad reference is refused on every backend
     check(engine)
     jobs = []
     seen: set[tuple[str, str]] = set()
-    for ref in _targets(queries, reference):
+    for ref in refs:
         for v in ref.variants:
             for p in v.platforms if wanted is None else (wanted,):
                 if p in v.platforms and p in PLATFORMS and (v.digest, p) not in seen:
