@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from jaxport._cli_queue import audit_worker
 from jaxport._errors import JaxportError
 from jaxport._version import __version__
 
@@ -182,6 +183,9 @@ def _parse_meta(
     help="Refuse a file larger than this, before reading it.",
 )
 @allow_custom_call_option
+@click.option(
+    "--audit", is_flag=True, help="Queue audit jobs for the version (see audit --enqueue)."
+)
 @json_option
 @pass_ctx
 def push(
@@ -192,6 +196,7 @@ def push(
     metadata: dict[str, str],
     max_size: int,
     allow_custom_calls: tuple[str, ...],
+    audit: bool,
     as_json: bool,
 ) -> None:
     """Push files as the variants of one version.
@@ -201,11 +206,20 @@ def push(
     Pushing archives that are already a version changes nothing and names that version.
     """
     with ctx.registry() as reg:
+        if audit:
+            reg.check_audit_queue()  # refused before anything is pushed
         result = reg.push(
             list(files), name, aliases=aliases, metadata=metadata, max_size=max_size,
             allow_custom_calls=allow_custom_calls,
         )  # fmt: skip
-    _emit(as_json, result, _pushed)
+        jobs = reg.enqueue_audits(f"{result.name}:{result.version}") if audit else None
+    if jobs is None:
+        _emit(as_json, result, _pushed)
+        return
+    from jaxport._cli_queue import enqueued_text
+
+    data = {"pushed": result, "queued": jobs}
+    _emit(as_json, data, lambda d: f"{_pushed(d['pushed'])}\n{enqueued_text(d['queued'])}")
 
 
 def _pushed(result: Any) -> str:
@@ -645,6 +659,11 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
     help="Audit with this jax release, in an environment made once under "
     "$JAXPORT_HOME/envs/jax-RELEASE (minutes the first time).",
 )
+@click.option(
+    "--enqueue",
+    is_flag=True,
+    help="Queue the audits for `jaxport audit-worker` on each platform's hosts (PostgreSQL).",
+)
 @_timeout_option("Seconds one variant's audit may take before it is killed (a crash).")
 @json_option
 @pass_ctx
@@ -660,6 +679,7 @@ def audit(
     static: bool,
     workers: int,
     jax_release: str | None,
+    enqueue: bool,
     timeout: float,
     as_json: bool,
 ) -> None:
@@ -676,6 +696,11 @@ def audit(
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
+    if enqueue:
+        if python or matrix or upgrade_to or no_store or force or static or jax_release:
+            raise click.UsageError("--enqueue takes REFERENCE, --platform and --timeout only")
+        _enqueue(ctx, reference, platform, timeout, as_json)
+        return
     with ctx.registry() as reg:
         if upgrade_to:
             rows = reg.upgrade_report(upgrade_to, reference, platform=platform, store=not no_store)
@@ -703,6 +728,16 @@ def audit(
     _emit(as_json, findings, findings_table)
     if any(f.status not in ("ok", "not-run") for f in findings):
         click.get_current_context().exit(1)
+
+
+def _enqueue(
+    ctx: _Context, reference: str | None, platform: str | None, timeout: float, as_json: bool
+) -> None:
+    from jaxport._cli_queue import enqueued_text
+
+    with ctx.registry() as reg:
+        jobs = reg.enqueue_audits(reference, platform=platform, timeout=timeout)
+    _emit(as_json, jobs, enqueued_text)
 
 
 def _name_of(reference: str | None) -> str | None:
@@ -955,6 +990,8 @@ def db_upgrade(ctx: _Context, as_json: bool) -> None:
         lambda d: f"upgraded from {d['before'] or 'empty'} to {d['after']}",
     )
 
+
+main.add_command(audit_worker)
 
 if __name__ == "__main__":
     main()

@@ -13,9 +13,16 @@ if connection is None:
     raise RuntimeError("jaxport migrations run on a connection given by jaxport.Registry")
 target_metadata = context.config.attributes.get("target_metadata")
 
+
+def _include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """procrastinate's tables (the audit queue's, ``jaxport db upgrade``) are not jaxport's."""
+    return not (type_ == "table" and (name or "").startswith("procrastinate_"))
+
+
 context.configure(
     connection=connection,
     target_metadata=target_metadata,
+    include_name=_include_name,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
 )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     )
     from jaxport.registry._db import schema_revision, upgrade_database
     from jaxport.registry._names import Reference, parse_reference
+    from jaxport.registry._queue import QueuedJob
     from jaxport.registry._registry import Registry
     from jaxport.registry._signatures import Signature, SignatureCheck, SignaturePolicy
     from jaxport.registry._types import (
@@ -52,6 +53,7 @@ _LAZY = {
     ),
     **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
     **dict.fromkeys(["Reference", "parse_reference"], "jaxport.registry._names"),
+    "QueuedJob": "jaxport.registry._queue",
     "Registry": "jaxport.registry._registry",
     **dict.fromkeys(
         ["Signature", "SignatureCheck", "SignaturePolicy"], "jaxport.registry._signatures"
@@ -83,6 +85,7 @@ __all__ = [
     "GcReport",
     "LocalBlobStore",
     "PushResult",
+    "QueuedJob",
     "Ref",
     "Reference",
     "Registry",

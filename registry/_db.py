@@ -23,6 +23,7 @@ from jaxport._version import __version__
 from jaxport.migrations import HEAD, alembic_config, known_revisions
 from jaxport.registry._config import safe_url
 from jaxport.registry._models import Base
+from jaxport.registry._queue_schema import install_queue_schema
 
 __all__ = [
     "blob_lock",
@@ -202,7 +203,8 @@ def _record_writer(conn: Connection) -> None:
 
 
 def upgrade(engine: Engine) -> str | None:
-    """Upgrades the database to this jaxport's head revision; returns the revision it had.
+    """Upgrades the database to this jaxport's head revision; returns the revision it had. On
+    PostgreSQL with procrastinate installed, also installs or upgrades the audit queue's tables.
 
     Raises:
         SchemaVersionError: the database is newer than this jaxport (a revision it does not
@@ -222,6 +224,7 @@ def upgrade(engine: Engine) -> str | None:
             )
         command.upgrade(alembic_config(conn, Base.metadata), HEAD)
         _record_writer(conn)
+        install_queue_schema(conn)  # the audit queue's tables (PostgreSQL, jaxport[queue])
         return before
 
 

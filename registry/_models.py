@@ -6,6 +6,7 @@
        └─< aliases, alias_history          pending_blobs (digests of pushes in flight)
                                            module_verdicts (the module sandbox's, by digest)
     blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
+    audits ─< queued_audits        (the finding each key of the audit queue recorded, once)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
@@ -40,6 +41,7 @@ __all__ = [
     "Model",
     "ModuleVerdict",
     "PendingBlob",
+    "QueuedAudit",
     "RegistryInfo",
     "Signature",
     "Variant",
@@ -288,3 +290,20 @@ class Signature(Base):
     signer: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class QueuedAudit(Base):
+    """The finding that the audit queue (``registry/_queue_jobs.py``) recorded for one key:
+    archive ``digest`` x ``jax_version`` x ``jaxlib_version`` x ``platform`` x ``nr_devices``
+    (the devices the variant needs). The key is the primary key, so a job retried after its
+    worker was killed, or enqueued twice, never records a second finding; ``job_id`` is the
+    procrastinate job that recorded it."""
+
+    __tablename__ = "queued_audits"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    jax_version: Mapped[str] = mapped_column(String(40), primary_key=True)
+    jaxlib_version: Mapped[str] = mapped_column(String(40), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(40), primary_key=True)
+    nr_devices: Mapped[int] = mapped_column(Integer, primary_key=True)
+    audit_id: Mapped[int] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"))
+    job_id: Mapped[int | None] = mapped_column(BigInteger)

@@ -2,7 +2,7 @@
 concept: ``_publish`` (push), ``_queries`` (resolve, get, list, search), ``_aliases``,
 ``_maintenance`` (delete, gc, verify), ``_findings`` (audits and their stored results),
 ``_model_parts`` (model archives stored as a skeleton and one blob per tensor), ``_signatures``
-(signatures and the signature policy)."""
+(signatures and the signature policy), ``_queue`` (the audit queue, on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from jaxport._errors import (
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport._version import __version__
 from jaxport.migrations import HEAD
-from jaxport.registry import _db
+from jaxport.registry import _db, _queue
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import RegistryConfig, default_home, safe_url
@@ -35,6 +35,7 @@ from jaxport.registry._names import (
 from jaxport.registry._publish import Publisher, Source
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, nothing_matches
+from jaxport.registry._queue import QueuedJob
 from jaxport.registry._signatures import (
     Signature,
     SignatureCheck,
@@ -745,6 +746,82 @@ class Registry:
         """The changes from version ``a`` to version ``b`` (``NAME:V`` / ``NAME@ALIAS``), each
         classified breaking or compatible (``jaxport.audit``'s diff rules)."""
         return self._findings.diff(a, b)
+
+    # -- the audit queue (PostgreSQL; registry/_queue.py) ---------------------------------
+
+    def enqueue_audits(
+        self,
+        reference: str | None = None,
+        *,
+        platform: str | None = None,
+        timeout: float = 120.0,
+    ) -> builtins.list[QueuedJob]:
+        """Puts audit jobs into the queue in the registry's database, one per variant and
+        platform (as ``audit`` would run them here), for ``run_audit_worker`` on each
+        platform's hosts to take. A job already waiting for the same archive, platform and
+        device count is not added twice (its ``job_id`` is None).
+
+        Args:
+            reference, platform, timeout: as ``audit`` (``platform``: cpu, cuda, rocm, tpu).
+
+        Returns:
+            One ``QueuedJob`` per archive and platform, in registry order.
+
+        Raises:
+            UnsupportedFeatureError: not a PostgreSQL registry (SQLite: use ``audit``), or
+                procrastinate is not installed (``jaxport[queue]``).
+            RegistryError: the queue's tables are missing (``jaxport db upgrade``).
+            NotFoundError, InvalidNameError: as ``audit``.
+        """
+        self._check_writable()
+        return _queue.enqueue(
+            self._engine, self._queries, reference, platform, check_seconds(timeout, "timeout")
+        )
+
+    def check_audit_queue(self) -> None:
+        """Checks that this registry holds an audit queue (``enqueue_audits`` would work).
+
+        Raises:
+            UnsupportedFeatureError, RegistryError: see ``enqueue_audits``.
+        """
+        _queue.check(self._engine)
+
+    def run_audit_worker(
+        self,
+        platforms: Sequence[str],
+        *,
+        concurrency: int = 1,
+        until_idle: bool = False,
+        stalled_after: float = 60.0,
+        on_finding: Callable[[Finding, bool], None] | None = None,
+    ) -> None:
+        """Takes the queue's audit jobs for ``platforms`` (those this host has) and runs each
+        through ``audit`` (its worker process and sandbox), recording each finding once per
+        digest x jax x jaxlib x platform x devices. Runs until SIGINT or SIGTERM (the jobs in
+        hand are finished first), or with ``until_idle`` until no job of those platforms waits
+        or runs anywhere.
+
+        Args:
+            platforms: cpu, cuda, rocm and/or tpu.
+            concurrency: jobs audited at once (each in its own audit worker process).
+            until_idle: return once the queues of ``platforms`` are empty.
+            stalled_after: seconds without a heartbeat after which a worker counts as dead:
+                its jobs are put back in the queue (a worker sends one every 5 s, or every
+                quarter of ``stalled_after`` if less).
+            on_finding: called with each job's finding and whether it was recorded (False: its
+                key had one already).
+
+        Raises:
+            UnsupportedFeatureError, RegistryError: see ``enqueue_audits``.
+            InvalidNameError: no platform, or one outside cpu, cuda, rocm, tpu.
+        """
+        self._check_writable()
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidNameError(f"concurrency must be a positive int, got {concurrency!r:.40}")
+        _queue.run_worker(
+            self, self._engine, platforms, concurrency=concurrency, until_idle=until_idle,
+            stalled_after=check_seconds(stalled_after, "stalled_after"), on_finding=on_finding,
+        )  # fmt: skip
 
     # -- internals --------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ PUBLIC = [
     "NotFoundError",
     "ParamsMismatchError",
     "PushResult",
+    "QueuedJob",
     "Ref",
     "Registry",
     "RegistryError",

@@ -6,7 +6,7 @@ finding's platform the auditing host had (NULL: not known, so never reused);
 ``examples_digest`` the golden examples blob re-run (NULL: none). An audit reuses a finding
 with the same digest x examples x level x jax x jaxlib x platform x devices.
 
-Revision ID: 0008_audit_scale
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-26
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008_audit_scale"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None

@@ -262,6 +262,7 @@ REFERENCE_CALLS: dict[str, Call] = {
     "signatures": lambda r, s: r.signatures(s),
     "verify_signatures": lambda r, s: r.verify_signatures(s, [_signing_key()[1]]),
     "sign": lambda r, s: r.sign(s, private_key=_signing_key()[0]),
+    "enqueue_audits": lambda r, s: r.enqueue_audits(s),
 }
 
 
@@ -308,6 +309,8 @@ PLATFORM_CALLS: dict[str, Call] = {
     "audit(platform)": lambda r, s: r.audit("ok", platform=s, store=False),
     "audit_results(platform)": lambda r, s: r.audit_results(platform=s),
     "upgrade_report(platform)": lambda r, s: r.upgrade_report("0.7.0", platform=s),
+    "enqueue_audits(platform)": lambda r, s: r.enqueue_audits("ok", platform=s),
+    "run_audit_worker(platform)": lambda r, s: r.run_audit_worker([s], until_idle=True),
 }
 #: Free text by contract: may return nothing rather than raise; must touch no file.
 FREE_TEXT_CALLS: dict[str, Call] = {
@@ -318,7 +321,7 @@ FREE_TEXT_CALLS: dict[str, Call] = {
 }
 DIGEST_CALLS: dict[str, Call] = {"read_blob": lambda r, s: r.read_blob(s)}
 #: Every public method of Registry that takes no input an attacker controls as a string.
-NO_STRING_INPUT = {"close", "gc", "names", "verify"}
+NO_STRING_INPUT = {"check_audit_queue", "close", "gc", "names", "verify"}
 
 
 def test_every_public_registry_method_is_exercised():
