@@ -8,6 +8,7 @@ from __future__ import annotations
 from jaxport.audit._checks import audit_archive
 from jaxport.audit._diff import Change, diff_archives, diff_variant_sets
 from jaxport.audit._examples import Example, decode_examples, encode_examples
+from jaxport.audit._matrix import MatrixCell, matrix_cells, matrix_releases
 from jaxport.audit._report import (
     NOT_AUDITED,
     NOT_RUN,
@@ -16,6 +17,7 @@ from jaxport.audit._report import (
     Finding,
     UpgradeRow,
     compare_findings,
+    short_digest,
 )
 from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT, AuditJob, Environment, run_audits
 
@@ -30,6 +32,7 @@ __all__ = [
     "Environment",
     "Example",
     "Finding",
+    "MatrixCell",
     "UpgradeRow",
     "audit_archive",
     "compare_findings",
@@ -37,5 +40,8 @@ __all__ = [
     "diff_archives",
     "diff_variant_sets",
     "encode_examples",
+    "matrix_cells",
+    "matrix_releases",
     "run_audits",
+    "short_digest",
 ]

@@ -38,7 +38,7 @@ from jaxport._version import __version__
 
 if TYPE_CHECKING:
     from jaxport._signing import sign_file, verify_file
-    from jaxport.audit import AuditResult, Change, Example, Finding, UpgradeRow
+    from jaxport.audit import AuditResult, Change, Example, Finding, MatrixCell, UpgradeRow
     from jaxport.export import (
         FORMAT_VERSION,
         HOST_CALLBACK_TARGETS,
@@ -104,7 +104,9 @@ _LAZY = {
         ],
         "jaxport.export",
     ),
-    **dict.fromkeys(["AuditResult", "Change", "Example", "Finding", "UpgradeRow"], "jaxport.audit"),
+    **dict.fromkeys(
+        ["AuditResult", "Change", "Example", "Finding", "MatrixCell", "UpgradeRow"], "jaxport.audit"
+    ),
     **dict.fromkeys(
         [
             "AliasMove",
@@ -146,6 +148,7 @@ __all__ = [
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "MatrixCell",
     "MethodInfo",
     "Model",
     "ModuleInfo",

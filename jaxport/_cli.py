@@ -608,35 +608,93 @@ def audit(
 ) -> None:
     """Audit artifacts: load, compile, run examples.
 
-    REFERENCE names what to audit (default: everything). Statuses: ok, incompatible,
-    compile-error, mismatch, error, crash, not-run (could not be measured here: no such
-    device, too few devices). Exit 1 when a measured status is not ok (or, with --upgrade-to,
-    when one would break); not-run alone exits 0.
+    REFERENCE names what to audit (default: everything; an unknown or deleted name is an
+    error). Statuses: ok, incompatible, compile-error, mismatch, error, crash, not-run (could
+    not be measured here: no such device, too few devices). Exit 1 when a measured status is
+    not ok (or, with --upgrade-to, when one would break); not-run alone exits 0. Every report
+    says which jax and jaxlib made it, and when (UTC).
     """
+    from jaxport import _cli_reports
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
+    _check_audit_flags(click.get_current_context(), matrix, upgrade_to, python)
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
     with ctx.registry() as reg:
         if upgrade_to:
-            rows = reg.upgrade_report(upgrade_to, reference, platform=platform, store=not no_store)
-            _emit(as_json, rows, upgrade_table)
+            rows = reg.upgrade_report(
+                upgrade_to, reference, platform=platform, store=not no_store, timeout=timeout
+            )
+            _emit(as_json, _cli_reports.upgrade_report(rows, upgrade_to), upgrade_table)
             click.get_current_context().exit(1 if any(r.breaks for r in rows) else 0)
         if matrix:
-            findings = reg.audit_results(name=_name_of(reference), platform=platform)
-            _emit(as_json, findings, matrix_table)
+            findings = _stored_findings(reg, reference, platform)
+            _emit(as_json, _cli_reports.matrix_report(findings), matrix_table)
             return
         findings = reg.audit(
             reference, python=python, store=not no_store, timeout=timeout, **kwargs
         )
-    _emit(as_json, findings, findings_table)
+    report = _cli_reports.audit_report(findings, other_python=python is not None)
+    _emit(as_json, report, findings_table)
     if any(f.status not in ("ok", "not-run") for f in findings):
         click.get_current_context().exit(1)
 
 
-def _name_of(reference: str | None) -> str | None:
+#: Options of ``audit`` that run an audit: meaningless with --matrix, which only reads.
+_RUNS_AN_AUDIT = ("python", "no_store", "timeout")
+
+
+def _check_audit_flags(
+    ctx: click.Context, matrix: bool, upgrade_to: str | None, python: str | None
+) -> None:
+    """Refuses ``audit`` flags that cannot combine (a usage error, exit 2), rather than
+    dropping one silently.
+
+    Raises:
+        click.UsageError: --matrix with --upgrade-to, or with an option that runs an audit
+            (--python, --no-store, --timeout); --upgrade-to with --python (--upgrade-to
+            PYTHON names the interpreter); --upgrade-to RELEASE (which compares stored
+            findings) with --no-store or --timeout.
+    """
+    given = {
+        name
+        for name in _RUNS_AN_AUDIT
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+    }
+    if matrix and upgrade_to:
+        raise click.UsageError("--matrix and --upgrade-to are two reports: give one")
+    if matrix and given:
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(given))
+        raise click.UsageError(
+            f"--matrix prints stored findings and runs no audit: leave out {flags}"
+        )
+    if upgrade_to and python:
+        raise click.UsageError(
+            "--upgrade-to PYTHON audits with that interpreter: leave out --python"
+        )
+    if upgrade_to and given - {"python"}:
+        from jaxport.registry._findings import is_release
+
+        if is_release(upgrade_to):
+            flags = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(given - {"python"}))
+            raise click.UsageError(
+                f"--upgrade-to {upgrade_to} compares stored findings and runs no audit: "
+                f"leave out {flags} (or give an interpreter path)"
+            )
+
+
+def _stored_findings(reg: Any, reference: str | None, platform: str | None) -> list[Any]:
+    """The stored findings ``--matrix`` shows: every variant's, a name's, or those of the one
+    version a reference names (``NAME:VERSION``, ``NAME@ALIAS``, a digest prefix)."""
     from jaxport.registry import parse_reference
 
-    return parse_reference(reference).name if reference else None
+    if reference is None:
+        return list(reg.audit_results(platform=platform, limit=1_000_000))
+    ref = parse_reference(reference)
+    if ref.name is not None and ref.version is None and ref.alias is None:
+        return list(reg.audit_results(name=ref.name, platform=platform, limit=1_000_000))
+    version = reg.get(reference)
+    found = reg.audit_results(name=version.name, platform=platform, limit=1_000_000)
+    return [f for f in found if f.version == version.version]
 
 
 @main.command()

@@ -35,6 +35,7 @@ PUBLIC = [
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "MatrixCell",
     "MethodInfo",
     "Model",
     "ModuleInfo",
