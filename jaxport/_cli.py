@@ -816,7 +816,9 @@ def gc(ctx: _Context, dry_run: bool, min_age: float, temp_age: float, as_json: b
     "--certificate", "certificates", multiple=True, type=_PEM,
     help="PEM CA certificates a certificate signature must lead to (repeat).",
 )  # fmt: skip
-@_timeout_option("With --deep: seconds one archive may take before it is killed (invalid).")
+@_timeout_option(
+    "With --deep or FILE...: seconds one archive may take before it is killed (invalid)."
+)
 @json_option
 @pass_ctx
 def verify(
@@ -829,14 +831,20 @@ def verify(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Check every blob against its digest; or, with --signatures, [REFERENCE|FILE]... signed.
+    """Check every blob against its digest; FILE... in full; or, with --signatures, signers.
 
-    Recomputes every digest and checks that database and blob store agree (exit 1 if not).
-    With --signatures: one line per file or variant, exit 1 if any is not signed by one of the
-    keys given (no signature, other signers, one that does not verify).
+    No TARGET: recomputes every digest and checks that database and blob store agree (exit 1
+    if not). FILE... (each an existing path; no registry is opened): each archive file,
+    function or model, checked in full as loading it would: header, every section's sha256,
+    every module through the module sandbox, every tensor (exit 1 if any fails). With
+    --signatures: one line per file or variant, exit 1 if any is not signed by one of the keys
+    given (no signature, other signers, one that does not verify).
     """
-    if signatures or targets or keys or certificates:
+    if signatures or keys or certificates:
         _verify_signatures(ctx, targets, signatures, keys + certificates, as_json)
+        return
+    if targets:
+        _verify_files(targets, timeout, as_json)
         return
     from jaxport._cli_render import verify_summary
 
@@ -844,6 +852,20 @@ def verify(
         report = reg.verify(deep=deep, timeout=timeout)
     _emit(as_json, report, verify_summary)
     if not report.ok:
+        click.get_current_context().exit(1)
+
+
+def _verify_files(targets: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    from jaxport._cli_verify import file_lines, missing_paths, verify_files
+
+    if missing := missing_paths(targets):
+        raise click.UsageError(
+            f"no such file: {', '.join(missing)} (without --signatures, verify checks FILEs, "
+            "each an existing path; leave out TARGET to check the whole registry)"
+        )
+    checks = verify_files(targets, timeout=timeout)
+    _emit(as_json, checks, file_lines)
+    if not all(c.ok for c in checks):
         click.get_current_context().exit(1)
 
 

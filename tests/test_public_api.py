@@ -29,6 +29,7 @@ PUBLIC = [
     "Change",
     "ConflictError",
     "CorruptArchiveError",
+    "DuplicateVariantError",
     "Example",
     "Finding",
     "GcReport",

@@ -162,7 +162,7 @@ def test_failed_push_leaves_the_registry_as_it_was(db_url, tmp_path):
         registry.push(_exp(jnp.sin), "p")
         store.fail_puts = 1
         with pytest.raises(OSError, match="injected"):
-            registry.push([_exp(jnp.sin, (3,)), _exp(jnp.cos)], "p")
+            registry.push([_exp(jnp.sin, (3,)), _exp(jnp.cos, platforms=("tpu",))], "p")
         assert [r.version for r in registry.list("p")] == [1]
         # The failed push consumed no version number and left no pending rows behind.
         assert registry.push(_exp(jnp.cos), "p").version == 2
