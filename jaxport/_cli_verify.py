@@ -87,8 +87,8 @@ def file_lines(checks: Sequence[FileCheck]) -> str:
     lines = []
     for c in checks:
         if c.ok:
-            lines.append(f"ok {c.path} ({c.kind}, format {c.format_version}, sha256:{c.sha256[:12]})"
-                         if c.sha256 else f"ok {c.path}")  # fmt: skip
+            digest = (c.sha256 or "")[:12]
+            lines.append(f"ok {c.path} ({c.kind}, format {c.format_version}, sha256:{digest})")
         else:
             lines.append(f"{c.status} {c.path}: {c.reason}")
     return "\n".join(lines)
