@@ -450,7 +450,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("source")
-@click.argument("method")
+@click.argument("method", required=False)
 @click.option(
     "-i",
     "--input",
@@ -464,7 +464,8 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The .npz to write (default: METHOD-out.npz in the current directory).",
+    help="The .npz to write (default: METHOD-out.npz, a function's FUNCTION-out.npz, in the "
+    "current directory).",
 )
 @click.option("--platform", help="With a registry reference: the variant's platform.")
 @click.option(
@@ -476,7 +477,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 def run(
     ctx: _Context,
     source: str,
-    method: str,
+    method: str | None,
     inputs: Path,
     output: Path | None,
     platform: str | None,
@@ -484,12 +485,14 @@ def run(
     force: bool,
     as_json: bool,
 ) -> None:
-    """Run a model's method on arrays from an .npz; write its outputs to an .npz.
+    """Run a model's method, or a function archive, on arrays from an .npz; write its outputs
+    to an .npz.
 
-    METHOD of the model SOURCE: a model archive file (an existing file, or a path with a '/'
-    or ending in .jaxport) or a registry reference (see jaxport -h). The outputs are named out
-    plus their key paths (out, out[0], out['logits']); a table shows each one's shape, dtype,
-    min, max and first values.
+    SOURCE: an archive file (an existing file, or a path with a '/' or ending in .jaxport) or
+    a registry reference (see jaxport -h). A model needs METHOD; a function takes none (or its
+    own name), and the .npz's arrays are bound to its positional arguments in order. The
+    outputs are named out plus their key paths (out, out[0], out['logits']); a table shows
+    each one's shape, dtype, min, max and first values.
     """
     from jaxport import _cli_run
     from jaxport._cli_output import check_output, write_output
@@ -499,33 +502,75 @@ def run(
         raise click.BadParameter(
             "run writes an .npz file; '-' (stdout) is not supported", param_hint="-o"
         )
-    target = output or Path(f"{method}-out.npz")
-    model = _open_model(ctx, source, platform, devices)
-    specs = _cli_run.input_specs(model, method)
-    arrays = _cli_run.load_inputs(inputs, specs, method)
-    check_output(target, force=force)  # after the source and inputs, whose errors come first
-    result = _cli_run.call_method(model, method, arrays)
+    opened = _open_runnable(ctx, source, platform, devices)
+    if isinstance(opened, _Function):
+        exp = opened.exported
+        name = _function_method(source, exp, method)
+        specs = _cli_run.function_specs(exp)
+        arrays = _cli_run.load_inputs(inputs, specs, name, kind="function")
+        target = output or Path(_function_output(name))
+        check_output(target, force=force)  # after the source and inputs, whose errors come first
+        result = _cli_run.call_function(exp, arrays)
+    else:
+        if method is None:
+            raise click.UsageError(
+                f"{source} is a model: name one of its methods ({', '.join(opened.exported)})"
+            )
+        name = method
+        specs = _cli_run.input_specs(opened, method)
+        arrays = _cli_run.load_inputs(inputs, specs, method)
+        target = output or Path(f"{method}-out.npz")
+        check_output(target, force=force)  # after the source and inputs, whose errors come first
+        result = _cli_run.call_method(opened, method, arrays)
     outputs = _cli_run.output_arrays(result)
     data = _cli_run.output_bytes(outputs)
     write_output(target, data)
     ran = {
         "path": str(target),
         "bytes": len(data),
-        "method": method,
-        "outputs": [_cli_run.summarize(name, a) for name, a in outputs.items()],
+        "kind": "function" if isinstance(opened, _Function) else "model",
+        "method": name,
+        "outputs": [_cli_run.summarize(n, a) for n, a in outputs.items()],
     }
     _emit(as_json, ran, outputs_table)
 
 
-def _open_model(ctx: _Context, source: str, platform: str | None, devices: int | None) -> Any:
-    """The model ``run`` runs: from a file, else pulled from the registry.
+class _Function:
+    """A function archive ``run`` runs (its ``Exported``)."""
+
+    def __init__(self, exported: Any) -> None:
+        self.exported = exported
+
+
+def _function_method(source: str, exp: Any, method: str | None) -> str:
+    """The name a function's run goes by (its ``fun_name``); a METHOD other than that name is
+    refused (``RunError``): a function archive has no methods."""
+    if method is not None and method != exp.fun_name:
+        from jaxport._errors import RunError
+
+        raise RunError(
+            f"{source} is a function archive ({exp.fun_name}), not a model: it has no method "
+            f"{method!r}; leave out METHOD"
+        )
+    return str(exp.fun_name)
+
+
+def _function_output(fun_name: str) -> str:
+    """``FUNCTION-out.npz``, or ``out.npz`` where the function's name is not a plain file
+    name (``<lambda>``)."""
+    from jaxport._grammar import NAME
+
+    return f"{fun_name}-out.npz" if NAME.fullmatch(fun_name) else "out.npz"
+
+
+def _open_runnable(ctx: _Context, source: str, platform: str | None, devices: int | None) -> Any:
+    """What ``run`` runs: a model (``jaxport.load_model``) or a function (``_Function``), from
+    a file, else pulled from the registry.
 
     Raises:
-        WrongKindError: the file or variant is a function (a registry variant: its message
-            from ``Registry.pull_model``).
         click.UsageError: --platform or --devices with a file.
         FileNotFoundError, IsADirectoryError: SOURCE looks like a file and is none.
-        JaxportError: as ``jaxport.load_model`` or ``Registry.pull_model``.
+        JaxportError: as ``jaxport.load``, ``load_model``, ``Registry.pull`` or ``pull_model``.
     """
     import errno
 
@@ -533,24 +578,22 @@ def _open_model(ctx: _Context, source: str, platform: str | None, devices: int |
     if path.is_file():
         if platform is not None or devices is not None:
             raise click.UsageError("--platform and --devices choose a registry variant, not a file")
-        from jaxport import inspect, load_model
+        from jaxport import inspect, load, load_model
 
-        if (kind := inspect(path).kind) != "model":
-            from jaxport._errors import WrongKindError
-
-            raise WrongKindError(
-                f"{path} is a function archive, not a model: use jaxport.load", found=kind
-            )
+        if inspect(path).kind != "model":
+            return _Function(load(path))
         return load_model(path)
     if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "is a directory, not a model archive", source)
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", source)
     if "/" in source or path.suffix == ".jaxport":
         raise FileNotFoundError(errno.ENOENT, "no such file", source)
     kwargs: dict[str, Any] = {"nr_devices": devices}
     if platform is not None:
         kwargs["platform"] = platform
     with ctx.registry() as reg:
-        return reg.pull_model(source, **kwargs)
+        if _resolve(reg, source, platform, devices).kind == "model":
+            return reg.pull_model(source, **kwargs)
+        return _Function(reg.pull(source, **kwargs))
 
 
 # -- audits ---------------------------------------------------------------------------------
@@ -831,7 +874,7 @@ def verify(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Check every blob against its digest; FILE... in full; or, with --signatures, signers.
+    """Check the registry's blobs, or [REFERENCE|FILE]...: files in full, or signers.
 
     No TARGET: recomputes every digest and checks that database and blob store agree (exit 1
     if not). FILE... (each an existing path; no registry is opened): each archive file,

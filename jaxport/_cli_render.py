@@ -423,7 +423,7 @@ def outputs_table(ran: dict[str, Any]) -> Group:
     outputs = ran["outputs"]
     line = Text(
         f"wrote {ran['path']} ({len(outputs)} array(s), {ran['bytes']:,} bytes): "
-        f"method {ran['method']}"
+        f"{'function' if ran.get('kind') == 'function' else 'method'} {ran['method']}"
     )
     table = Table(
         _text("output"), _text("shape"), _key("dtype"), _key("min"), _key("max"),

@@ -129,6 +129,7 @@ def test_error_hierarchy():
         "NotFoundError": (jaxport.RegistryError, LookupError),
         "InvalidNameError": (jaxport.RegistryError, ValueError),
         "ConflictError": (jaxport.RegistryError,),
+        "DuplicateVariantError": (jaxport.RegistryError, ValueError),
         "SchemaVersionError": (jaxport.RegistryError,),
         "WrongKindError": (jaxport.RegistryError, TypeError),
     }
