@@ -340,11 +340,16 @@ def _default_output(chosen: Any, fmt: str, method: str | None = None) -> str:
 def ls(ctx: _Context, name: str | None, limit: int, after: str | None, as_json: bool) -> None:
     """List versions, one page.
 
-    Every name's versions, or NAME's, in name and version order.
+    Every name's versions, or NAME's, in name and version order (a deleted name has none:
+    it is not found). With NAME, --after names a row of NAME.
     """
     from jaxport._cli_render import refs_table
 
     cursor = _cursor(after)
+    if name is not None and cursor is not None and cursor[0] != name:
+        raise click.UsageError(
+            f"--after {after} is a row of another name than {name}: give --after {name}:VERSION"
+        )
     with ctx.registry() as reg:
         refs = reg.list(name, limit=limit, after=cursor)
     more = f"--after {refs[-1]}" if len(refs) == limit else None
