@@ -912,7 +912,10 @@ def _verify_files(targets: tuple[str, ...], timeout: float, as_json: bool) -> No
             "each an existing path; leave out TARGET to check the whole registry)"
         )
     checks = verify_files(targets, timeout=timeout)
-    _emit(as_json, checks, file_lines)
+    if as_json:
+        _emit(as_json, checks, file_lines)
+    else:  # one line per file, never wrapped (a record to grep), paths never read as markup
+        click.echo(file_lines(checks))
     if not all(c.ok for c in checks):
         click.get_current_context().exit(1)
 
