@@ -51,7 +51,7 @@ def matrix_cells(findings: Sequence[Finding]) -> list[MatrixCell]:
     cells = []
     for name, version, digest, platform in rows:
         for release in releases:
-            f = latest.get((name, version, digest, platform, release))
-            status = f.status if f else NOT_AUDITED
-            cells.append(MatrixCell(name, version, digest, platform, release, status, f))
+            cell = latest.get((name, version, digest, platform, release))
+            status = cell.status if cell else NOT_AUDITED
+            cells.append(MatrixCell(name, version, digest, platform, release, status, cell))
     return cells

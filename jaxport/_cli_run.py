@@ -116,7 +116,7 @@ def function_specs(exp: Any) -> list[InputSpec]:
     """
     from jax import tree_util
 
-    kwargs = tree_util.treedef_children(exp.in_tree)[1]
+    kwargs: Any = tree_util.treedef_children(exp.in_tree)[1]
     if kwargs.num_leaves or tree_util.treedef_children(kwargs):
         raise RunError(
             f"function {exp.fun_name!r} takes keyword arguments: jaxport run binds the "
