@@ -119,8 +119,11 @@ def test_delete_refuses_aliased_version_unless_forced(registry):
         registry.delete("d", 1)
     registry.delete("d", 2)
     registry.delete("d", 1, force=True)
-    assert registry.list("d") == []
-    assert registry.aliases("d") == {}
+    # A name without versions is gone: not found, and listed nowhere.
+    for read in (registry.list, registry.aliases, registry.get):
+        with pytest.raises(jaxport.NotFoundError, match="no artifact named 'd'; names: none"):
+            read("d")
+    assert "d" not in registry.names()
     # Version numbers are never reused.
     assert registry.push(_exp(jnp.exp), "d").version == 3
 
