@@ -281,3 +281,38 @@ def test_run_runs_a_function_archive(env, tmp_path):
         {"w": x}, lambda p, v: v * p["w"], [jax.ShapeDtypeStruct((4,), jnp.float32)]
     ).save(model)
     assert "name one of its methods" in run(env, "run", str(model), "-i", str(out), code=2).err
+
+
+def _rendered(renderable) -> str:
+    import io
+
+    from rich.console import Console
+
+    from jaxport._cli_render import Trimmed
+
+    out = io.StringIO()
+    Console(width=80, file=out, highlight=False).print(Trimmed(renderable))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("releases", "status", "as_columns"),
+    [
+        (["0.7.0", "0.8.3", "0.9.2", "0.10.2"], "ok", True),
+        (["0.7.0", "0.8.3", "0.9.2"], "compile-error", True),
+        (["0.7.0", "0.8.3", "0.9.2", "0.10.2"], "compile-error", False),
+        (["0.6.0", "0.7.0", "0.8.3", "0.9.2", "0.10.2"], "ok", False),
+    ],
+)
+def test_matrix_keeps_to_80_columns(releases, status, as_columns):
+    from jaxport._cli_render import matrix_table
+    from jaxport._cli_reports import matrix_report
+
+    long_name = "a-name-that-is-long-enough-to-fold-in-a-narrow-column"
+    findings = [_finding(long_name, 12, D1, r, status) for r in reversed(releases)]
+    text = _rendered(matrix_table(matrix_report(findings)))
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text, text
+    assert "sha256:111111111111" in text  # the short digest, never cut
+    header = next(line for line in text.splitlines() if "┃ variant" in line)
+    assert all(r in header for r in releases) == as_columns, text
+    assert text.count(f"│ {'compile-err' if status != 'ok' else 'ok'}") == len(releases), text
