@@ -301,7 +301,7 @@ def _rendered(renderable) -> str:
         (["0.7.0", "0.8.3", "0.9.2", "0.10.2"], "ok", True),
         (["0.7.0", "0.8.3", "0.9.2"], "compile-error", True),
         (["0.7.0", "0.8.3", "0.9.2", "0.10.2"], "compile-error", False),
-        (["0.6.0", "0.7.0", "0.8.3", "0.9.2", "0.10.2"], "ok", False),
+        (["0.5.0", "0.6.0", "0.7.0", "0.8.3", "0.9.2", "0.10.2"], "ok", False),
     ],
 )
 def test_matrix_keeps_to_80_columns(releases, status, as_columns):
