@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from jaxport.audit._matrix import MatrixCell, matrix_cells, matrix_releases
 from jaxport.audit._report import (
     NOT_AUDITED,
     NOT_RUN,
@@ -18,6 +19,7 @@ from jaxport.audit._report import (
     Finding,
     UpgradeRow,
     compare_findings,
+    short_digest,
 )
 from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT, AuditJob, Environment, run_audits
 
@@ -48,6 +50,7 @@ __all__ = [
     "Environment",
     "Example",
     "Finding",
+    "MatrixCell",
     "UpgradeRow",
     "audit_archive",
     "compare_findings",
@@ -55,7 +58,10 @@ __all__ = [
     "diff_archives",
     "diff_variant_sets",
     "encode_examples",
+    "matrix_cells",
+    "matrix_releases",
     "run_audits",
+    "short_digest",
 ]
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "Finding",
     "UpgradeRow",
     "compare_findings",
+    "short_digest",
 ]
 
 #: Every status an audit reports (see the module docstring for what each proves).
@@ -48,6 +49,14 @@ NOT_RUN = "not-run"
 NOT_AUDITED = "not audited"
 #: Check levels: ``full`` loads and compiles in a worker, ``static`` reads recorded facts.
 LEVELS = ("full", "static")
+#: Hex digits of a digest's short form (``sha256:`` + 12 hex), as ``VariantInfo.short_digest``.
+_SHORT_HEX = 12
+
+
+def short_digest(digest: str) -> str:
+    """A hex sha256 in the short form every table shows and every command takes as a
+    reference: ``sha256:`` and its first 12 hex digits."""
+    return f"sha256:{digest[:_SHORT_HEX]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +73,9 @@ class AuditResult:
 class Finding:
     """An audit of one variant for one platform by one jax, as the registry stores it.
 
-    ``seconds`` is the audit's duration, ``created_at`` unix seconds; ``level`` is ``"full"``
+    A variant is ``(name, version, digest)``: two versions holding the same archive each get
+    their finding. ``seconds`` is the audit's duration, ``created_at`` unix seconds;
+    ``short_digest`` is derived from ``digest`` (``sha256:`` + 12 hex); ``level`` is ``"full"``
     or ``"static"`` (see the module docstring); ``devices`` how many devices of ``platform``
     the auditing host had (None: not known); ``reused``: stored by an earlier audit with the
     same key (digest x level x jax x jaxlib x platform x devices), not measured again now.
@@ -84,13 +95,19 @@ class Finding:
     level: str = "full"
     devices: int | None = None
     reused: bool = False
+    short_digest: str = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "short_digest", short_digest(self.digest))
 
 
 @dataclasses.dataclass(frozen=True)
 class UpgradeRow:
-    """One variant on one platform: its status under the running jax (``now``) and under the
-    target release (``after``, ``"not audited"`` where no finding exists); ``breaks``: ok now
-    and measured not ok after (``not-run`` after is not a break: nothing was measured)."""
+    """One variant (``name``, ``version``, ``digest``) on one platform: its status under the
+    running jax (``now``) and under the target release (``after``, ``"not audited"`` where no
+    finding exists); ``breaks``: ok now and measured not ok after (``not-run`` after is not a
+    break: nothing was measured). ``current`` and ``target`` are the two jax releases compared;
+    ``short_digest``: ``sha256:`` + 12 hex of ``digest``."""
 
     name: str
     version: int
@@ -100,35 +117,45 @@ class UpgradeRow:
     after: str
     reason: str
     breaks: bool
+    current: str = ""
+    target: str = ""
+    short_digest: str = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "short_digest", short_digest(self.digest))
 
 
 def compare_findings(findings: Sequence[Finding], current: str, target: str) -> list[UpgradeRow]:
     """What moving from jax ``current`` to ``target`` breaks, from stored findings (newest
-    first: the newest per digest, release and platform counts, a full audit before a static
-    one). Every variant and platform
-    with a finding under either release gets a row; the side without one says "not audited"
-    (nothing is left out silently)."""
-    latest: dict[tuple[str, str, str], Finding] = {}
+    first: the newest per variant, release and platform counts, a full audit before a static
+    one).
+
+    One row per variant ``(name, version, digest)`` and platform with a finding under either
+    release, in name, version, digest, platform order; the side without one says "not
+    audited" (nothing is left out silently, and no row appears twice).
+    """
+    latest: dict[tuple[str, int, str, str, str], Finding] = {}
     for f in sorted(findings, key=lambda f: f.level != "full"):  # stable: newest full first
-        latest.setdefault((f.digest, f.jax_version, f.platform), f)
-    keys = {(d, p): f for (d, r, p), f in latest.items() if r in (current, target)}
+        latest.setdefault((f.name, f.version, f.digest, f.platform, f.jax_version), f)
+    keys = sorted({k[:4] for k in latest if k[4] in (current, target)})
     rows = []
-    for (digest, platform), f in sorted(
-        keys.items(), key=lambda kv: (kv[1].name, kv[1].version, kv[0][1], kv[0][0])
-    ):
-        now, after = latest.get((digest, current, platform)), latest.get((digest, target, platform))
+    for key in keys:
+        now, after = latest.get((*key, current)), latest.get((*key, target))
         now_status = now.status if now else NOT_AUDITED
         after_status = after.status if after else NOT_AUDITED
+        name, version, digest, platform = key
         rows.append(
             UpgradeRow(
-                name=f.name,
-                version=f.version,
+                name=name,
+                version=version,
                 digest=digest,
                 platform=platform,
                 now=now_status,
                 after=after_status,
                 reason=after.reason if after and after.status != "ok" else "",
                 breaks=now_status == "ok" and after_status not in ("ok", NOT_RUN, NOT_AUDITED),
+                current=current,
+                target=target,
             )
         )
     return rows

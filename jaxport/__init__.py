@@ -19,6 +19,7 @@ from jaxport._errors import (
     AuditError,
     ConflictError,
     CorruptArchiveError,
+    DuplicateVariantError,
     IntegrityError,
     InvalidNameError,
     JaxportError,
@@ -39,7 +40,7 @@ from jaxport._version import __version__
 
 if TYPE_CHECKING:
     from jaxport._signing import sign_file, verify_file
-    from jaxport.audit import AuditResult, Change, Example, Finding, UpgradeRow
+    from jaxport.audit import AuditResult, Change, Example, Finding, MatrixCell, UpgradeRow
     from jaxport.export import (
         FORMAT_VERSION,
         HOST_CALLBACK_TARGETS,
@@ -106,7 +107,9 @@ _LAZY = {
         ],
         "jaxport.export",
     ),
-    **dict.fromkeys(["AuditResult", "Change", "Example", "Finding", "UpgradeRow"], "jaxport.audit"),
+    **dict.fromkeys(
+        ["AuditResult", "Change", "Example", "Finding", "MatrixCell", "UpgradeRow"], "jaxport.audit"
+    ),
     **dict.fromkeys(
         [
             "AliasMove",
@@ -143,12 +146,14 @@ __all__ = [
     "Change",
     "ConflictError",
     "CorruptArchiveError",
+    "DuplicateVariantError",
     "Example",
     "Finding",
     "GcReport",
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "MatrixCell",
     "MethodInfo",
     "MissingCustomCallError",
     "Model",

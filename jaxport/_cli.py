@@ -374,11 +374,16 @@ def _default_output(chosen: Any, fmt: str, method: str | None = None) -> str:
 def ls(ctx: _Context, name: str | None, limit: int, after: str | None, as_json: bool) -> None:
     """List versions, one page.
 
-    Every name's versions, or NAME's, in name and version order.
+    Every name's versions, or NAME's, in name and version order (a deleted name has none:
+    it is not found). With NAME, --after names a row of NAME.
     """
     from jaxport._cli_render import refs_table
 
     cursor = _cursor(after)
+    if name is not None and cursor is not None and cursor[0] != name:
+        raise click.UsageError(
+            f"--after {after} is a row of another name than {name}: give --after {name}:VERSION"
+        )
     with ctx.registry() as reg:
         refs = reg.list(name, limit=limit, after=cursor)
     more = f"--after {refs[-1]}" if len(refs) == limit else None
@@ -484,7 +489,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("source")
-@click.argument("method")
+@click.argument("method", required=False)
 @click.option(
     "-i",
     "--input",
@@ -498,7 +503,8 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The .npz to write (default: METHOD-out.npz in the current directory).",
+    help="The .npz to write (default: METHOD-out.npz, a function's FUNCTION-out.npz, in the "
+    "current directory).",
 )
 @click.option("--platform", help="With a registry reference: the variant's platform.")
 @click.option(
@@ -511,7 +517,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 def run(
     ctx: _Context,
     source: str,
-    method: str,
+    method: str | None,
     inputs: Path,
     output: Path | None,
     platform: str | None,
@@ -520,12 +526,14 @@ def run(
     allow_custom_calls: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Run a model's method on arrays from an .npz; write its outputs to an .npz.
+    """Run a model's method, or a function archive, on arrays from an .npz; write its outputs
+    to an .npz.
 
-    METHOD of the model SOURCE: a model archive file (an existing file, or a path with a '/'
-    or ending in .jaxport) or a registry reference (see jaxport -h). The outputs are named out
-    plus their key paths (out, out[0], out['logits']); a table shows each one's shape, dtype,
-    min, max and first values.
+    SOURCE: an archive file (an existing file, or a path with a '/' or ending in .jaxport) or
+    a registry reference (see jaxport -h). A model needs METHOD; a function takes none (or its
+    own name), and the .npz's arrays are bound to its positional arguments in order. The
+    outputs are named out plus their key paths (out, out[0], out['logits']); a table shows
+    each one's shape, dtype, min, max and first values.
     """
     from jaxport import _cli_run
     from jaxport._cli_output import check_output, write_output
@@ -535,39 +543,81 @@ def run(
         raise click.BadParameter(
             "run writes an .npz file; '-' (stdout) is not supported", param_hint="-o"
         )
-    target = output or Path(f"{method}-out.npz")
-    model = _open_model(ctx, source, platform, devices, allow_custom_calls)
-    specs = _cli_run.input_specs(model, method)
-    arrays = _cli_run.load_inputs(inputs, specs, method)
-    check_output(target, force=force)  # after the source and inputs, whose errors come first
-    result = _cli_run.call_method(model, method, arrays)
+    opened = _open_runnable(ctx, source, platform, devices, allow_custom_calls)
+    if isinstance(opened, _Function):
+        exp = opened.exported
+        name = _function_method(source, exp, method)
+        specs = _cli_run.function_specs(exp)
+        arrays = _cli_run.load_inputs(inputs, specs, name, kind="function")
+        target = output or Path(_function_output(name))
+        check_output(target, force=force)  # after the source and inputs, whose errors come first
+        result = _cli_run.call_function(exp, arrays)
+    else:
+        if method is None:
+            raise click.UsageError(
+                f"{source} is a model: name one of its methods ({', '.join(opened.exported)})"
+            )
+        name = method
+        specs = _cli_run.input_specs(opened, method)
+        arrays = _cli_run.load_inputs(inputs, specs, method)
+        target = output or Path(f"{method}-out.npz")
+        check_output(target, force=force)  # after the source and inputs, whose errors come first
+        result = _cli_run.call_method(opened, method, arrays)
     outputs = _cli_run.output_arrays(result)
     data = _cli_run.output_bytes(outputs)
     write_output(target, data)
     ran = {
         "path": str(target),
         "bytes": len(data),
-        "method": method,
-        "outputs": [_cli_run.summarize(name, a) for name, a in outputs.items()],
+        "kind": "function" if isinstance(opened, _Function) else "model",
+        "method": name,
+        "outputs": [_cli_run.summarize(n, a) for n, a in outputs.items()],
     }
     _emit(as_json, ran, outputs_table)
 
 
-def _open_model(
+class _Function:
+    """A function archive ``run`` runs (its ``Exported``)."""
+
+    def __init__(self, exported: Any) -> None:
+        self.exported = exported
+
+
+def _function_method(source: str, exp: Any, method: str | None) -> str:
+    """The name a function's run goes by (its ``fun_name``); a METHOD other than that name is
+    refused (``RunError``): a function archive has no methods."""
+    if method is not None and method != exp.fun_name:
+        from jaxport._errors import RunError
+
+        raise RunError(
+            f"{source} is a function archive ({exp.fun_name}), not a model: it has no method "
+            f"{method!r}; leave out METHOD"
+        )
+    return str(exp.fun_name)
+
+
+def _function_output(fun_name: str) -> str:
+    """``FUNCTION-out.npz``, or ``out.npz`` where the function's name is not a plain file
+    name (``<lambda>``)."""
+    from jaxport._grammar import NAME
+
+    return f"{fun_name}-out.npz" if NAME.fullmatch(fun_name) else "out.npz"
+
+
+def _open_runnable(
     ctx: _Context,
     source: str,
     platform: str | None,
     devices: int | None,
     allow_custom_calls: tuple[str, ...] = (),
 ) -> Any:
-    """The model ``run`` runs: from a file, else pulled from the registry.
+    """What ``run`` runs: a model (``jaxport.load_model``) or a function (``_Function``), from
+    a file, else pulled from the registry.
 
     Raises:
-        WrongKindError: the file or variant is a function (a registry variant: its message
-            from ``Registry.pull_model``).
         click.UsageError: --platform or --devices with a file.
         FileNotFoundError, IsADirectoryError: SOURCE looks like a file and is none.
-        JaxportError: as ``jaxport.load_model`` or ``Registry.pull_model``.
+        JaxportError: as ``jaxport.load``, ``load_model``, ``Registry.pull`` or ``pull_model``.
     """
     import errno
 
@@ -575,24 +625,22 @@ def _open_model(
     if path.is_file():
         if platform is not None or devices is not None:
             raise click.UsageError("--platform and --devices choose a registry variant, not a file")
-        from jaxport import inspect, load_model
+        from jaxport import inspect, load, load_model
 
-        if (kind := inspect(path).kind) != "model":
-            from jaxport._errors import WrongKindError
-
-            raise WrongKindError(
-                f"{path} is a function archive, not a model: use jaxport.load", found=kind
-            )
+        if inspect(path).kind != "model":
+            return _Function(load(path, allow_custom_calls=allow_custom_calls))
         return load_model(path, allow_custom_calls=allow_custom_calls)
     if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "is a directory, not a model archive", source)
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", source)
     if "/" in source or path.suffix == ".jaxport":
         raise FileNotFoundError(errno.ENOENT, "no such file", source)
     kwargs: dict[str, Any] = {"nr_devices": devices}
     if platform is not None:
         kwargs["platform"] = platform
     with ctx.registry() as reg:
-        return reg.pull_model(source, allow_custom_calls=allow_custom_calls, **kwargs)
+        if _resolve(reg, source, platform, devices).kind == "model":
+            return reg.pull_model(source, allow_custom_calls=allow_custom_calls, **kwargs)
+        return _Function(reg.pull(source, allow_custom_calls=allow_custom_calls, **kwargs))
 
 
 # -- audits ---------------------------------------------------------------------------------
@@ -685,16 +733,20 @@ def audit(
 ) -> None:
     """Audit artifacts: load, compile, run examples.
 
-    REFERENCE names what to audit (default: everything). Statuses: ok, incompatible,
-    compile-error, mismatch, error, crash, not-run (could not be measured here: no such
-    device, too few devices). Exit 1 when a measured status is not ok (or, with --upgrade-to,
-    when one would break); not-run alone exits 0. Incremental: a finding stored for the same
-    archive, check level, jax, jaxlib, platform and device count is reused (--force: measure
-    again). A progress bar is drawn on stderr when it is a terminal (never with --json).
+    REFERENCE names what to audit (default: everything; an unknown or deleted name is an
+    error). Statuses: ok, incompatible, compile-error, mismatch, error, crash, not-run (could
+    not be measured here: no such device, too few devices). Exit 1 when a measured status is
+    not ok (or, with --upgrade-to, when one would break); not-run alone exits 0. Incremental:
+    a finding stored for the same archive, check level, jax, jaxlib, platform and device count
+    is reused (--force: measure again). A progress bar is drawn on stderr when it is a
+    terminal (never with --json). Every report says which jax and jaxlib made it, and when
+    (UTC).
     """
+    from jaxport import _cli_reports
     from jaxport._cli_progress import audit_progress
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
+    _check_audit_flags(click.get_current_context(), matrix, upgrade_to, python)
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
     if enqueue:
         if python or matrix or upgrade_to or no_store or force or static or jax_release:
@@ -703,12 +755,14 @@ def audit(
         return
     with ctx.registry() as reg:
         if upgrade_to:
-            rows = reg.upgrade_report(upgrade_to, reference, platform=platform, store=not no_store)
-            _emit(as_json, rows, upgrade_table)
+            rows = reg.upgrade_report(
+                upgrade_to, reference, platform=platform, store=not no_store, timeout=timeout
+            )
+            _emit(as_json, _cli_reports.upgrade_report(rows, upgrade_to), upgrade_table)
             click.get_current_context().exit(1 if any(r.breaks for r in rows) else 0)
         if matrix:
-            findings = reg.audit_results(name=_name_of(reference), platform=platform)
-            _emit(as_json, findings, matrix_table)
+            findings = _stored_findings(reg, reference, platform)
+            _emit(as_json, _cli_reports.matrix_report(findings), matrix_table)
             return
         if python is not None and jax_release is not None:
             raise click.UsageError("give --python or --jax, not both")
@@ -725,7 +779,10 @@ def audit(
                 progress=progress,
                 **kwargs,
             )
-    _emit(as_json, findings, findings_table)
+    report = _cli_reports.audit_report(
+        findings, other_python=python is not None or jax_release is not None
+    )
+    _emit(as_json, report, findings_table)
     if any(f.status not in ("ok", "not-run") for f in findings):
         click.get_current_context().exit(1)
 
@@ -740,10 +797,61 @@ def _enqueue(
     _emit(as_json, jobs, enqueued_text)
 
 
-def _name_of(reference: str | None) -> str | None:
+#: Options of ``audit`` that run an audit: meaningless with --matrix, which only reads.
+_RUNS_AN_AUDIT = ("python", "no_store", "timeout", "force", "static", "workers", "jax_release")
+#: Options of ``audit`` that --upgrade-to does not take.
+_NOT_WITH_UPGRADE = {"force", "static", "workers", "jax_release"}
+
+
+def _check_audit_flags(
+    ctx: click.Context, matrix: bool, upgrade_to: str | None, python: str | None
+) -> None:
+    """Refuses ``audit`` flags that cannot combine (a usage error, exit 2), rather than
+    dropping one silently.
+
+    Raises:
+        click.UsageError: --matrix with --upgrade-to, or with an option that runs an audit
+            (--python, --no-store, --timeout); --upgrade-to with --python (--upgrade-to
+            PYTHON names the interpreter); --upgrade-to with --force, --static, --jobs or
+            --jax.
+    """
+    given = {
+        name
+        for name in _RUNS_AN_AUDIT
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+    }
+    if matrix and upgrade_to:
+        raise click.UsageError("--matrix and --upgrade-to are two reports: give one")
+    if matrix and given:
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(given))
+        raise click.UsageError(
+            f"--matrix prints stored findings and runs no audit: leave out {flags}"
+        )
+    if upgrade_to and python:
+        raise click.UsageError(
+            "--upgrade-to PYTHON audits with that interpreter: leave out --python"
+        )
+    if upgrade_to and (given & _NOT_WITH_UPGRADE):
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(given & _NOT_WITH_UPGRADE))
+        raise click.UsageError(
+            f"--upgrade-to compares two releases' findings (auditing what is missing): "
+            f"leave out {flags}"
+        )
+
+
+def _stored_findings(reg: Any, reference: str | None, platform: str | None) -> list[Any]:
+    """The stored findings ``--matrix`` shows: every variant's, a name's, or those of the one
+    version a reference names (``NAME:VERSION``, ``NAME@ALIAS``, a digest prefix)."""
     from jaxport.registry import parse_reference
 
-    return parse_reference(reference).name if reference else None
+    if reference is None:
+        return list(reg.audit_results(platform=platform, limit=1_000_000))
+    ref = parse_reference(reference)
+    if ref.name is not None and ref.version is None and ref.alias is None:
+        return list(reg.audit_results(name=ref.name, platform=platform, limit=1_000_000))
+    version = reg.get(reference)
+    found = reg.audit_results(name=version.name, platform=platform, limit=1_000_000)
+    return [f for f in found if f.version == version.version]
 
 
 @main.command()
@@ -865,7 +973,9 @@ def gc(ctx: _Context, dry_run: bool, min_age: float, temp_age: float, as_json: b
     "--certificate", "certificates", multiple=True, type=_PEM,
     help="PEM CA certificates a certificate signature must lead to (repeat).",
 )  # fmt: skip
-@_timeout_option("With --deep: seconds one archive may take before it is killed (invalid).")
+@_timeout_option(
+    "With --deep or FILE...: seconds one archive may take before it is killed (invalid)."
+)
 @json_option
 @pass_ctx
 def verify(
@@ -878,14 +988,20 @@ def verify(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Check every blob against its digest; or, with --signatures, [REFERENCE|FILE]... signed.
+    """Check the registry's blobs, or [REFERENCE|FILE]...: files in full, or signers.
 
-    Recomputes every digest and checks that database and blob store agree (exit 1 if not).
-    With --signatures: one line per file or variant, exit 1 if any is not signed by one of the
-    keys given (no signature, other signers, one that does not verify).
+    No TARGET: recomputes every digest and checks that database and blob store agree (exit 1
+    if not). FILE... (each an existing path; no registry is opened): each archive file,
+    function or model, checked in full as loading it would: header, every section's sha256,
+    every module through the module sandbox, every tensor (exit 1 if any fails). With
+    --signatures: one line per file or variant, exit 1 if any is not signed by one of the keys
+    given (no signature, other signers, one that does not verify).
     """
-    if signatures or targets or keys or certificates:
+    if signatures or keys or certificates:
         _verify_signatures(ctx, targets, signatures, keys + certificates, as_json)
+        return
+    if targets:
+        _verify_files(targets, timeout, as_json)
         return
     from jaxport._cli_render import verify_summary
 
@@ -893,6 +1009,23 @@ def verify(
         report = reg.verify(deep=deep, timeout=timeout)
     _emit(as_json, report, verify_summary)
     if not report.ok:
+        click.get_current_context().exit(1)
+
+
+def _verify_files(targets: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    from jaxport._cli_verify import file_lines, missing_paths, verify_files
+
+    if missing := missing_paths(targets):
+        raise click.UsageError(
+            f"no such file: {', '.join(missing)} (without --signatures, verify checks FILEs, "
+            "each an existing path; leave out TARGET to check the whole registry)"
+        )
+    checks = verify_files(targets, timeout=timeout)
+    if as_json:
+        _emit(as_json, checks, file_lines)
+    else:  # one line per file, never wrapped (a record to grep), paths never read as markup
+        click.echo(file_lines(checks))
+    if not all(c.ok for c in checks):
         click.get_current_context().exit(1)
 
 

@@ -423,7 +423,7 @@ def outputs_table(ran: dict[str, Any]) -> Group:
     outputs = ran["outputs"]
     line = Text(
         f"wrote {ran['path']} ({len(outputs)} array(s), {ran['bytes']:,} bytes): "
-        f"method {ran['method']}"
+        f"{'function' if ran.get('kind') == 'function' else 'method'} {ran['method']}"
     )
     table = Table(
         _text("output"), _text("shape"), _key("dtype"), _key("min"), _key("max"),
@@ -470,90 +470,113 @@ def _status(status: str, *, short: bool = False) -> Text:
     return Text(text, style=_STATUS_STYLE.get(status, ""))
 
 
-def findings_table(findings: list[Any]) -> Table:
-    """``audit``: one row per variant, platform and jax (digests and seconds: ``--json``; a
-    version with two variants for one platform shows digest prefixes)."""
-    label = _variant_labels(findings)
+def _provenance(report: Any, verb: str) -> Text:
+    """The line above a report's table: which jax and jaxlib made it, and when (UTC)."""
+    from jaxport._cli_output import iso_time
+
+    return Text(
+        f"{verb} jax {report.jax_version}, jaxlib {report.jaxlib_version}, "
+        f"{iso_time(report.generated_at)}"
+    )
+
+
+#: The width of a short digest (``sha256:`` + 12 hex): the variant column's least width, so
+#: the digest is never cut (it goes on a line of its own in a narrow column).
+_SHORT_WIDTH = 19
+
+
+def _variant_column() -> Column:
+    return Column("variant", overflow="fold", min_width=_SHORT_WIDTH)
+
+
+def _variant(row: Any) -> Text:
+    """``name:version sha256:0123456789ab``: one variant (a version's variants differ in
+    digest), wrapped before the digest where the column is narrow."""
+    return Text(f"{row.name}:{row.version} {row.short_digest}")
+
+
+def findings_table(report: Any) -> Group:
+    """``audit``: which jax audited and when, then one row per variant (name, version, short
+    digest) and platform (seconds and every check: ``--json``)."""
     table = Table(
-        _text("variant"), _key("platform"), _key("jax"), _key("status"),
+        _variant_column(), _key("platform"), _key("status"),
         Column("reason", overflow="fold", min_width=16, ratio=1),
     )  # fmt: skip
-    for f in findings:
-        _row(
-            table, label(f.name, f.version, f.digest), f.platform, f.jax_version,
-            _status(f.status), Text(f.reason),
-        )  # fmt: skip
-    return table
+    for f in report.findings:
+        _row(table, _variant(f), f.platform, _status(f.status), Text(f.reason))
+    return Group(_provenance(report, "audited with"), table)
 
 
-def _variant_labels(findings: list[Any]) -> Any:
-    """``label(name, version, digest)``: ``name:version``, with the digest's first 8 hex
-    digits when some version has two variants for one platform among ``findings``."""
-    keys = {(f.name, f.version, f.platform, f.digest) for f in findings}
-    ambiguous = len({k[:3] for k in keys}) < len(keys)
-
-    def label(name: str, version: int, digest: str) -> str:
-        return f"{name}:{version}" + (f" {digest[:8]}" if ambiguous else "")
-
-    return label
-
-
-#: The most jax releases ``audit --matrix`` shows as columns; more: one row per cell.
-_MATRIX_COLUMNS = 4
-#: Shorter statuses for matrix cells, so four releases fit in 80 columns.
+#: Shorter statuses for matrix and upgrade cells, so more releases fit in 80 columns.
 _SHORT_STATUS = {"incompatible": "incompat", "compile-error": "compile-err"}
+#: What an empty matrix or upgrade cell shows (``"not audited"`` in ``--json``).
+_NO_FINDING = "-"
+#: The table width the matrix keeps to: past it, one row per cell instead of a column per
+#: release.
+_WIDTH = 80
 
 
-def matrix_table(findings: list[Any]) -> Table:
-    """``audit --matrix``: (variant, platform) x jax releases, the newest finding in each
-    cell (a full audit's before a static one's); past four releases, one row per (variant,
-    platform, release) instead."""
-    from jaxport.export._compat import release_key
+def _cell(status: str) -> Text:
+    if status == _not_audited():
+        return Text(_NO_FINDING)
+    return _status(status, short=True)
 
-    releases = sorted({f.jax_version for f in findings}, key=release_key)
-    latest: dict[tuple[str, str, str], Any] = {}
-    for f in sorted(findings, key=lambda f: f.level != "full"):  # newest first, full first
-        latest.setdefault((f.digest, f.jax_version, f.platform), f)
-    rows = sorted({(f.name, f.version, f.platform, f.digest) for f in findings})
-    label = _variant_labels(findings)
-    if len(releases) > _MATRIX_COLUMNS:
-        table = Table(
-            _text("variant"), _key("platform"), _key("jax"), _key("status"),
-            title="variants x jax releases",
-        )  # fmt: skip
-        for name, version, platform, digest in rows:
-            for r in releases:
-                cell = latest.get((digest, r, platform))
-                if cell is not None:
-                    _row(table, label(name, version, digest), platform, r, _status(cell.status))
-        return table
+
+def _not_audited() -> str:
+    from jaxport.audit import NOT_AUDITED
+
+    return NOT_AUDITED
+
+
+def _release_widths(report: Any) -> list[int]:
+    widths = {r: len(r) for r in report.releases}
+    for c in report.cells:
+        widths[c.jax_version] = max(widths[c.jax_version], len(_cell(c.status).plain))
+    return [widths[r] for r in report.releases]
+
+
+def _fits_as_columns(report: Any) -> bool:
+    """Whether a column per release fits in ``_WIDTH``: the variant and platform columns, each
+    release's, and the borders and padding of each (3 characters, plus 1)."""
+    widths = [_SHORT_WIDTH, len("platform"), *_release_widths(report)]
+    return sum(widths) + 3 * len(widths) + 1 <= _WIDTH
+
+
+def matrix_table(report: Any) -> Group:
+    """``audit --matrix``: which jax made it and when, then (variant, platform) x jax releases,
+    the newest finding in each cell ("-": none); where a column per release does not fit in
+    80 columns, one row per cell that has a finding instead."""
+    releases = list(report.releases)
+    cells = list(report.cells)
+    rows = [cells[i : i + len(releases)] for i in range(0, len(cells), len(releases) or 1)]
+    title = "variants x jax releases"
+    if not _fits_as_columns(report):
+        table = Table(_variant_column(), _key("platform"), _key("jax"), _key("status"), title=title)
+        for c in cells:
+            if c.finding is not None:
+                _row(table, _variant(c), c.platform, c.jax_version, _status(c.status))
+        return Group(_provenance(report, "report by"), table)
+    table = Table(_variant_column(), _key("platform"), *(_key(r) for r in releases), title=title)
+    for row in rows:
+        _row(table, _variant(row[0]), row[0].platform, *(_cell(c.status) for c in row))
+    return Group(_provenance(report, "report by"), table)
+
+
+def upgrade_table(report: Any) -> Group:
+    """``audit --upgrade-to``: which jax made it and when, then each variant and platform's
+    status now and after ("-": not audited); a row that breaks says ``BREAKS`` before its
+    reason."""
     table = Table(
-        _text("variant"), _key("platform"), *(_key(r) for r in releases),
-        title="variants x jax releases",
+        _variant_column(), _key("platform"), _key("now"), _key("after"),
+        Column("reason", overflow="fold", min_width=15, ratio=1),
+        title=f"upgrade {report.current} -> {report.target}",
     )  # fmt: skip
-    for name, version, platform, digest in rows:
-        cells = [latest.get((digest, r, platform)) for r in releases]
-        _row(
-            table, label(name, version, digest), platform,
-            *(_status(c.status, short=True) if c else Text("-") for c in cells),
-        )  # fmt: skip
-    return table
-
-
-def upgrade_table(rows: list[Any]) -> Table:
-    """``audit --upgrade-to``: each variant and platform's status now and after, and whether it
-    breaks; rows the target has no finding for say "not audited"."""
-    table = Table(
-        _text("variant"), _key("platform"), _key("now"), _key("after"), _key("breaks"),
-        Column("reason", overflow="fold", min_width=16, ratio=1),
-        title="upgrade",
-    )  # fmt: skip
-    for r in rows:
-        _row(
-            table, f"{r.name}:{r.version}", r.platform, _status(r.now, short=True),
-            _status(r.after, short=True), "BREAKS" if r.breaks else "", Text(r.reason),
-        )  # fmt: skip
-    return table
+    for r in report.rows:
+        reason = (
+            Text("BREAKS", style="red") + Text(": " if r.reason else "") if r.breaks else Text()
+        )
+        _row(table, _variant(r), r.platform, _cell(r.now), _cell(r.after), reason + Text(r.reason))
+    return Group(_provenance(report, "report by"), table)
 
 
 def changes_table(changes: list[Any]) -> Table:

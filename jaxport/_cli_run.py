@@ -1,5 +1,8 @@
-"""``jaxport run``: a model method on arrays read from an ``.npz`` file, outputs to another.
+"""``jaxport run``: a model method, or a function archive's function, on arrays read from an
+``.npz`` file, outputs to another.
 
+A function's inputs are bound to its positional arguments, in order; a function that takes
+keyword arguments is refused (an ``.npz`` has no way to say which array is which keyword).
 Inputs: the ``.npz`` holds the method's flat inputs (its arguments' leaves, in
 ``jax.tree_util`` order): either ``arr_0``, ``arr_1``, ... as ``numpy.savez(f, *arrays)``
 writes them, or keyed by their paths as ``jaxport inspect`` shows them (``[0]``,
@@ -30,7 +33,9 @@ __all__ = [
     "InputSpec",
     "OutputSummary",
     "aval_text",
+    "call_function",
     "call_method",
+    "function_specs",
     "input_specs",
     "load_inputs",
     "output_arrays",
@@ -100,9 +105,28 @@ def input_specs(model: Any, method: str) -> list[InputSpec]:
     if method not in exported:
         raise RunError(f"the model has no method {method!r}; its methods: {', '.join(exported)}")
     exp = exported[method]
-    n_params = model.params_tree.num_leaves
-    avals = exp.in_avals[n_params:]
-    paths = _argument_paths(exp.in_tree, len(avals))
+    return _specs(exp, exp.in_avals[model.params_tree.num_leaves :], skip=1)
+
+
+def function_specs(exp: Any) -> list[InputSpec]:
+    """The flat inputs of a function archive's ``Exported``: its positional arguments' leaves.
+
+    Raises:
+        RunError: the function takes keyword arguments (inputs bind by position only).
+    """
+    from jax import tree_util
+
+    kwargs: Any = tree_util.treedef_children(exp.in_tree)[1]
+    if kwargs.num_leaves or tree_util.treedef_children(kwargs):
+        raise RunError(
+            f"function {exp.fun_name!r} takes keyword arguments: jaxport run binds the "
+            ".npz's arrays to positional arguments only"
+        )
+    return _specs(exp, exp.in_avals, skip=0)
+
+
+def _specs(exp: Any, avals: Sequence[Any], *, skip: int) -> list[InputSpec]:
+    paths = _argument_paths(exp.in_tree, len(avals), skip)
     return [
         InputSpec(p, tuple(_dim(d) for d in a.shape), _dtype_name(a.dtype))
         for p, a in zip(paths, avals, strict=True)
@@ -120,20 +144,21 @@ def _dim(d: Any) -> int | str:
     return d if isinstance(d, int) else str(d)
 
 
-def _argument_trees(in_tree: Any) -> list[Any]:
-    """The treedefs of a method's arguments: ``in_tree`` is that of ``((params, *args), {})``."""
+def _argument_trees(in_tree: Any, skip: int = 1) -> list[Any]:
+    """The treedefs of the arguments: ``in_tree`` is that of ``(args, kwargs)``; the first
+    ``skip`` arguments are left out (a model method's parameters: 1)."""
     from jax import tree_util
 
-    return list(tree_util.treedef_children(tree_util.treedef_children(in_tree)[0])[1:])
+    return list(tree_util.treedef_children(tree_util.treedef_children(in_tree)[0])[skip:])
 
 
-def _argument_paths(in_tree: Any, n: int) -> list[str]:
-    """Key paths of the leaves of ``(params, *args)``'s ``args``, as ``[i]...``."""
+def _argument_paths(in_tree: Any, n: int, skip: int = 1) -> list[str]:
+    """Key paths of the leaves of the arguments after the first ``skip``, as ``[i]...``."""
     from jax import tree_util
 
     try:
         paths = []
-        for i, tree in enumerate(_argument_trees(in_tree)):
+        for i, tree in enumerate(_argument_trees(in_tree, skip)):
             leaves = tree_util.tree_flatten_with_path(
                 tree_util.tree_unflatten(tree, [0] * tree.num_leaves)
             )[0]
@@ -143,7 +168,9 @@ def _argument_paths(in_tree: Any, n: int) -> list[str]:
     return paths if len(paths) == n else [f"[{i}]" for i in range(n)]
 
 
-def load_inputs(path: Path, specs: Sequence[InputSpec], method: str) -> list[np.ndarray[Any, Any]]:
+def load_inputs(
+    path: Path, specs: Sequence[InputSpec], method: str, *, kind: str = "method"
+) -> list[np.ndarray[Any, Any]]:
     """The arrays of the ``.npz`` at ``path`` as ``method``'s flat inputs, in order, checked
     against ``specs`` (dtype, rank and every concrete dimension; jax checks symbolic ones).
 
@@ -161,7 +188,7 @@ def load_inputs(path: Path, specs: Sequence[InputSpec], method: str) -> list[np.
     try:
         with zipfile.ZipFile(path) as archive:
             headers = _npz.headers(archive, path)
-            takes = _takes(method, specs)
+            takes = _takes(f"{kind} {method!r}", specs)
             order = _order(list(headers), specs)
             if order is None:
                 got = ", ".join(headers) or "no arrays"
@@ -174,9 +201,9 @@ def load_inputs(path: Path, specs: Sequence[InputSpec], method: str) -> list[np.
         raise RunError(f"{path} is not an .npz file (write one with numpy.savez): {e}") from None
 
 
-def _takes(method: str, specs: Sequence[InputSpec]) -> str:
+def _takes(what: str, specs: Sequence[InputSpec]) -> str:
     listed = "; ".join(map(str, specs)) or "nothing"
-    return f"method {method!r} takes {len(specs)} input(s): {listed}"
+    return f"{what} takes {len(specs)} input(s): {listed}"
 
 
 def _order(keys: list[str], specs: Sequence[InputSpec]) -> list[str] | None:
@@ -225,24 +252,44 @@ def call_method(model: Any, method: str, inputs: Sequence[Any]) -> Any:
         MissingCustomCallError: the method calls a custom-call target jaxlib lacks.
         JaxportError: a parameter tensor could not be read (``IntegrityError``, ...).
     """
-    import jax
+    args = _arguments(model.exported[method].in_tree, inputs, skip=1)
+    return _call(model.methods[method], args, f"method {method!r}")
+
+
+def call_function(exp: Any, inputs: Sequence[Any]) -> Any:
+    """A function archive's ``exp.call`` on the flat ``inputs``, rebuilt into its positional
+    arguments.
+
+    Raises:
+        RunError: jax refused the call (as ``call_method``).
+    """
+    return _call(exp.call, _arguments(exp.in_tree, inputs, skip=0), f"function {exp.fun_name!r}")
+
+
+def _arguments(in_tree: Any, inputs: Sequence[Any], *, skip: int) -> list[Any]:
     from jax import tree_util
 
     args, start = [], 0
-    for tree in _argument_trees(model.exported[method].in_tree):
+    for tree in _argument_trees(in_tree, skip):
         args.append(tree_util.tree_unflatten(tree, inputs[start : start + tree.num_leaves]))
         start += tree.num_leaves
+    return args
+
+
+def _call(fun: Any, args: Sequence[Any], what: str) -> Any:
+    import jax
+
     try:
-        return model.methods[method](*args)
+        return fun(*args)
     except JaxportError:
         raise
     except (ValueError, TypeError, jax.errors.JaxRuntimeError) as e:
         from jaxport.export._calls import translate_call_error
 
-        typed = translate_call_error(e, method)
+        typed = translate_call_error(e, what)
         if typed is not None:
             raise typed from None
-        raise RunError(f"method {method!r} cannot run here: {_first_line(e)}") from None
+        raise RunError(f"{what} cannot run here: {_first_line(e)}") from None
 
 
 def _first_line(error: BaseException) -> str:

@@ -32,6 +32,8 @@ working for code that does not know jaxport::
         ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
         ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
         ├── ConflictError                      refused: e.g. deleting a version an alias points at
+        ├── DuplicateVariantError (ValueError) a push whose variants are the same archive, or
+        │                                      share a platform and device count
         ├── SchemaVersionError                 the database schema is older or newer than jaxport's
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
                                                model (also by ``jaxport run``): the message
@@ -44,6 +46,7 @@ __all__ = [
     "AuditError",
     "ConflictError",
     "CorruptArchiveError",
+    "DuplicateVariantError",
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
@@ -256,6 +259,21 @@ class InvalidNameError(RegistryError, ValueError):
 
 class ConflictError(RegistryError):
     """Refused because of the registry's state, e.g. deleting a version an alias points at."""
+
+
+class DuplicateVariantError(RegistryError, ValueError):
+    """A push whose variants ``pull`` could not tell apart: two are the same archive (one
+    digest), or two share a platform and a device count, so a pull for that platform and
+    count would pick one of them without a word. Nothing is stored.
+
+    Attributes:
+        variants: the two variants, as the message names them (a path, else ``variant N``
+            counted from 1 in the order given, with its short digest).
+    """
+
+    def __init__(self, message: str, *, variants: tuple[str, str]):
+        self.variants = variants
+        super().__init__(message)
 
 
 class SchemaVersionError(RegistryError):

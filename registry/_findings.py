@@ -36,10 +36,16 @@ if TYPE_CHECKING:
     from jaxport.audit import AuditResult, Change, Finding, UpgradeRow
     from jaxport.export import ArchiveInfo
 
-__all__ = ["Findings"]
+__all__ = ["Findings", "is_release"]
 
 #: What ``upgrade_report`` reads as a jax release rather than an interpreter: "0.7.0", "0.10".
 _RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?")
+
+
+def is_release(target: str) -> bool:
+    """Whether ``upgrade_report`` reads ``target`` as a jax release (``"0.7.0"``, ``"0.10"``)
+    rather than an interpreter."""
+    return _RELEASE.fullmatch(target) is not None
 
 
 class Findings:
@@ -185,18 +191,28 @@ class Findings:
             return [_finding(r) for r in conn.execute(q)]
 
     def upgrade_report(
-        self, target: str, reference: str | None, *, platform: str | None, store: bool
+        self,
+        target: str,
+        reference: str | None,
+        *,
+        platform: str | None,
+        store: bool,
+        timeout: float,
     ) -> list[UpgradeRow]:
         """See ``Registry.upgrade_report``."""
         from jaxport.audit import compare_findings
         from jaxport.export._compat import jax_versions
 
-        name = None
+        name, version = None, None
         if reference is not None:
-            name = parse_reference(reference).name or self._queries.get(reference).name
+            ref = parse_reference(reference)
+            name = ref.name
+            if ref.name is None or ref.version is not None or ref.alias is not None:
+                one = self._queries.get(reference)
+                name, version = one.name, one.version
         fresh: list[Finding] = []
         python: str | None = None
-        if not _RELEASE.fullmatch(target):  # an interpreter: a path, or a name on PATH
+        if not is_release(target):  # an interpreter: a path, or a name on PATH
             python = shutil.which(target) or target
             if not os.path.isfile(python):
                 raise NotFoundError(f"no Python interpreter at {target}")
@@ -206,12 +222,14 @@ class Findings:
 
             python = cached_environment(target, default_home())
         if python is not None:  # incremental: only what is not stored yet is measured
-            kwargs: dict[str, Any] = {"platform": platform, "store": store, "timeout": 120.0}
+            kwargs: dict[str, Any] = {"platform": platform, "store": store, "timeout": timeout}
             fresh = self.audit(reference, python=python, **kwargs)
             fresh += self.audit(reference, python=None, **kwargs)
             target = fresh[0].jax_version if fresh else target
         stored = self.results(name=name, jax_version=None, platform=platform, limit=1_000_000)
         findings = sorted(fresh, key=lambda f: -f.created_at) + stored
+        if version is not None:
+            findings = [f for f in findings if f.version == version]
         return compare_findings(findings, jax_versions()[0], target)
 
     def diff(self, a: str, b: str) -> list[Change]:

@@ -48,6 +48,7 @@ from sqlalchemy import exc as sa_exc
 
 from jaxport._errors import (
     ConflictError,
+    DuplicateVariantError,
     InvalidNameError,
     NotFoundError,
     UnsupportedFeatureError,
@@ -163,6 +164,7 @@ class Publisher:
         allow = _allowed(allow_custom_calls)
         items = [_prepare(s, vjp_order, cache, max_size, allow) for s in listed]
         _check_kinds(items, examples)
+        _check_distinct(items, listed)
         name = _push_name(name, items[0])
         golden = _golden_blob(items, examples) if examples else None
         blobs = {d: b for i in items for d, b in i.blobs.items()}
@@ -306,6 +308,38 @@ def _push_name(name: str | None, first: _Item) -> str:
         return check_name(first.info.fun_name)
     except InvalidNameError as e:
         raise InvalidNameError(f"{e}; pass name= to push") from None
+
+
+def _check_distinct(items: Sequence[_Item], sources: Sequence[Source]) -> None:
+    """Refuses variants that ``pull`` could not tell apart: the same archive twice, or two
+    with a platform in common and the same device count (a pull for that platform and count
+    would pick one without a word). Refusal, not a tie-break rule: no use needs such a pair
+    (pick a variant by its digest instead).
+
+    Raises:
+        DuplicateVariantError: naming both variants.
+    """
+    seen: list[tuple[str, _Item]] = []
+    for i, (item, source) in enumerate(zip(items, sources, strict=True), start=1):
+        where = os.fspath(source) if isinstance(source, str | os.PathLike) else f"variant {i}"
+        label = f"{where} (sha256:{item.digest[:12]})"
+        for other_label, other in seen:
+            common = sorted(set(item.info.platforms) & set(other.info.platforms))
+            if item.digest == other.digest:
+                why = "are the same archive"
+            elif common and item.info.nr_devices == other.info.nr_devices:
+                why = (
+                    f"both run on {', '.join(common)} with {item.info.nr_devices} device(s): "
+                    "a pull could not choose between them"
+                )
+            else:
+                continue
+            raise DuplicateVariantError(
+                f"{other_label} and {label} {why}; push one of them, or the other as "
+                "another version or name",
+                variants=(other_label, label),
+            )
+        seen.append((label, item))
 
 
 def _check_kinds(items: Sequence[_Item], examples: Any) -> None:

@@ -7,6 +7,7 @@ a version an exact device count beats a 1-device unsharded export.
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -27,10 +28,12 @@ from jaxport.registry._names import (
 from jaxport.registry._rules import devices_predicate, platform_predicate
 from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 
-__all__ = ["Queries", "check_limit", "nothing_matches"]
+__all__ = ["Queries", "check_limit", "live_names", "nothing_matches"]
 
 _MAX_REJECTIONS = 100
 _MAX_AMBIGUOUS = 5
+#: Names a not-found message lists.
+_LISTED_NAMES = 20
 
 
 class Queries:
@@ -145,9 +148,9 @@ class Queries:
             return [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
 
     def names(self) -> list[str]:
-        """Every name, sorted."""
+        """Every name that has a version, sorted (a deleted name is not listed)."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
-            return list(conn.execute(select(Model.name).order_by(Model.name)).scalars())
+            return live_names(conn)
 
     def resolve(self, reference: str, platform: str | None, nr_devices: int | None) -> Resolution:
         """The variant ``pull`` would return, and why every other candidate was rejected."""
@@ -217,17 +220,37 @@ def _check_after(after: object) -> tuple[str, int]:
 
 
 def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
-    """The id of ``name``; ``lock``: FOR UPDATE (PostgreSQL), which queues writers of a name.
+    """The id of ``name``, a name with at least one version; ``lock``: FOR UPDATE
+    (PostgreSQL), which queues writers of a name.
+
+    A deleted name keeps its row (its version numbers are never handed out again) but is
+    gone for every reader: it is not found, and no message lists it.
 
     Raises:
-        NotFoundError: no such name (the message lists some that exist).
+        NotFoundError: no such name, or every version of it was deleted (the message says
+            which names are close, and lists some that exist).
     """
     q = select(Model.id).where(Model.name == check_name(name))
     model_id = conn.execute(q.with_for_update() if lock else q).scalar_one_or_none()
-    if model_id is None:
-        known = conn.execute(select(Model.name).order_by(Model.name).limit(20)).scalars().all()
-        raise NotFoundError(f"no artifact named {name!r}; names: {', '.join(known) or 'none'}")
-    return int(model_id)
+    if model_id is not None and _has_versions(conn, int(model_id)):
+        return int(model_id)
+    known = live_names(conn)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    listed = ", ".join(known[:_LISTED_NAMES]) or "none"
+    more = ", ..." if len(known) > _LISTED_NAMES else ""
+    raise NotFoundError(f"no artifact named {name!r}; {hint}names: {listed}{more}")
+
+
+def _has_versions(conn: Connection, model_id: int) -> bool:
+    found = conn.execute(select(Version.id).where(Version.model_id == model_id).limit(1))
+    return found.first() is not None
+
+
+def live_names(conn: Connection) -> list[str]:
+    """Every name with at least one version, sorted."""
+    live = select(Version.id).where(Version.model_id == Model.id).exists()
+    return list(conn.execute(select(Model.name).where(live).order_by(Model.name)).scalars())
 
 
 def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> int:

@@ -717,6 +717,7 @@ class Registry:
         *,
         platform: str | None = None,
         store: bool = True,
+        timeout: float = 120.0,
     ) -> builtins.list[UpgradeRow]:
         """What breaks if the running jax is replaced by ``target``, per variant and platform.
 
@@ -724,22 +725,26 @@ class Registry:
             target: a jax release whose findings are stored (``"0.7.0"``, digits and dots),
                 or an interpreter (a path, or a name on ``PATH`` such as ``python3.12``):
                 then ``reference`` is audited there and here first.
-            reference: limit to a name (``NAME``, ``NAME:V``, ``NAME@ALIAS`` use its name).
+            reference: limit to a name (``NAME``), or to one version (``NAME:V``,
+                ``NAME@ALIAS``, a digest prefix).
             platform: limit to one platform.
             store: record the findings of audits this report runs.
+            timeout: seconds one variant's audit may take (an interpreter ``target``).
 
         Returns:
-            One row per variant and platform audited here; ``after`` is ``"not audited"`` for
-            a row the target has no finding for (those rows are named, never dropped).
+            One row per variant (``name``, ``version``, ``digest``) and platform with a
+            finding under either release, sorted, none twice; ``after`` is ``"not audited"``
+            for a row the target has no finding for (those rows are named, never dropped).
 
         Raises:
-            NotFoundError: an interpreter path that does not exist, an unknown name.
+            NotFoundError: an interpreter path that does not exist, an unknown or deleted
+                name.
         """
         if not isinstance(target, str | os.PathLike):
             raise InvalidNameError(f"target must be a release or a path, got {target!r:.40}")
         wanted = None if platform is None else normalize_platform(platform)
         return self._findings.upgrade_report(
-            os.fspath(target), reference, platform=wanted, store=store
+            os.fspath(target), reference, platform=wanted, store=store, timeout=timeout
         )
 
     def diff(self, a: str, b: str) -> builtins.list[Change]:

@@ -219,8 +219,14 @@ def test_wrong_input_gives_a_message_and_an_exit_code(
 
 def test_a_session_on_a_registry(env, files, tmp_path):
     archive, native, _ = files
+    # both run on cpu with 1 device: a pull could not choose, so the push is refused
+    both = run(env, "push", str(archive), str(native), "--name", "trig", code=1).err
+    assert both.startswith("DuplicateVariantError: ") and str(native) in both
+    cuda = tmp_path / "cos-cuda.jaxexport"
+    cos = jax.export.export(jax.jit(jnp.cos), platforms=("cuda",))(jnp.zeros(4))
+    cuda.write_bytes(cos.serialize(vjp_order=1))
     # one version, two variants: a jaxport archive and jax-native bytes, told apart by content
-    pushed = run(env, "push", str(archive), str(native), "--name", "trig", "--alias", "prod",
+    pushed = run(env, "push", str(archive), str(cuda), "--name", "trig", "--alias", "prod",
                  "--meta", "k=v", "--json").json()  # fmt: skip
     assert (pushed["name"], pushed["version"], pushed["created"]) == ("trig", 1, True)
     assert pushed["metadata"] == {"k": "v"} and pushed["created_at"].endswith("+00:00")
@@ -383,8 +389,8 @@ def test_audit_and_diff_commands(cli, files):
     archive, native, _ = files
     cli("push", str(archive), "--name", "a")
     cli("push", str(native), "--name", "a")
-    findings = json.loads(cli("audit", "a", "--platform", "cpu", "--json").stdout)
-    assert [f["status"] for f in findings] == ["ok", "ok"]
+    report = json.loads(cli("audit", "a", "--platform", "cpu", "--json").stdout)
+    assert [f["status"] for f in report["findings"]] == ["ok", "ok"]
     fits(cli("audit", "a:1", "--platform", "cpu").stdout, "variant", "platform", "status")
     assert json.loads(cli("diff", "a:1", "a:1", "--json").stdout) == []
     changes = fits(cli("diff", "a:1", "a:2", code=1).stdout)  # cpu+tpu -> cpu: breaking
@@ -411,14 +417,15 @@ def test_symbolic_shapes_are_printed_literally(cli, tmp_path):
 def test_audit_claims_only_what_it_measured(env, files, tmp_path):
     archive, _, _ = files
     run(env, "push", str(archive), "--name", "trig")
-    tpu = run(env, "audit", "trig", "--platform", "TPU", "--json").json()
+    tpu = run(env, "audit", "trig", "--platform", "TPU", "--json").json()["findings"]
     assert [(f["platform"], f["status"]) for f in tpu] == [("tpu", "not-run")]
     assert "no tpu device here" in tpu[0]["reason"]
-    both = run(env, "audit", "trig", "--json").json()
+    both = run(env, "audit", "trig", "--json").json()["findings"]
     assert {(f["platform"], f["status"]) for f in both} == {("cpu", "ok"), ("tpu", "not-run")}
     matrix = fits(run(env, "audit", "--matrix").out, "variant", "platform", jax.__version__)
-    assert re.search(r"trig:1\s+│ cpu\s+│ ok", matrix) and re.search(r"│ tpu\s+│ not-run", matrix)
-    upgrade = run(env, "audit", "--upgrade-to", "0.0.1", "--json").json()
+    assert re.search(r"trig:1 sha256:[0-9a-f]{12}\s+│ cpu\s+│ ok", matrix)
+    assert re.search(r"│ tpu\s+│ not-run", matrix)
+    upgrade = run(env, "audit", "--upgrade-to", "0.0.1", "--json").json()["rows"]
     assert {(r["platform"], r["after"]) for r in upgrade} == {
         ("cpu", "not audited"),
         ("tpu", "not audited"),

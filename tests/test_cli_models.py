@@ -253,13 +253,16 @@ def test_run_refuses_wrong_input_cleanly(env, model_file, tmp_path, method, kind
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_run_refuses_what_is_no_model(env, tmp_path):
+def test_run_refuses_what_it_cannot_run(env, tmp_path):
     fn = tmp_path / "sin.jaxport"
     exp = jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4))
     jaxport.save(exp, fn)
     npz = _savez(tmp_path / "x.npz", np.zeros(4, np.float32))
     err = run(env, "run", str(fn), "apply", "-i", npz, code=1).err
-    assert err == f"WrongKindError: {fn} is a function archive, not a model: use jaxport.load\n"
+    assert err == (
+        f"RunError: {fn} is a function archive (sin), not a model: it has no method 'apply'; "
+        "leave out METHOD\n"
+    )
     for source, error in (
         (str(tmp_path / "missing.jaxport"), "FileNotFoundError"),
         ("missing.jaxport", "FileNotFoundError"),
@@ -341,15 +344,15 @@ def test_a_model_in_the_registry(reg_env, model_file, tmp_path):
         "['emb']",
     ]
 
-    # a function is not run
+    # a function has no methods
     fn = tmp_path / "sin.jaxport"
     jaxport.save(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4)), fn)
     run(env, "push", str(fn), "--name", "sin")
     wrong = run(env, "run", "sin", "apply", "-i", npz, "--json", code=1).error()
     assert wrong == {
-        "type": "WrongKindError",
-        "message": "sin:1 is a function, not a model: use Registry.pull (its archive: "
-        "`jaxport pull`)",
+        "type": "RunError",
+        "message": "sin is a function archive (sin), not a model: it has no method 'apply'; "
+        "leave out METHOD",
     }
 
     # ls and search: the kind in JSON, a model marked in the tables

@@ -91,8 +91,10 @@ def _pki(tmp_path):
     return paths
 
 
-def _exp(fun=jnp.sin):
-    return jax.export.export(jax.jit(fun))(jax.ShapeDtypeStruct((4,), jnp.float32))
+def _exp(fun=jnp.sin, platforms=None):
+    return jax.export.export(jax.jit(fun), platforms=platforms)(
+        jax.ShapeDtypeStruct((4,), jnp.float32)
+    )
 
 
 @pytest.fixture
@@ -200,7 +202,7 @@ def _policy_registry(registry, policy):
 
 def test_version_signed_stored_and_listed(registry, keys):
     (alice, alice_pub), (bob, _) = keys
-    ref = registry.push([_exp(), _exp(jnp.cos)], "f")
+    ref = registry.push([_exp(), _exp(jnp.cos, platforms=("tpu",))], "f")
     made = registry.sign("f:1", private_key=alice)
     assert [s.digest for s in made] == list(ref.digests)
     registry.sign("f:1", private_key=bob)
