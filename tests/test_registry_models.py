@@ -242,8 +242,9 @@ def test_diff_of_two_model_versions(registry):
     registry.push(one.update_params({**small, "b": np.ones(3, np.float32)}), "d")
     changes = registry.diff("d:1", "d:2")
     assert [(c.what, c.after, c.breaking) for c in changes] == [
-        ("parameter values", "1 changed bytes (sha256)", False)
+        ("parameter values", "1 of 2 tensors changed, 12 bytes", False)
     ]
+    assert changes[0].before == "2 tensors, 48 bytes"
     bigger = {"w": np.ones((3, 4), np.float32), "s": np.ones((), np.float32)}
     two = jaxport.Model(
         bigger,
