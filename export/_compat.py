@@ -164,7 +164,13 @@ def in_shardings_on(exp: Any, devices: Sequence[Any]) -> list[Any]:
         return hlo_shardings_on(exp.in_shardings_hlo, devs)
     from jax.sharding import Mesh
 
-    mesh = Mesh(np.array(devs).reshape(abstract.axis_sizes), abstract.axis_names)
+    grid = np.array(devs).reshape(abstract.axis_sizes)
+    axis_types = getattr(abstract, "axis_types", None)  # jax.make_mesh's are Explicit
+    mesh = (
+        Mesh(grid, abstract.axis_names, axis_types=axis_types)
+        if axis_types is not None
+        else Mesh(grid, abstract.axis_names)
+    )
     return list(exp.in_shardings_jax(mesh))
 
 
