@@ -15,8 +15,10 @@ __all__ = ["STRING_KEYS", "conversion"]
 #: How to store a dict with non-string keys (``nnx.to_pure_dict`` gives ``int`` keys to the
 #: layers of a list).
 STRING_KEYS = (
-    "make the keys strings, e.g. flax.traverse_util.flatten_dict(params, sep='/') "
-    "(flax.nnx.replace_by_pure_dict accepts digit strings for int keys)"
+    "make the keys strings, e.g. {'/'.join(map(str, k)): v for k, v in "
+    "flax.traverse_util.flatten_dict(params).items()} (rebuilt in the method with "
+    "flax.traverse_util.unflatten_dict(params, sep='/'); nnx.replace_by_pure_dict reads "
+    "digit strings as int keys)"
 )
 
 _GENERIC = (
@@ -33,8 +35,9 @@ def conversion(node_type: type) -> str:
         return "convert it with flax.core.unfreeze(params) (flax.linen's apply takes a dict)"
     if "flax.nnx.statelib.State" in names:
         return (
-            "convert it with nnx.to_pure_dict(state) (state.to_pure_dict()), and in the method "
-            "nnx.replace_by_pure_dict(abstract_state, params) before nnx.merge(graphdef, state)"
+            "convert it with nnx.to_pure_dict(state) (or state.to_pure_dict()); in the method "
+            "nnx.replace_by_pure_dict(a copy of the state, params), then "
+            "nnx.merge(graphdef, state)"
         )
     if any(n.startswith("equinox.") and n.endswith("._module.Module") for n in names):
         return (
