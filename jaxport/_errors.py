@@ -112,14 +112,16 @@ class UnsupportedVersionError(JaxportError, ValueError):
 
     Attributes:
         what: which version, e.g. ``"archive format version"`` or ``"calling convention version"``.
-        found_version: the version found.
-        supported: ``(minimum, maximum)`` supported, inclusive.
+        found_version: the version found (a StableHLO version string for a
+            ``NewerFormatError``).
+        supported: ``(minimum, maximum)`` supported, inclusive (strings for a
+            ``NewerFormatError``: ``("", newest StableHLO)``).
     """
 
     def __init__(self, what: str, found_version: int, supported: tuple[int, int], hint: str = ""):
         self.what = what
-        self.found_version = found_version
-        self.supported = supported
+        self.found_version: int | str = found_version
+        self.supported: tuple[int, int] | tuple[str, str] = supported
         lo, hi = supported
         message = f"{what} {found_version} is not supported: this reader supports {lo} to {hi}"
         super().__init__(f"{message}. {hint}" if hint else message)
