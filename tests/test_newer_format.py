@@ -14,6 +14,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from test_cli import base_env, run
 
@@ -93,3 +94,22 @@ def test_the_cli_names_both_versions_and_prints_no_mlir(monkeypatch, tmp_path):
     assert result.out == ""
     assert result.err.startswith("NewerFormatError: ") and "jax 99.11.2" in result.err
     assert f"installed jax {INSTALLED_JAX}" in result.err and result.err.count("\n") == 1
+
+
+def test_a_newer_model_is_a_newer_format_error_in_python_and_the_cli(monkeypatch, tmp_path):
+    model = jaxport.Model({"w": np.ones(4, np.float32)}, lambda p, x: x * p["w"],
+                          [jax.ShapeDtypeStruct((4,), jnp.float32)])  # fmt: skip
+    junk = _module("9.99.0", readable=False)
+    fake = dataclasses.replace(model.exported["apply"], mlir_module_serialized=junk)
+    newer = jaxport.Model.from_exported({"w": np.ones(4, np.float32)}, {"apply": fake})
+    with monkeypatch.context() as m:
+        m.setattr(_compat, "jax_versions", lambda: ("99.11.2", "99.11.2"))
+        path = tmp_path / "newer-model.jaxport"
+        newer.save(path)
+    with pytest.raises(jaxport.NewerFormatError, match=r"method 'apply'|apply"):
+        jaxport.load_model(path)
+    np.savez(tmp_path / "x.npz", np.ones(4, np.float32))
+    result = run(base_env(tmp_path), "run", str(path), "apply", "-i", str(tmp_path / "x.npz"),
+                 code=1, cwd=tmp_path)  # fmt: skip
+    assert result.err.startswith("NewerFormatError: ") and "jax 99.11.2" in result.err
+    assert result.err.count("\n") == 1
