@@ -469,3 +469,46 @@ def test_run_refuses_names_that_do_not_bind_each_input_once(env, dict_model, tmp
     text = run(env, "run", str(dict_model), "apply", "-i", npz, code=1, cwd=tmp_path).err
     assert text.startswith("RunError: ") and "takes 2 input(s)" in text
     assert "name the arrays mask, x" in text
+
+
+# -- custom pytree nodes the command has not registered -------------------------------------
+
+_REGISTERED_NODE = """
+import sys, typing
+import jax, jax.numpy as jnp, numpy as np
+import jaxport
+
+class Pair(typing.NamedTuple):
+    w: typing.Any
+    b: typing.Any
+
+jax.export.register_namedtuple_serialization(Pair, serialized_name="user.Pair")
+params = Pair(np.full((4, 3), 0.5, np.float32), np.ones(3, np.float32))
+model = jaxport.Model(params, lambda p, x: x @ p.w + p.b, [jax.ShapeDtypeStruct((2, 4),
+                      jnp.float32)])
+model.save(sys.argv[1])
+"""
+
+
+def test_a_registered_node_passes_the_command_as_a_stand_in(env, tmp_path):
+    """The command imports no user class: a node the writer registered is read as a stand-in
+    (run, push, audit, verify --deep all pass) and written back byte for byte."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "pair.jaxport"
+    subprocess.run([sys.executable, "-P", "-c", _REGISTERED_NODE, str(path)], check=True,
+                   env=env)  # fmt: skip
+    x = np.ones((2, 4), np.float32)
+    out = tmp_path / "out.npz"
+    run(env, "run", str(path), "apply", "-i", _savez(tmp_path / "x.npz", x), "-o", str(out))
+    _assert_outputs(out, {"out": x @ np.full((4, 3), 0.5, np.float32) + 1})
+    run(env, "push", str(path), "--name", "pair")
+    (finding,) = run(env, "audit", "pair", "--json").json()
+    assert finding["status"] == "ok", finding
+    report = run(env, "verify", "--deep", "--json").json()
+    assert report["invalid"] == [] and report["corrupt"] == [], report
+    run(env, "pull", "pair", "-o", str(tmp_path / "back.jaxport"))
+    assert (tmp_path / "back.jaxport").read_bytes() == path.read_bytes()
+    with pytest.raises(jaxport.UnsupportedFeatureError, match=r"user\.Pair"):
+        jaxport.load_model(path)  # this process registered nothing: refused, naming it
