@@ -15,7 +15,7 @@ still refused, naming its registration.
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +23,11 @@ from jax import tree_util
 
 __all__ = ["StandIn", "standins_allowed", "standins_on"]
 
-_ALLOWED = contextvars.ContextVar("jaxport_standins", default=False)
+#: How many ``standins_allowed()`` blocks are open, in any thread: the command and the workers
+#: are whole processes that never import the user's classes, and their readers may run in
+#: threads of their own.
+_OPEN = [0]
+_LOCK = threading.Lock()
 
 
 class StandIn:
@@ -54,14 +58,17 @@ tree_util.register_pytree_node(StandIn, _flatten, _unflatten)
 
 def standins_on() -> bool:
     """Whether an unregistered custom node is read as a ``StandIn`` here."""
-    return _ALLOWED.get()
+    return _OPEN[0] > 0
 
 
 @contextlib.contextmanager
 def standins_allowed() -> Iterator[None]:
-    """Within it, unregistered custom nodes are read as ``StandIn``s (the CLI, workers)."""
-    token = _ALLOWED.set(True)
+    """While it is open, unregistered custom nodes are read as ``StandIn``s in every thread of
+    the process (for the CLI and the workers, not for library callers)."""
+    with _LOCK:
+        _OPEN[0] += 1
     try:
         yield
     finally:
-        _ALLOWED.reset(token)
+        with _LOCK:
+            _OPEN[0] -= 1
