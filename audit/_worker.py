@@ -244,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         limit = int(args[1])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin, sys.stdout
+    from jaxport._standins import standins_allowed
     from jaxport.export._compat import jax_versions
-    from jaxport.export._standin import standins_allowed
 
     with standins_allowed():  # the user's custom pytree nodes are not imported here
         _serve(stdin, stdout, jax_versions())

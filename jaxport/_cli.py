@@ -45,7 +45,7 @@ class _Cli(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from jaxport._cli_output import report_error
-        from jaxport.export._standin import standins_allowed
+        from jaxport._standins import standins_allowed
 
         as_json = bool(ctx.meta.get(_JSON))
         try:
