@@ -5,7 +5,8 @@ and outputs follow the function rules (``_diff_avals``), its platforms and devic
 parameters are the model's own: a parameter added, removed, reshaped or of another dtype is
 breaking (parameters of the old tree no longer fit: ``Model.update_params``); the tensors of the
 same path, shape and dtype whose bytes changed (another sha256) are counted in one compatible
-``parameter values`` change.
+``parameter values`` change: ``"2 tensors, 48 bytes"`` before, ``"1 of 2 tensors changed, 12
+bytes"`` after (the bytes of the changed tensors).
 """
 
 from __future__ import annotations
@@ -75,11 +76,14 @@ def _diff_params(a: tuple[TensorInfo, ...], b: tuple[TensorInfo, ...], where: st
         if o.dtype != n.dtype:
             changes.append(Change("parameter dtype", _at(where, path), o.dtype, n.dtype, True))
     same_spec = [p for p in common if (old[p].shape, old[p].dtype) == (new[p].shape, new[p].dtype)]
-    changed = sum(1 for p in same_spec if old[p].sha256 != new[p].sha256)
+    changed = [p for p in same_spec if old[p].sha256 != new[p].sha256]
     if changed:
+        total = sum(new[p].nbytes for p in same_spec)
+        changed_bytes = sum(new[p].nbytes for p in changed)
         changes.append(
-            Change("parameter values", where, f"{len(same_spec)} tensors",
-                   f"{changed} changed bytes (sha256)", False)
+            Change("parameter values", where, f"{len(same_spec)} tensors, {total} bytes",
+                   f"{len(changed)} of {len(same_spec)} tensors changed, {changed_bytes} bytes",
+                   False)
         )  # fmt: skip
     return changes
 

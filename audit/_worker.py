@@ -382,10 +382,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         limit = int(args[1])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin, sys.stdout
-    from jaxport.audit._checks import audit_archive, check_archive
+    from jaxport._standins import standins_allowed
     from jaxport.export._compat import jax_versions
 
-    jax_version, jaxlib_version = jax_versions()
+    with standins_allowed():  # the user's custom pytree nodes are not imported here
+        _serve(stdin, stdout, jax_versions())
+
+
+def _serve(stdin: IO[str], stdout: IO[str], versions: tuple[str, str]) -> None:
+    from jaxport.audit._checks import audit_archive, check_archive
+
+    jax_version, jaxlib_version = versions
     _send(stdout, {"jax_version": jax_version, "jaxlib_version": jaxlib_version})
     for line in stdin:
         request = json.loads(line)

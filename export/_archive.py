@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -263,6 +264,15 @@ def read_header(head: bytes | memoryview, total_length: int, *, path: str | None
     return ArchiveHeader(preamble, archive, sections, payload_start, total_length)
 
 
+def writer_jax(head: ArchiveHeader) -> str:
+    """The jax version that the header says wrote the archive ("" when it names none)."""
+    with contextlib.suppress(Exception):  # a malformed producer is not this function's concern
+        producer = head.archive.Producer()
+        if producer is not None:
+            return _fb.read_str(producer.JaxVersion())
+    return ""
+
+
 def loads(
     data: bytes | bytearray | memoryview,
     *,
@@ -326,6 +336,7 @@ def loads(
     policy = _vetting.module_policy(allow_custom_calls, trusted=trusted, verdicts=verdicts)
     view = memoryview(data).cast("B")
     head = read_header(view, len(view), path=path)
+    policy = dataclasses.replace(policy, writer_jax=writer_jax(head))
     reader = _container.SectionReader(
         view[head.payload_start :],
         head.sections,

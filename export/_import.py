@@ -160,18 +160,36 @@ def _conflict(tensor_key: str, nested_key: str) -> UnsupportedFeatureError:
     )
 
 
-def params_from_orbax(directory: str | os.PathLike[str]) -> Any:
-    """The pytree of an Orbax checkpoint (``PyTreeCheckpointer``/``StandardCheckpointer``).
+def params_from_orbax(
+    directory: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    item: str | None = None,
+    subtree: str | None = None,
+) -> Any:
+    """The parameter pytree of an Orbax checkpoint.
 
-    ``directory`` is the one given to ``save``. Arrays are restored as numpy arrays on the host
-    (``RestoreArgs(restore_type=np.ndarray)``, whatever their sharding when saved), with their
-    shapes and dtypes; scalars as 0-d numpy arrays; other leaves (strings) as Orbax restores them,
-    which ``jaxport.Model`` then refuses.
+    ``directory`` is either one given to ``save`` (``PyTreeCheckpointer``,
+    ``StandardCheckpointer``: it holds ``_METADATA``), or a ``CheckpointManager``'s: its step
+    directories (``<root>/<step>/<item>/``; ``_orbax_layout.item_directory`` picks ``step``,
+    by default the newest, and ``item``, by default the only one or ``default``).
+
+    Then the parameters are chosen in the restored tree (``_orbax_layout.select_params``): the
+    ``subtree`` named (``"params"``, ``"state/params"``; ``""`` for the whole tree), else the
+    ``params`` entry of a train state (``{"step", "params", "opt_state"}``); a tree that holds
+    an optimizer state (``opt_state``, ``optimizer``) but no ``params`` is refused, never
+    stored as weights.
+
+    Arrays are restored as numpy arrays on the host (``RestoreArgs(restore_type=np.ndarray)``,
+    whatever their sharding when saved), with their shapes and dtypes; scalars as 0-d numpy
+    arrays; other leaves (strings) as Orbax restores them, which ``jaxport.Model`` refuses.
 
     Raises:
-        UnsupportedFeatureError: the ``orbax-checkpoint`` package is not installed.
+        UnsupportedFeatureError: the ``orbax-checkpoint`` package is not installed; a train
+            state without ``params`` (the message lists its keys: pass ``subtree``).
         CorruptArchiveError: ``directory`` is not a checkpoint Orbax can restore.
-        FileNotFoundError: ``directory`` does not exist.
+        FileNotFoundError: ``directory`` does not exist, or holds no such ``step``, ``item``
+            or ``subtree`` (the message lists those there are).
     """
     try:
         import orbax.checkpoint as ocp
@@ -181,19 +199,25 @@ def params_from_orbax(directory: str | os.PathLike[str]) -> Any:
         raise FileNotFoundError(f"no Orbax checkpoint at {os.fspath(directory)!r}")
     from jax import tree_util
 
-    _check_orbax_metadata(Path(directory))
+    from jaxport.export import _orbax_layout
+
+    # absolute: Orbax finds no item metadata under a relative path (orbax-checkpoint 0.12)
+    where = _orbax_layout.item_directory(Path(directory).absolute(), step=step, item=item)
+    _check_orbax_metadata(where)
     checkpointer = ocp.PyTreeCheckpointer()
     try:
-        metadata = checkpointer.metadata(directory)
+        metadata = checkpointer.metadata(where)
         tree = getattr(getattr(metadata, "item_metadata", metadata), "tree", metadata)
-        restore_args = tree_util.tree_map(_restore_args, tree)
-        restored = checkpointer.restore(directory, restore_args=restore_args)
+        # None: an empty node as Orbax records it (optax's EmptyState), restored as stored
+        restore_args = tree_util.tree_map(_restore_args, tree, is_leaf=lambda x: x is None)
+        restored = checkpointer.restore(where, restore_args=restore_args)
     except (ValueError, OSError, KeyError, TypeError, RecursionError) as e:
         # RecursionError: a tree nested deeper than the checks above saw (their bound is the
         # one Orbax writes; this is the net for what Orbax may read besides).
         message = f"not a restorable Orbax checkpoint: {type(e).__name__}: {e}"
-        raise CorruptArchiveError(message, path=os.fspath(directory)) from None
-    return tree_util.tree_map(_host_leaf, restored)
+        raise CorruptArchiveError(message, path=os.fspath(where)) from None
+    params = _orbax_layout.select_params(restored, subtree, where)
+    return tree_util.tree_map(_host_leaf, params)
 
 
 #: Bytes of an Orbax checkpoint's tree metadata file (``_METADATA``) that are read.

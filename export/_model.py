@@ -133,20 +133,32 @@ class Model:
         directory: str | os.PathLike[str],
         apply_fn: Callable[..., Any] | Mapping[str, Callable[..., Any]],
         input_specs: Sequence[Any] | Mapping[str, Sequence[Any]],
+        *,
+        step: int | None = None,
+        item: str | None = None,
+        subtree: str | None = None,
         **model_kwargs: Any,
     ) -> Model:
         """A model whose parameters are an Orbax checkpoint's pytree, restored as numpy arrays
         (``jaxport.export._import.params_from_orbax``); the other arguments are ``Model``'s.
         Needs ``pip install jaxport[orbax]``.
 
+        ``directory``: a checkpoint, or a ``CheckpointManager``'s root (``step``: default the
+        newest; ``item``: default the only one, or ``default``). The parameters are the
+        ``subtree`` named (``"params"``, ``"state/params"``; ``""`` the whole tree), else a
+        train state's ``params``; optimizer moments are never stored as weights.
+
         Raises:
-            UnsupportedFeatureError: ``orbax-checkpoint`` is not installed; and as ``Model``.
+            UnsupportedFeatureError: ``orbax-checkpoint`` is not installed; an optimizer state
+                without ``params``; and as ``Model``.
             CorruptArchiveError: ``directory`` is not a checkpoint Orbax can restore.
-            FileNotFoundError: ``directory`` does not exist.
+            FileNotFoundError: ``directory`` does not exist, or has no such step, item or
+                subtree.
         """
         from jaxport.export._import import params_from_orbax
 
-        return cls(params_from_orbax(directory), apply_fn, input_specs, **model_kwargs)
+        params = params_from_orbax(directory, step=step, item=item, subtree=subtree)
+        return cls(params, apply_fn, input_specs, **model_kwargs)
 
     @classmethod
     def _of_store(

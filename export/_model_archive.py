@@ -262,6 +262,7 @@ def read_model_header(
     """
     with _fb.translating_read_errors(path):
         model = head.archive.Model()
+    policy = dataclasses.replace(policy, writer_jax=_archive.writer_jax(head))
     # One budget for the whole header: methods share tables, each decoded once (_decode_methods).
     budget = head.preamble.header_length
     with _fb.translating_read_errors(path), _limits.header_budget(budget):

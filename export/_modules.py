@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,6 +25,7 @@ from jaxport.schema import fb
 
 __all__ = [
     "ModuleRef",
+    "check_readable",
     "custom_call_targets",
     "decode_module",
     "encode_module",
@@ -86,6 +91,18 @@ def custom_call_targets(
     return results
 
 
+def check_readable(data: bytes, *, path: str | None = None) -> None:
+    """Parses ``data`` in this process, as jax will to call it (diagnostics captured).
+
+    Raises:
+        CorruptArchiveError: MLIR cannot read it.
+    """
+    import jaxlib.mlir.ir as ir
+
+    with _CONTEXT.use(len(data)):
+        _parse(ir, data, path)
+
+
 def _may_call_custom(module: bytes) -> bool:
     """False only when ``module`` certainly has no custom-call op.
 
@@ -119,12 +136,37 @@ def without_locations(data: bytes) -> bytes:
 
 def _parse(ir: Any, data: bytes, path: str | None) -> Any:
     try:
-        module = _compat.module_from_portable_artifact(data)
-        return ir.Module.parse(module) if isinstance(module, str | bytes) else module
+        with _stderr_captured() as captured:
+            module = _compat.module_from_portable_artifact(data)
+            return ir.Module.parse(module) if isinstance(module, str | bytes) else module
     except Exception as e:  # jax raises JaxRuntimeError, MLIRError, ValueError, ... here
+        said = " ".join(captured.getvalue().split())[:300]
         raise CorruptArchiveError(
-            f"a module is not StableHLO that MLIR can read: {type(e).__name__}: {e}", path=path
+            f"a module is not StableHLO that MLIR can read: {type(e).__name__}: {e}"
+            + (f" (MLIR: {said})" if said else ""),
+            path=path,
         ) from None
+
+
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[io.StringIO]:
+    """MLIR's diagnostics, which its C++ side writes to file descriptor 2, kept instead of
+    printed (the caller's error message holds them); other threads' stderr meanwhile too."""
+    captured = io.StringIO()
+    with _STDERR_LOCK, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.write(sink.read(64 * 1024).decode("utf-8", "replace"))
 
 
 def _targets_of(ir: Any, module: Any, path: str | None) -> tuple[str, ...]:

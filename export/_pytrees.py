@@ -21,7 +21,7 @@ from jax import tree_util
 from jax._src.export import _export
 
 from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
-from jaxport.export import _fb, _limits
+from jaxport.export import _conversions, _fb, _limits, _standin
 from jaxport.schema import fb
 
 __all__ = ["decode_pytreedef", "encode_pytreedef", "pytree_paths"]
@@ -95,19 +95,22 @@ def _dict_keys(keys: Sequence[Any]) -> Sequence[str]:
     for k in keys:
         if not isinstance(k, str):
             raise UnsupportedFeatureError(
-                f"only dicts with string keys can be stored; found key {k!r} of type {type(k)}"
+                f"only dicts with string keys can be stored; found key {k!r} of type {type(k)}: "
+                f"{_conversions.STRING_KEYS}"
             )
     return keys
 
 
 def _encode_custom(builder: flatbuffers.Builder, node_data: Any) -> tuple[int, int]:
     node_type, aux = node_data
+    if node_type is _standin.StandIn:  # written back as the node it stands for
+        name, auxdata = aux
+        return builder.CreateString(name), _fb.bytes_vector(builder, auxdata)
     registered = _export.serialization_registry.get(node_type)
     if registered is None:
         raise UnsupportedFeatureError(
-            f"cannot store a pytree with the unregistered node type {node_type}: register it "
-            "with jax.export.register_pytree_node_serialization or "
-            "jax.export.register_namedtuple_serialization"
+            f"cannot store a pytree with the unregistered node type {node_type}: "
+            f"{_conversions.conversion(node_type)}"
         )
     serialized_name, serialize_auxdata = registered
     data = serialize_auxdata(aux)
@@ -131,7 +134,7 @@ def decode_pytreedef(table: fb.PyTreeDef, leaves: Sequence[Any]) -> Any:
             child), a tree over the limits of ``_limits``, or a leaf count that is not
             ``len(leaves)``.
         UnsupportedFeatureError: a custom node whose serialized name this program has not
-            registered.
+            registered (within ``_standin.standins_allowed()``, read as a ``StandIn``).
     """
     nodes = _Nodes(table)
     leaf_iter = iter(leaves)
@@ -265,6 +268,8 @@ def _dict_node_keys(node: Any, n: int) -> tuple[str, ...]:
 def _build_custom(node: Any, children: list[Any]) -> Any:
     name = _fb.read_str(node.CustomName())
     registered = _export.deserialization_registry.get(name)
+    if registered is None and _standin.standins_on():
+        return _standin.StandIn(name, _fb.read_bytes(node, "CustomAuxdata") or b"", children)
     if registered is None:
         raise UnsupportedFeatureError(
             f"the archive has a pytree node {name!r} that this program has not registered: call "

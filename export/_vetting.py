@@ -11,14 +11,15 @@ passed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from jaxport._errors import CorruptArchiveError, UnsafeModuleError
-from jaxport.export import _custom_calls, _module_facts, _modules, _sandbox, _verdicts
+from jaxport.export import _custom_calls, _module_facts, _modules, _newer, _sandbox, _verdicts
 
 __all__ = [
     "BYTECODE_MAGIC",
@@ -44,6 +45,8 @@ class ModulePolicy:
         cache: where verdicts are looked up and kept (default: the local cache).
         sandbox: the worker pool (default: the process's shared one).
         timeout: seconds a module may take in the sandbox (default: ``default_timeout``).
+        writer_jax: the jax version the archive's header names, to tell a module written by
+            a newer jax from a corrupt one (``_newer``).
     """
 
     allowed: frozenset[str]
@@ -51,6 +54,7 @@ class ModulePolicy:
     cache: _verdicts.VerdictCache | None = None
     sandbox: _sandbox.Sandbox | None = None
     timeout: float | None = None
+    writer_jax: str = ""
 
 
 def module_policy(
@@ -100,10 +104,15 @@ def vet_module(
             module whose targets or ``main`` differ from what the header declares.
         UnsafeArchiveError: a host callback, or a custom-call target not allowed.
         UnsafeModuleError: the sandbox's worker crashed or timed out on the module.
+        NewerFormatError: MLIR cannot read a module that a newer jax wrote (its StableHLO
+            version, or the header's jax version, is newer than this installation's).
     """
     where = module_name(order, ref.section, method)
     if policy.trusted:
-        (found,) = _modules.custom_call_targets([data], path=path)
+        with _newer_refused(data, policy, where):
+            if any(_newer.written_newer(data, policy.writer_jax)):  # measured now, not later
+                _modules.check_readable(data, path=path)
+            (found,) = _modules.custom_call_targets([data], path=path)
         _custom_calls.check_module_targets(
             found, ref.custom_call_targets, policy.allowed, vjp_order=order, path=path
         )
@@ -114,7 +123,8 @@ def vet_module(
             f"only from a trusted file: load(..., trusted=True))",
             path=path,
         )
-    facts = module_facts(data, policy, where=where, order=order, section=ref.section, path=path)
+    with _newer_refused(data, policy, where):
+        facts = module_facts(data, policy, where=where, order=order, section=ref.section, path=path)
     _custom_calls.check_module_targets(
         tuple(facts["targets"]), ref.custom_call_targets, policy.allowed, vjp_order=order, path=path
     )
@@ -122,6 +132,18 @@ def vet_module(
         _module_facts.check_facts(facts, fields, where)
     except CorruptArchiveError as e:
         raise CorruptArchiveError(str(e), path=path) from None
+
+
+@contextlib.contextmanager
+def _newer_refused(data: bytes, policy: ModulePolicy, where: str) -> Iterator[None]:
+    """MLIR's refusal of a module, as ``NewerFormatError`` where a newer jax wrote it."""
+    try:
+        yield
+    except CorruptArchiveError as e:
+        newer = _newer.newer_format_error(data, policy.writer_jax, where, str(e))
+        if newer is not None:
+            raise newer from None
+        raise
 
 
 def module_facts(

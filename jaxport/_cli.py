@@ -46,10 +46,12 @@ class _Cli(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from jaxport._cli_output import report_error
+        from jaxport._standins import standins_allowed
 
         as_json = bool(ctx.meta.get(_JSON))
         try:
-            return super().invoke(ctx)
+            with standins_allowed():  # the user's custom pytree nodes are not imported here
+                return super().invoke(ctx)
         except (JaxportError, OSError) as e:
             report_error(e, as_json)
             ctx.exit(1)

@@ -1,15 +1,20 @@
-"""``jaxport run``: a model method, or a function archive's function, on arrays read from an
-``.npz`` file, outputs to another.
+"""``jaxport run``: a model method on arrays read from an ``.npz`` file, outputs to another.
 
-A function's inputs are bound to its positional arguments, in order; a function that takes
-keyword arguments is refused (an ``.npz`` has no way to say which array is which keyword).
-Inputs: the ``.npz`` holds the method's flat inputs (its arguments' leaves, in
-``jax.tree_util`` order): either ``arr_0``, ``arr_1``, ... as ``numpy.savez(f, *arrays)``
-writes them, or keyed by their paths as ``jaxport inspect`` shows them (``[0]``,
-``[1]['mask']``). It is read with ``allow_pickle=False``. Outputs: each leaf of the result is
-named ``out`` followed by its key path (``out``, ``out[0]``, ``out['logits']``) and written with
-``numpy.savez``. ml_dtypes types (bfloat16, float8, int4, ...) have no ``.npz`` code: numpy
-writes them as raw bytes of their width (``|V2``), which ``run`` accepts as inputs of that type.
+A function's inputs are bound to its positional arguments; a function that takes keyword
+arguments is refused (an ``.npz`` has no way to say which array is which keyword).
+Inputs: the ``.npz`` holds the method's flat inputs (its arguments' leaves), each bound by
+its name, never by a guessed order: keyed by its path as ``jaxport inspect`` shows it
+(``[0]``, ``[1]['mask']``), or by its key within its argument (``mask``; ``enc.mask`` for
+``[1]['enc']['mask']``) where no other input has that key; ``arr_0``, ``arr_1``, ... as
+``numpy.savez(f, *arrays)`` writes them are bound by position only where the position is not
+a guess: no dict (or other keyed node) of the inputs has two or more entries, whose order
+jax sorts and a file need not. A file whose keys do not bind every input exactly once is
+refused with the names expected. It is read with ``allow_pickle=False``.
+
+Outputs: each leaf of the result is named ``out`` followed by its key path (``out``,
+``out[0]``, ``out['logits']``) and written with ``numpy.savez``. ml_dtypes types (bfloat16,
+float8, int4, ...) have no ``.npz`` code: numpy writes them as raw bytes of their width
+(``|V2``), which ``run`` accepts as inputs of that type.
 """
 
 from __future__ import annotations
@@ -33,9 +38,7 @@ __all__ = [
     "InputSpec",
     "OutputSummary",
     "aval_text",
-    "call_function",
     "call_method",
-    "function_specs",
     "input_specs",
     "load_inputs",
     "output_arrays",
@@ -51,11 +54,16 @@ _FIRST_VALUES = 3
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """One flat input of a method: its path (``[0]``, ``[1]['w']``), shape (a symbolic
-    dimension is its expression, e.g. ``"b"``) and numpy dtype name."""
+    dimension is its expression, e.g. ``"b"``) and numpy dtype name; ``name``: its key within
+    its argument (``w``, ``enc.mask``; "" when it has none or another input has the same);
+    ``positional``: whether ``arr_<its index>`` binds it (no keyed node of the method's
+    inputs has two or more entries)."""
 
     path: str
     shape: tuple[int | str, ...]
     dtype: str
+    name: str = ""
+    positional: bool = True
 
     def __str__(self) -> str:
         return f"{self.path} {aval_text(self.shape, self.dtype)}"
@@ -126,11 +134,57 @@ def function_specs(exp: Any) -> list[InputSpec]:
 
 
 def _specs(exp: Any, avals: Sequence[Any], *, skip: int) -> list[InputSpec]:
-    paths = _argument_paths(exp.in_tree, len(avals), skip)
+    keys = _argument_keys(exp.in_tree, len(avals), skip)
+    if keys is None:  # a custom node that cannot be rebuilt: flat leaves in jax's order
+        return [
+            InputSpec(f"[{i}]", tuple(_dim(d) for d in a.shape), _dtype_name(a.dtype))
+            for i, a in enumerate(avals)
+        ]
+    from jax import tree_util
+
+    names = [_name(k[1:]) for k in keys]
+    positional = _ordered(keys)
     return [
-        InputSpec(p, tuple(_dim(d) for d in a.shape), _dtype_name(a.dtype))
-        for p, a in zip(paths, avals, strict=True)
+        InputSpec(
+            tree_util.keystr(k),
+            tuple(_dim(d) for d in a.shape),
+            _dtype_name(a.dtype),
+            name if names.count(name) == 1 else "",
+            positional,
+        )
+        for k, a, name in zip(keys, avals, names, strict=True)
     ]
+
+
+def _name(keys: tuple[Any, ...]) -> str:
+    """``enc.mask`` for the keys ``['enc']['mask']``; "" for a bare argument."""
+    from jax import tree_util
+
+    parts = []
+    for k in keys:
+        if isinstance(k, tree_util.DictKey):
+            parts.append(str(k.key))
+        elif isinstance(k, tree_util.SequenceKey):
+            parts.append(str(k.idx))
+        elif isinstance(k, tree_util.GetAttrKey):
+            parts.append(k.name)
+        else:
+            parts.append(str(getattr(k, "key", k)))
+    return ".".join(parts)
+
+
+def _ordered(keys: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether the leaves' order is the one a caller writes them in: every node with two or
+    more children is a list or tuple (jax orders a dict's entries by sorted key, a custom
+    node's as it flattens them)."""
+    from jax import tree_util
+
+    children: dict[tuple[Any, ...], set[Any]] = {}
+    for key in keys:
+        for depth, entry in enumerate(key):
+            if not isinstance(entry, tree_util.SequenceKey):
+                children.setdefault(key[:depth], set()).add(entry)
+    return all(len(c) < 2 for c in children.values())
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -152,20 +206,21 @@ def _argument_trees(in_tree: Any, skip: int = 1) -> list[Any]:
     return list(tree_util.treedef_children(tree_util.treedef_children(in_tree)[0])[skip:])
 
 
-def _argument_paths(in_tree: Any, n: int, skip: int = 1) -> list[str]:
-    """Key paths of the leaves of the arguments after the first ``skip``, as ``[i]...``."""
+def _argument_keys(in_tree: Any, n: int, skip: int = 1) -> list[tuple[Any, ...]] | None:
+    """Key paths of the leaves of the arguments after the first ``skip``, each starting with
+    the argument's index; None when a custom node cannot be rebuilt from placeholders."""
     from jax import tree_util
 
     try:
-        paths = []
+        keys: list[tuple[Any, ...]] = []
         for i, tree in enumerate(_argument_trees(in_tree, skip)):
             leaves = tree_util.tree_flatten_with_path(
                 tree_util.tree_unflatten(tree, [0] * tree.num_leaves)
             )[0]
-            paths += [f"[{i}]{tree_util.keystr(k)}" for k, _ in leaves]
+            keys += [(tree_util.SequenceKey(i), *k) for k, _ in leaves]
     except Exception:  # a custom node that cannot be rebuilt from placeholders
-        paths = []
-    return paths if len(paths) == n else [f"[{i}]" for i in range(n)]
+        return None
+    return keys if len(keys) == n else None
 
 
 def load_inputs(
@@ -192,7 +247,7 @@ def load_inputs(
             order = _order(list(headers), specs)
             if order is None:
                 got = ", ".join(headers) or "no arrays"
-                raise RunError(f"{path}: {takes}; the file holds {got}")
+                raise RunError(f"{path}: {takes}; the file holds {got}{_naming(specs)}")
             pairs = [(headers[key], spec) for key, spec in zip(order, specs, strict=True)]
             for header, spec in pairs:
                 _check_header(header, spec, takes)
@@ -206,12 +261,44 @@ def _takes(what: str, specs: Sequence[InputSpec]) -> str:
     return f"{what} takes {len(specs)} input(s): {listed}"
 
 
+def _naming(specs: Sequence[InputSpec]) -> str:
+    """How the inputs may be named, for a refusal."""
+    if not specs:
+        return ""
+    names = [s.name or s.path for s in specs]
+    ways = f"; name the arrays {', '.join(names)}" + (
+        f" (or by path: {', '.join(s.path for s in specs)})"
+        if names != [s.path for s in specs]
+        else ""
+    )
+    if specs[0].positional:
+        return ways + f", or arr_0..arr_{len(specs) - 1} in that order"
+    return ways + " (arr_0, arr_1, ... would be a guess: jax orders a dict's keys sorted)"
+
+
+def _aliases(index: int, spec: InputSpec) -> set[str]:
+    names = {spec.path}
+    if spec.name:
+        names.add(spec.name)
+    if spec.positional:
+        names.add(f"arr_{index}")
+    return names
+
+
 def _order(keys: list[str], specs: Sequence[InputSpec]) -> list[str] | None:
-    """The file's keys in the method's input order, or None when they are not its inputs."""
-    for order in ([s.path for s in specs], [f"arr_{i}" for i in range(len(specs))]):
-        if sorted(keys) == sorted(order):
-            return order
-    return None
+    """The file's keys in the method's input order, each binding exactly one input by its
+    path, its name or (where not a guess) its position; None when they do not bind every
+    input exactly once."""
+    aliases = [_aliases(i, s) for i, s in enumerate(specs)]
+    bound: list[str | None] = [None] * len(specs)
+    for key in keys:
+        matches = [i for i, names in enumerate(aliases) if key in names]
+        if len(matches) != 1 or bound[matches[0]] is not None:
+            return None
+        bound[matches[0]] = key
+    if any(b is None for b in bound):
+        return None
+    return [b for b in bound if b is not None]
 
 
 def _check_header(header: _npz.NpyHeader, spec: InputSpec, takes: str) -> None:

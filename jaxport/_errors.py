@@ -9,6 +9,8 @@ working for code that does not know jaxport::
     ├── CorruptArchiveError (ValueError)       bytes that are not a well-formed archive
     │   └── IntegrityError                     a sha256 digest does not match its bytes
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
+    │   └── NewerFormatError                   written by a newer jax: a module's StableHLO is
+    │                                          newer than the installed jaxlib reads
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
     │   ├── MissingCustomCallError             calling or compiling a module that calls a
@@ -51,6 +53,7 @@ __all__ = [
     "InvalidNameError",
     "JaxportError",
     "MissingCustomCallError",
+    "NewerFormatError",
     "NotFoundError",
     "ParamsMismatchError",
     "RegistryError",
@@ -115,17 +118,50 @@ class UnsupportedVersionError(JaxportError, ValueError):
 
     Attributes:
         what: which version, e.g. ``"archive format version"`` or ``"calling convention version"``.
-        found_version: the version found.
-        supported: ``(minimum, maximum)`` supported, inclusive.
+        found_version: the version found (a StableHLO version string for a
+            ``NewerFormatError``).
+        supported: ``(minimum, maximum)`` supported, inclusive (strings for a
+            ``NewerFormatError``: ``("", newest StableHLO)``).
     """
 
     def __init__(self, what: str, found_version: int, supported: tuple[int, int], hint: str = ""):
         self.what = what
-        self.found_version = found_version
-        self.supported = supported
+        self.found_version: int | str = found_version
+        self.supported: tuple[int, int] | tuple[str, str] = supported
         lo, hi = supported
         message = f"{what} {found_version} is not supported: this reader supports {lo} to {hi}"
         super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class NewerFormatError(UnsupportedVersionError):
+    """An archive written by a newer jax than the one installed, in a form this one cannot read:
+    a module whose StableHLO version is newer than the installed jaxlib's, or one MLIR cannot
+    parse in an archive whose header says a newer jax wrote it.
+
+    Attributes:
+        writer_jax: the jax version the archive's header names ("" when it names none).
+        installed_jax: the running jax's version.
+        module_stablehlo: the module's StableHLO version ("" when it declares none).
+        installed_stablehlo: the newest StableHLO version the installed jaxlib reads.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        writer_jax: str,
+        installed_jax: str,
+        module_stablehlo: str,
+        installed_stablehlo: str,
+    ):
+        self.what = "StableHLO version"
+        self.found_version = module_stablehlo
+        self.supported = ("", installed_stablehlo)
+        self.writer_jax = writer_jax
+        self.installed_jax = installed_jax
+        self.module_stablehlo = module_stablehlo
+        self.installed_stablehlo = installed_stablehlo
+        JaxportError.__init__(self, message)
 
 
 class UnsupportedFeatureError(JaxportError, ValueError):

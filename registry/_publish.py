@@ -565,12 +565,8 @@ def _golden_blob(items: Sequence[_Item], examples: Any) -> tuple[str, bytes]:
     import jax
 
     from jaxport.audit import Example, encode_examples
-    from jaxport.export._compat import local_platform
 
-    here = local_platform()
-    runner = next(
-        (i.exported for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
-    )
+    runner = next((i.exported for i in items if _runs_here(i.info)), None)
     flat = []
     for example in examples:
         ex = example if isinstance(example, Example) else Example(*example)
@@ -582,10 +578,36 @@ def _golden_blob(items: Sequence[_Item], examples: Any) -> tuple[str, bytes]:
                     "no variant runs here to compute the examples' outputs: pass "
                     "jaxport.Example(args, kwargs, outputs) with the producer's outputs"
                 )
-            outputs = runner.call(*ex.args, **ex.kwargs)
+            outputs = _call_placed(runner, ins)
         flat.append((ins, jax.tree.leaves(outputs)))
     data = encode_examples(flat)
     return hashlib.sha256(data).hexdigest(), data
+
+
+def _runs_here(info: Any) -> bool:
+    """Whether a variant runs in this process: exported for its platform, for at most as many
+    devices as it has (a sharded variant on ``--xla_force_host_platform_device_count`` CPUs
+    included)."""
+    from jaxport.export._compat import local_device_count, local_platform
+
+    here = local_platform()
+    return here in info.platforms and info.nr_devices <= local_device_count(here)
+
+
+def _call_placed(exp: Any, leaves: list[Any]) -> Any:
+    """``exp`` called on flat inputs, placed with its shardings on the local devices when it
+    is sharded (as audits call it)."""
+    import jax
+
+    from jaxport.export._compat import in_shardings_on
+
+    if exp.nr_devices > 1:
+        shardings = in_shardings_on(exp, jax.local_devices())
+        leaves = [
+            a if s is None else jax.device_put(a, s) for a, s in zip(leaves, shardings, strict=True)
+        ]
+    args, kwargs = jax.tree.unflatten(exp.in_tree, leaves)
+    return exp.call(*args, **kwargs)
 
 
 def _model_golden_blob(
@@ -597,12 +619,8 @@ def _model_golden_blob(
 
     from jaxport.audit import Example
     from jaxport.audit._examples import encode_model_examples
-    from jaxport.export._compat import local_platform
 
-    here = local_platform()
-    model = next(
-        (i.model for i in items if here in i.info.platforms and i.info.nr_devices == 1), None
-    )
+    model = next((i.model for i in items if _runs_here(i.info)), None)
     by_method = {}
     for name, calls in examples.items():
         flat = []

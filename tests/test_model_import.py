@@ -196,3 +196,69 @@ def test_missing_library_through_model(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setitem(sys.modules, "orbax.checkpoint", None)
     with pytest.raises(jaxport.UnsupportedFeatureError, match="orbax"):
         jaxport.Model.from_orbax(tmp_path / "ckpt", apply, [X])
+
+
+# -- Orbax: CheckpointManager layouts and train states ----------------------------------------
+
+
+def _train_state() -> dict[str, Any]:
+    """A train state as flax's TrainState and optax's adam save it: moments of the same shapes
+    as the parameters, which must never be taken for them."""
+    p = params()
+    zeros = jax.tree.map(np.zeros_like, p)
+    return {"step": np.int32(7), "params": p, "opt_state": [{"mu": zeros, "nu": zeros}]}
+
+
+def _manager_save(root: Path, steps: dict[int, Any], item_names: tuple[str, ...] = ()) -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    manager = ocp.CheckpointManager(root, item_names=item_names or None)
+    for step, tree in steps.items():
+        if item_names:
+            composite = {n: ocp.args.StandardSave(tree[n]) for n in item_names}
+            manager.save(step, args=ocp.args.Composite(**composite))
+        else:
+            manager.save(step, args=ocp.args.StandardSave(tree))
+    manager.wait_until_finished()
+    manager.close()
+
+
+def test_from_orbax_reads_a_checkpoint_manager_and_takes_the_params(tmp_path: Path) -> None:
+    old = _train_state()
+    old["params"]["scale"] = np.asarray(-1.0, np.float32)
+    _manager_save(tmp_path / "run", {1: old, 2: _train_state()})
+    # the newest step, its "default" item, the train state's params: not its moments
+    model = jaxport.Model.from_orbax(tmp_path / "run", apply, [X])
+    assert [t.path for t in model.tensors] == ["['dense']['b']", "['dense']['w']", "['scale']"]
+    np.testing.assert_array_equal(model.apply(_x()), expected(_x()))
+    first = _import.params_from_orbax(tmp_path / "run", step=1)
+    assert first["scale"] == -1
+    step_dir = _import.params_from_orbax(tmp_path / "run" / "1")  # a step directory itself
+    assert step_dir["scale"] == -1
+    mu = _import.params_from_orbax(tmp_path / "run", subtree="opt_state/0/mu")
+    assert jax.tree.structure(mu) == jax.tree.structure(params())  # type: ignore[operator]
+    whole = _import.params_from_orbax(tmp_path / "run", subtree="")
+    assert set(whole) == {"step", "params", "opt_state"}
+
+
+def test_from_orbax_named_items(tmp_path: Path) -> None:
+    _manager_save(tmp_path / "run", {5: {"state": _train_state(), "extra": {"x": np.ones(2)}}},
+                  item_names=("state", "extra"))  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=r"items \['extra', 'state'\]: pass item="):
+        _import.params_from_orbax(tmp_path / "run")
+    got = _import.params_from_orbax(tmp_path / "run", item="state")
+    np.testing.assert_array_equal(got["dense"]["w"], params()["dense"]["w"])
+    with pytest.raises(FileNotFoundError, match=r"no item 'nope'; its items"):
+        _import.params_from_orbax(tmp_path / "run", item="nope")
+    with pytest.raises(FileNotFoundError, match=r"no step 9; its steps: \[5\]"):
+        _import.params_from_orbax(tmp_path / "run", step=9, item="state")
+
+
+def test_from_orbax_never_stores_optimizer_moments_as_weights(tmp_path: Path) -> None:
+    moments = {"opt_state": _train_state()["opt_state"], "model": params()}
+    _orbax_save(tmp_path / "ckpt", moments)
+    with pytest.raises(jaxport.UnsupportedFeatureError, match=r"optimizer state.*subtree="):
+        _import.params_from_orbax(tmp_path / "ckpt")
+    got = _import.params_from_orbax(tmp_path / "ckpt", subtree="model")
+    np.testing.assert_array_equal(got["dense"]["b"], params()["dense"]["b"])
+    with pytest.raises(FileNotFoundError, match=r"no subtree 'modl' .*\['model', 'opt_state'\]"):
+        _import.params_from_orbax(tmp_path / "ckpt", subtree="modl")

@@ -242,8 +242,9 @@ def test_diff_of_two_model_versions(registry):
     registry.push(one.update_params({**small, "b": np.ones(3, np.float32)}), "d")
     changes = registry.diff("d:1", "d:2")
     assert [(c.what, c.after, c.breaking) for c in changes] == [
-        ("parameter values", "1 changed bytes (sha256)", False)
+        ("parameter values", "1 of 2 tensors changed, 12 bytes", False)
     ]
+    assert changes[0].before == "2 tensors, 48 bytes"
     bigger = {"w": np.ones((3, 4), np.float32), "s": np.ones((), np.float32)}
     two = jaxport.Model(
         bigger,
@@ -331,3 +332,28 @@ def test_pull_of_one_method(registry: Registry, model: jaxport.Model) -> None:
     registry.push(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(3)), "sin")
     with pytest.raises(jaxport.WrongKindError, match="no method 'first'"):
         registry.pull("sin", method="first")
+
+
+def test_push_computes_examples_of_sharded_variants_where_they_run(registry):
+    """A model and a function exported for 8 devices run on the 8 faked CPU devices
+    (``--xla_force_host_platform_device_count=8``, conftest): push computes their examples'
+    outputs, and the audit re-runs them."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    mesh = jax.make_mesh((8,), ("x",))
+    rows = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4),
+                          NamedSharding(mesh, P("x", None)))  # fmt: skip
+    x = np.ones((2, 4), np.float32)
+    model = jaxport.Model({"w": rows}, lambda p, x: x @ p["w"].T,
+                          [jax.ShapeDtypeStruct((2, 4), jnp.float32)])  # fmt: skip
+    assert model.exported["apply"].nr_devices == 8
+    registry.push(model, "sharded", examples={"apply": [jaxport.Example((x,))]})
+    fn = jax.jit(lambda a: a * 2, in_shardings=NamedSharding(mesh, P("x")))
+    exp = jax.export.export(fn)(jax.ShapeDtypeStruct((8,), jnp.float32))
+    registry.push(exp, "sharded-fn", examples=[((np.arange(8, dtype=np.float32),), {})])
+    for name in ("sharded", "sharded-fn"):
+        (finding,) = registry.audit(name)
+        assert finding.status == "ok" and "matches 1 example" in finding.reason, finding
