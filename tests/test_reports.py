@@ -171,8 +171,10 @@ def test_deleted_names_vanish_and_auditing_them_fails(env, tmp_path):
         ["audit", "--matrix", "--timeout", "5"],
         ["audit", "--matrix", "--no-store"],
         ["audit", "--upgrade-to", "/bin/sh", "--python", "/bin/sh"],
-        ["audit", "--upgrade-to", "0.7.0", "--no-store"],
-        ["audit", "--upgrade-to", "0.7.0", "--timeout", "5"],
+        ["audit", "--upgrade-to", "0.7.0", "--force"],
+        ["audit", "--upgrade-to", "0.7.0", "--static"],
+        ["audit", "--upgrade-to", "0.7.0", "--jax", "0.7.0"],
+        ["audit", "--matrix", "--static"],
         ["ls", "a", "--after", "b:1"],
     ],
 )
@@ -252,7 +254,10 @@ def test_run_runs_a_function_archive(env, tmp_path):
 
     fn = _save(tmp_path, "f", f, ("cpu",), jnp.zeros(4), {"a": jnp.zeros(4), "b": jnp.zeros(4)})
     x, a, b = (np.full(4, v, np.float32) for v in (1, 2, 3))
-    np.savez(tmp_path / "in.npz", x, a, b)  # by position: arr_0, arr_1, arr_2
+    np.savez(tmp_path / "in.npz", **{"[0]": x, "a": a, "b": b})  # by path, or by unique key
+    np.savez(tmp_path / "guess.npz", x, a, b)  # arr_0..2: the dict's order would be a guess
+    guess = run(env, "run", str(fn), "-i", str(tmp_path / "guess.npz"), code=1).err
+    assert guess.startswith("RunError: ") and "would be a guess" in guess
     out = tmp_path / "out.npz"
     ran = run(env, "run", str(fn), "-i", str(tmp_path / "in.npz"), "-o", str(out), "--json").json()
     assert (ran["kind"], ran["method"], ran["path"]) == ("function", "f", str(out))
