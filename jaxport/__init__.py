@@ -22,7 +22,10 @@ from jaxport._errors import (
     IntegrityError,
     InvalidNameError,
     JaxportError,
+    JaxportWarning,
     NotFoundError,
+    OutsideJaxWindowError,
+    OutsideJaxWindowWarning,
     ParamsMismatchError,
     RegistryError,
     RunError,
@@ -38,6 +41,7 @@ from jaxport._version import __version__
 
 if TYPE_CHECKING:
     from jaxport._signing import sign_file, verify_file
+    from jaxport._window import JaxWindow, jax_window
     from jaxport.audit import AuditResult, Change, Example, Finding, UpgradeRow
     from jaxport.export import (
         FORMAT_VERSION,
@@ -74,6 +78,7 @@ if TYPE_CHECKING:
         SignatureCheck,
         SignaturePolicy,
         VariantInfo,
+        VariantWindow,
         VerifyReport,
     )
 
@@ -119,11 +124,13 @@ _LAZY = {
             "SignatureCheck",
             "SignaturePolicy",
             "VariantInfo",
+            "VariantWindow",
             "VerifyReport",
         ],
         "jaxport.registry",
     ),
     **dict.fromkeys(["sign_file", "verify_file"], "jaxport._signing"),
+    **dict.fromkeys(["JaxWindow", "jax_window"], "jaxport._window"),
 }
 
 __all__ = [
@@ -145,11 +152,15 @@ __all__ = [
     "GcReport",
     "IntegrityError",
     "InvalidNameError",
+    "JaxWindow",
     "JaxportError",
+    "JaxportWarning",
     "MethodInfo",
     "Model",
     "ModuleInfo",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "PushResult",
     "Ref",
@@ -171,11 +182,13 @@ __all__ = [
     "UnsupportedVersionError",
     "UpgradeRow",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "WrongKindError",
     "__version__",
     "dumps",
     "inspect",
+    "jax_window",
     "load",
     "load_model",
     "loads",

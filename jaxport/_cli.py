@@ -10,6 +10,7 @@ stderr. jax, SQLAlchemy and rich are imported only by the commands that use them
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -419,7 +420,7 @@ def search(
 @json_option
 @pass_ctx
 def show(ctx: _Context, reference: str, as_json: bool) -> None:
-    """Show a version: time, metadata, aliases, variants.
+    """Show a version: time, metadata, aliases, variants, their jax window.
 
     REFERENCE names it (a bare NAME: the newest version).
     """
@@ -429,7 +430,9 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
         ref = reg.get(reference)
         aliases = {a: v for a, v in reg.aliases(ref.name).items() if v == ref.version}
         signatures = reg.signatures(f"{ref.name}:{ref.version}")
-    _emit(as_json, {"ref": ref, "aliases": aliases, "signatures": signatures}, ref_panel)
+        windows = reg.windows(f"{ref.name}:{ref.version}")
+    document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows}
+    _emit(as_json, document, ref_panel)
 
 
 @main.command("inspect")
@@ -439,7 +442,8 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     """Inspect an archive's header (no registry).
 
     FILE's signature, shardings, platforms, versions, custom calls and section sizes; of a
-    model archive, its methods (signature, platforms, devices, VJP order) and parameters.
+    model archive, its methods (signature, platforms, devices, VJP order) and parameters; and
+    where it stands in jax's 6-month compatibility window, for the jax installed here.
     """
     from jaxport import inspect
     from jaxport._cli_render import info_tables
@@ -591,6 +595,13 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
     metavar="RELEASE|PYTHON",
     help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
+@click.option(
+    "--expiring-before",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    metavar="YYYY-MM-DD",
+    help="List the variants whose jax 6-month window ends before this date (and those whose "
+    "end is unknown); runs nothing, exits 0.",
+)
 @click.option("--no-store", is_flag=True, help="Do not record the findings.")
 @_timeout_option("Seconds one variant's audit may take before it is killed (a crash).")
 @json_option
@@ -602,6 +613,7 @@ def audit(
     python: str | None,
     matrix: bool,
     upgrade_to: str | None,
+    expiring_before: datetime.datetime | None,
     no_store: bool,
     timeout: float,
     as_json: bool,
@@ -611,12 +623,20 @@ def audit(
     REFERENCE names what to audit (default: everything). Statuses: ok, incompatible,
     compile-error, mismatch, error, crash, not-run (could not be measured here: no such
     device, too few devices). Exit 1 when a measured status is not ok (or, with --upgrade-to,
-    when one would break); not-run alone exits 0.
+    when one would break); not-run alone exits 0. --expiring-before DATE audits nothing: it
+    lists the variants whose jax window ends before DATE (with the newest jax an audit found
+    each ok under) and exits 0.
     """
     from jaxport._cli_render import findings_table, matrix_table, upgrade_table
 
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
     with ctx.registry() as reg:
+        if expiring_before is not None:
+            from jaxport._cli_window import windows_table
+
+            rows = reg.windows(reference, expiring_before=expiring_before.date())
+            _emit(as_json, rows, windows_table)
+            return
         if upgrade_to:
             rows = reg.upgrade_report(upgrade_to, reference, platform=platform, store=not no_store)
             _emit(as_json, rows, upgrade_table)

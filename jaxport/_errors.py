@@ -9,6 +9,8 @@ working for code that does not know jaxport::
     ├── CorruptArchiveError (ValueError)       bytes that are not a well-formed archive
     │   └── IntegrityError                     a sha256 digest does not match its bytes
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
+    ├── OutsideJaxWindowError (ValueError)     refused by ``outside_window="refuse"``: written by
+    │                                          a jax past jax's 6-month compatibility window
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
     │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
@@ -34,9 +36,17 @@ working for code that does not know jaxport::
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
                                                model (also by ``jaxport run``): the message
                                                names the call to use
+
+One warning class, for what loads but is worth knowing::
+
+    JaxportWarning (UserWarning)
+    └── OutsideJaxWindowWarning                loaded an archive that jax's own 6-month window
+                                               no longer covers (``outside_window="warn"``)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AuditError",
@@ -45,7 +55,10 @@ __all__ = [
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "JaxportWarning",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "RegistryError",
     "RunError",
@@ -120,6 +133,22 @@ class UnsupportedVersionError(JaxportError, ValueError):
         lo, hi = supported
         message = f"{what} {found_version} is not supported: this reader supports {lo} to {hi}"
         super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class OutsideJaxWindowError(JaxportError, ValueError):
+    """Refused (``outside_window="refuse"``): the archive was written by a jax release more
+    than 6 months before the running jax's, outside jax's backward-compatibility window
+    (``jaxport._window``).
+
+    Attributes:
+        window: the archive's ``JaxWindow`` (producer, dates, the running jax).
+        path: the file read, when the archive came from a file.
+    """
+
+    def __init__(self, message: str, *, window: Any, path: str | None = None):
+        self.window = window
+        self.path = path
+        super().__init__(message)
 
 
 class UnsupportedFeatureError(JaxportError, ValueError):
@@ -262,3 +291,12 @@ class WrongKindError(RegistryError, TypeError):
     def __init__(self, message: str, *, found: str):
         self.found = found
         super().__init__(message)
+
+
+class JaxportWarning(UserWarning):
+    """Base class of every warning jaxport emits."""
+
+
+class OutsideJaxWindowWarning(JaxportWarning):
+    """An archive was loaded although jax's 6-month backward-compatibility window no longer
+    covers it: jax does not promise to run it (``loads(..., outside_window="warn")``)."""

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         VariantInfo,
         VerifyReport,
     )
+    from jaxport.registry._windows import VariantWindow
 
 _LAZY = {
     **dict.fromkeys(
@@ -70,6 +71,7 @@ _LAZY = {
         ],
         "jaxport.registry._types",
     ),
+    "VariantWindow": "jaxport.registry._windows",
 }
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "SignaturePolicy",
     "Stray",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "default_home",
     "default_url",

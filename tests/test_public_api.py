@@ -34,11 +34,15 @@ PUBLIC = [
     "GcReport",
     "IntegrityError",
     "InvalidNameError",
+    "JaxWindow",
     "JaxportError",
+    "JaxportWarning",
     "MethodInfo",
     "Model",
     "ModuleInfo",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "PushResult",
     "Ref",
@@ -60,11 +64,13 @@ PUBLIC = [
     "UnsupportedVersionError",
     "UpgradeRow",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "WrongKindError",
     "__version__",
     "dumps",
     "inspect",
+    "jax_window",
     "load",
     "load_model",
     "loads",
@@ -116,6 +122,7 @@ def test_error_hierarchy():
         "CorruptArchiveError": (jaxport.JaxportError, ValueError),
         "IntegrityError": (jaxport.CorruptArchiveError,),
         "UnsupportedVersionError": (jaxport.JaxportError, ValueError),
+        "OutsideJaxWindowError": (jaxport.JaxportError, ValueError),
         "UnsupportedFeatureError": (jaxport.JaxportError, ValueError),
         "UnsafeArchiveError": (jaxport.UnsupportedFeatureError,),
         "UnsafeModuleError": (jaxport.UnsafeArchiveError,),
@@ -142,6 +149,13 @@ def test_error_hierarchy():
         assert name in (_errors.__doc__ or ""), f"{name} is missing from the drawn tree"
 
 
+def test_warning_hierarchy():
+    """The warnings drawn at the top of jaxport/_errors.py."""
+    assert issubclass(jaxport.JaxportWarning, UserWarning)
+    assert issubclass(jaxport.OutsideJaxWindowWarning, jaxport.JaxportWarning)
+    assert "OutsideJaxWindowWarning" in (_errors.__doc__ or "")
+
+
 def test_versions():
     assert jaxport.MIN_SUPPORTED_FORMAT_VERSION <= jaxport.FORMAT_VERSION
     assert jaxport.FORMAT_VERSION <= jaxport.MAX_SUPPORTED_FORMAT_VERSION
@@ -153,6 +167,7 @@ def test_versions():
         ("import jaxport", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport.export", ("sqlalchemy", "alembic")),
         ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
+        ("import jaxport._window", ("jax", "sqlalchemy", "alembic")),
         ("from jaxport.registry import Registry", ("jax", "alembic")),
     ],
 )
