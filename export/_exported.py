@@ -230,7 +230,7 @@ def _decode_level(
         "in_avals": in_avals,
         "out_tree": _decode_tree(table.OutTree(), "out_tree", out_avals),
         "out_avals": out_avals,
-        "_has_named_shardings": table.HasNamedShardings(),
+        "_has_named_shardings": _has_named_shardings(table, in_hlo + out_hlo),
         "_in_named_shardings": in_named,
         "_out_named_shardings": out_named,
         "in_shardings_hlo": in_hlo,
@@ -348,6 +348,13 @@ _FIELDS = {
     "in_shardings": "Exported.InShardings",
     "out_shardings": "Exported.OutShardings",
 }
+
+
+def _has_named_shardings(table: fb.Exported, hlo: tuple[Any, ...]) -> bool:
+    """The archive's flag; also True when every sharding is unspecified (None is None in
+    either form), so that an Exported written by jax < 0.9 (no named shardings) is one a jax
+    >= 0.9.2 can ``serialize`` (it refuses an Exported without named shardings)."""
+    return bool(table.HasNamedShardings()) or all(h is None for h in hlo)
 
 
 def _decode_shardings(

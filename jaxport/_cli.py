@@ -11,6 +11,7 @@ stderr. jax, SQLAlchemy and rich are imported only by the commands that use them
 from __future__ import annotations
 
 import datetime
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,27 @@ def main(ctx: click.Context, url: str | None, blobs: str | None) -> None:
     sha256:HEX (at least 6 hex digits, e.g. the short form the tables show).
     """
     ctx.obj = _Context(url, blobs)
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """jaxport's warnings as ``Type: message`` on stderr, like its errors (no source line)."""
+    from jaxport._errors import JaxportWarning
+
+    if issubclass(category, JaxportWarning):
+        click.echo(f"{category.__name__}: {message}", err=True)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
 
 
 def _emit(as_json: bool, data: Any, render: Any) -> None:
@@ -284,7 +306,7 @@ def pull(
     if fmt == "jax" and method is None:
         from jaxport import loads
 
-        data = bytes(loads(data).serialize(vjp_order=chosen.vjp_order))
+        data = _jax_native(loads(data), chosen.vjp_order)
     write_output(target, data)
     if target != STDOUT:
         _emit(as_json, _pulled_facts(target, len(data), fmt, chosen), _pulled)
@@ -302,8 +324,28 @@ def _method_archive(reg: Any, chosen: Any, method: str, fmt: str) -> bytes:
     exported = reg.pull(f"sha256:{chosen.digest}", method=method)
     vjp_order = next((m.vjp_order for m in chosen.methods if m.name == method), 0)
     if fmt == "jax":
-        return bytes(exported.serialize(vjp_order=vjp_order))
+        return _jax_native(exported, vjp_order)
     return bytes(dumps(exported, vjp_order=vjp_order))
+
+
+def _jax_native(exported: Any, vjp_order: int) -> bytes:
+    """``Exported.serialize``, whose refusals (e.g. jax >= 0.9.2 of an Exported sharded in
+    the HloSharding form only, as jax < 0.9 wrote it) are an ``UnsupportedFeatureError``."""
+    from jaxport._errors import UnsupportedFeatureError
+
+    try:
+        return bytes(exported.serialize(vjp_order=vjp_order))
+    except (ValueError, NotImplementedError) as e:
+        raise UnsupportedFeatureError(
+            f"jax {_jax_version()} cannot write this variant in its own format: "
+            f"{str(e).rstrip('.')}; pull it as a jaxport archive (--format jaxport)"
+        ) from e
+
+
+def _jax_version() -> str:
+    import jax
+
+    return str(jax.__version__)
 
 
 def _resolve(reg: Any, reference: str, platform: str | None, devices: int | None) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -54,13 +55,20 @@ def read(src: Path) -> None:
     expected = {name: fn for name, _, fn in cases()}
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
     for path in sorted(src.glob("*.jaxport")):
-        exp = jaxport.load(path)
+        window = jaxport.inspect(path).window
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", jaxport.OutsideJaxWindowWarning)
+            exp = jaxport.load(path)
+        # Outside jax's 6-month window (jaxport._window) loading warns, and only then.
+        warned = any(issubclass(w.category, jaxport.OutsideJaxWindowWarning) for w in caught)
+        assert window is not None and warned == (window.within_window is False), (path, window)
         x = jax.device_put(X, exp.in_shardings_jax(mesh)[0]) if exp.nr_devices > 1 else X
         np.testing.assert_allclose(exp.call(x), expected[path.stem](X), rtol=1e-6)
         g = jax.grad(lambda x, exp=exp: exp.call(x).sum())(x)
         assert g.shape == X.shape
-        info = jaxport.inspect(path)
-        print(f"  ok {path.name}: written by jax {info.jax_version}, read by jax {jax.__version__}")
+        past = f", outside jax's window since {window.window_ends}" if warned else ""
+        written = f"written by jax {window.jax_version}"
+        print(f"  ok {path.name}: {written}, read by jax {jax.__version__}{past}")
 
 
 if __name__ == "__main__":

@@ -266,3 +266,28 @@ def test_cli_show_and_expiring_before(cli_env, tmp_path):
     later = json.loads(_run(cli_env, "audit", "new", "--expiring-before", "2100-01-01", "--json"))
     assert [r["name"] for r in later] == ["new"]
     _run(cli_env, "audit", "--expiring-before", "soon", code=2)  # a usage error, no traceback
+
+
+def test_cli_pull_as_jax_bytes_past_the_window(cli_env, tmp_path):
+    """A jax 0.7.0 archive, pulled as jax-native bytes by the installed jax: unsharded ones
+    always (jax >= 0.9.2 refuses to serialize an Exported without named shardings: all-None
+    shardings are read as named); a sharded one, or a typed error, never a traceback."""
+    sharded = OLD.with_name("sharded.jaxport")
+    assert jaxport.inspect(sharded).window == jax_window("0.7.0", sharded=True)
+    _run(cli_env, "push", str(OLD), "--name", "old")
+    _run(cli_env, "push", str(sharded), "--name", "old-sharded")
+    out = tmp_path / "old.jaxexport"
+    _run(cli_env, "pull", "old", "--format", "jax", "-o", str(out))
+    exp = jax.export.deserialize(bytearray(out.read_bytes()))
+    np.testing.assert_allclose(exp.call(X), 2 * np.sin(X), rtol=1e-6)
+    proc = subprocess.run(
+        [JAXPORT, "pull", "old-sharded", "--format", "jax", "-o", str(tmp_path / "s.jaxexport")],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Traceback" not in proc.stderr
+    if proc.returncode:
+        assert "\nUnsupportedFeatureError: jax " in proc.stderr, proc.stderr  # after the warning
+        assert "--format jaxport" in proc.stderr
