@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import jaxport
+from _helpers import skip_unless_it_crashes
 from jaxport.export import _modules, _sandbox, _verdicts, _vetting
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
@@ -133,6 +134,7 @@ def _never(*args: Any, **kwargs: Any) -> Any:
 
 
 def test_a_native_crash_is_a_typed_error_and_the_pool_recovers() -> None:
+    skip_unless_it_crashes(CRASHER)
     data = CRASHER.read_bytes()
     pool = _sandbox.default_sandbox()
     for _ in range(2):
@@ -160,6 +162,7 @@ def _primal_module(data: bytes) -> bytes:
 
 
 def test_a_worker_killed_by_a_module_is_replaced() -> None:
+    skip_unless_it_crashes(CRASHER)
     pool = _sandbox.Sandbox(size=1)
     try:
         with pytest.raises(_sandbox.SandboxFailure, match="SIGSEGV"):
@@ -305,6 +308,7 @@ def test_jax_native_bytes_around_a_crashing_module_never_reach_this_process(
 ) -> None:
     """jax's own reader does not look into the module; converting it (``dumps`` looks for
     custom calls) or the sandbox afterwards meets the crasher, never this process."""
+    skip_unless_it_crashes(CRASHER)
     base = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((3,), jnp.float32))
     module = _primal_module(CRASHER.read_bytes())
     native = dataclasses.replace(base, mlir_module_serialized=module).serialize()
