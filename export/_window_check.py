@@ -46,12 +46,18 @@ def check_header_window(head: ArchiveHeader, policy: str, *, path: str | None) -
 
 
 def _exported_tables(head: ArchiveHeader) -> list[fb.Exported]:
+    """The function's Exported table, or each model method's, each once (methods may share
+    one: it is scanned once, as the header budget allows)."""
     model = head.archive.Model()
     if model is None:
         table = head.archive.Exported()
         return [table] if table is not None else []
-    tables = [m.Exported() for m in _fb.read_tables(model, "Methods")]
-    return [t for t in tables if t is not None]
+    tables: dict[int, fb.Exported] = {}
+    for m in _fb.read_tables(model, "Methods"):
+        table = m.Exported()
+        if table is not None:
+            tables.setdefault(table._tab.Pos, table)
+    return list(tables.values())
 
 
 def _sharded(table: fb.Exported) -> bool:

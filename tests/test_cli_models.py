@@ -118,7 +118,7 @@ MODEL_KEYS = {
     "calling_convention_version", "custom_call_targets", "format_version", "header_length",
     "header_sha256", "jax_version", "jaxlib_version", "jaxport_version", "kind", "metadata",
     "methods", "modules", "nr_devices", "platforms", "sections", "tensors", "total_length",
-    "vjp_order",
+    "vjp_order", "window",
 }  # fmt: skip
 
 
