@@ -94,11 +94,12 @@ def check_archive(data: bytes) -> AuditResult:
         checks["custom calls (modules)"] = ", ".join(sorted({t for m in targets for t in m}))
         allowed = _auditable_targets(info)
         if info.kind == "model":
-            model = loads_model(data, allow_custom_calls=allowed)
+            model = loads_model(data, allow_custom_calls=allowed, outside_window="allow")
             _ = model.params  # every tensor read and checked against its sha256
             chains = [(exp, model.vjp_orders[n]) for n, exp in model.exported.items()]
         else:
-            chains = [(loads(data, allow_custom_calls=allowed), info.vjp_order)]
+            exp = loads(data, allow_custom_calls=allowed, outside_window="allow")
+            chains = [(exp, info.vjp_order)]
         for exp, vjp_order in chains:
             for _ in range(vjp_order):
                 exp = exp.vjp()
@@ -133,7 +134,7 @@ def _audit(
     try:
         # Compiling is what measures a custom call, so every target the header names is let
         # through, except host callbacks, which no archive may call (export/_custom_calls.py).
-        exp = loads(data, allow_custom_calls=_auditable_targets(info))
+        exp = loads(data, allow_custom_calls=_auditable_targets(info), outside_window="allow")
     except UnsupportedVersionError as e:
         return "incompatible", str(e)
     except JaxportError as e:
@@ -177,7 +178,9 @@ def _audit_model(
     """Steps 3 and 4 for a model: load it (every tensor verified), compile each method, re-run
     each method's stored examples."""
     try:
-        model = loads_model(data, allow_custom_calls=_auditable_targets(info))
+        model = loads_model(
+            data, allow_custom_calls=_auditable_targets(info), outside_window="allow"
+        )
         _ = model.params  # reads every tensor and checks its sha256
     except UnsupportedVersionError as e:
         return "incompatible", str(e)

@@ -23,6 +23,7 @@ from jaxport.export._exported import (
 )
 from jaxport.export._verdicts import VerdictCache
 from jaxport.export._versions import FUNCTION_FORMAT_VERSION
+from jaxport.export._window_check import check_header_window
 from jaxport.schema import FILE_IDENTIFIER, fb
 
 if TYPE_CHECKING:
@@ -282,6 +283,7 @@ def loads(
     path: str | None = None,
     trusted: bool = False,
     verdicts: VerdictCache | None = None,
+    outside_window: str = "warn",
 ) -> Exported:
     """Deserializes a jaxport archive into a ``jax.export.Exported``.
 
@@ -307,6 +309,11 @@ def loads(
             first, and MLIR text modules are accepted. Never for archives from others.
         verdicts: where the sandbox's verdicts are looked up and kept (default: the local
             cache, ``$JAXPORT_CACHE``; a registry passes its own).
+        outside_window: an archive written by a jax release more than 6 months older than
+            the running jax's (outside jax's backward-compatibility window, ``jax_window``;
+            ``jax.export.deserialize`` of jax >= 0.11.1 refuses such exports, jaxport reads its
+            own format): ``"warn"`` (default, an ``OutsideJaxWindowWarning``), ``"refuse"`` or
+            ``"allow"``. Checked after the header, before any module is read.
 
     Every module is MLIR bytecode, parsed first in a sandbox worker process
     (``jaxport.export.Sandbox``: jaxlib alone, an address-space and a time limit) and checked
@@ -329,13 +336,16 @@ def loads(
             read it, or its custom-call targets or ``main`` differ from what the header says.
         UnsafeModuleError: the sandbox's worker crashed or hung on a module (it is never
             parsed in this process).
+        OutsideJaxWindowError: outside jax's window, and ``outside_window="refuse"``.
         TypeError: ``allow_custom_calls`` is a single string, or holds something else than str.
+        ValueError: an ``outside_window`` other than "warn", "refuse", "allow".
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"loads expects bytes, got {type(data).__name__}")
     policy = _vetting.module_policy(allow_custom_calls, trusted=trusted, verdicts=verdicts)
     view = memoryview(data).cast("B")
     head = read_header(view, len(view), path=path)
+    check_header_window(head, outside_window, path=path)
     policy = dataclasses.replace(policy, writer_jax=writer_jax(head))
     reader = _container.SectionReader(
         view[head.payload_start :],
@@ -435,6 +445,7 @@ def load(
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
     trusted: bool = False,
     verdicts: VerdictCache | None = None,
+    outside_window: str = "warn",
 ) -> Exported:
     """Reads the archive at ``path``; see ``loads`` for the arguments, checks and errors.
 
@@ -443,7 +454,8 @@ def load(
         CorruptArchiveError: also a path that is not a regular file (a FIFO, a device), or one
             over 64 GiB, refused before anything is read.
         IntegrityError, UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError,
-            TypeError: see ``loads``; their message names the file.
+            OutsideJaxWindowError, TypeError, ValueError: see ``loads``; their message names
+            the file.
     """
     data = read_regular(path, CorruptArchiveError)
     return loads(
@@ -454,4 +466,5 @@ def load(
         path=str(path),
         trusted=trusted,
         verdicts=verdicts,
+        outside_window=outside_window,
     )

@@ -1,11 +1,13 @@
-"""Every difference between the jax releases jaxport supports (0.7.0 to 0.10.x), in one place.
+"""Every difference between the jax releases jaxport supports (0.7.0 to 0.12.x), in one place.
 
 The rest of jaxport reads and builds ``jax.export.Exported`` objects only through these
 functions. What changes across releases:
 
 - ``Exported`` gained ``_has_named_shardings`` / ``_in_named_shardings`` /
   ``_out_named_shardings`` (named shardings over abstract meshes) in jax 0.9; before that only
-  ``in_shardings_hlo`` / ``out_shardings_hlo`` (HloSharding) exist.
+  ``in_shardings_hlo`` / ``out_shardings_hlo`` (HloSharding) exist. jax 0.11.1 dropped the
+  ``_has_named_shardings`` flag: every Exported has named shardings, and the HloSharding
+  fields are all None ("not used anymore starting 3/17/2026").
 - ``AbstractMesh`` gained ``abstract_device`` (0.8); ``AbstractDevice`` gained ``platform``
   (0.10).
 - ``jax._src.lib`` exposes the MLIR helpers as ``_jax`` (new) or ``xla_extension`` (old).
@@ -28,6 +30,7 @@ from jax._src.export import _export
 __all__ = [
     "HAS_NAMED_SHARDINGS",
     "KNOWN_PLATFORMS",
+    "READS_HLO_SHARDINGS",
     "calling_convention_range",
     "exported_named_shardings",
     "hlo_sharding_to_proto",
@@ -50,7 +53,11 @@ __all__ = [
 
 _EXPORTED_FIELDS = frozenset(f.name for f in dataclasses.fields(_export.Exported))
 #: Whether the running jax's Exported carries named shardings (jax >= 0.9).
-HAS_NAMED_SHARDINGS = "_has_named_shardings" in _EXPORTED_FIELDS
+HAS_NAMED_SHARDINGS = "_in_named_shardings" in _EXPORTED_FIELDS
+#: Whether it also says so in a flag (jax 0.9 .. 0.11.0); from 0.11.1 they always are.
+_HAS_NAMED_FLAG = "_has_named_shardings" in _EXPORTED_FIELDS
+#: Whether the running jax calls an Exported by its HloShardings (jax < 0.11.1).
+READS_HLO_SHARDINGS = not HAS_NAMED_SHARDINGS or _HAS_NAMED_FLAG
 
 
 #: The platform names ``jax.export`` accepts (``Exported.platforms``).
@@ -112,7 +119,8 @@ def exported_named_shardings(exp: Any) -> tuple[bool, tuple[Any, ...], tuple[Any
     """``(has_named_shardings, in_named, out_named)`` of an Exported; all None before jax 0.9."""
     if not HAS_NAMED_SHARDINGS:
         return False, (None,) * len(exp.in_avals), (None,) * len(exp.out_avals)
-    return exp._has_named_shardings, exp._in_named_shardings, exp._out_named_shardings
+    has_named = exp._has_named_shardings if _HAS_NAMED_FLAG else True
+    return has_named, exp._in_named_shardings, exp._out_named_shardings
 
 
 def make_exported(cls: Any = None, **fields: Any) -> Any:

@@ -226,6 +226,8 @@ def _decode_level(
     out_avals = _decode_avals(table, "out_avals", decoder)
     in_named, in_hlo = _decode_shardings(table, "in_shardings", in_avals, meshes)
     out_named, out_hlo = _decode_shardings(table, "out_shardings", out_avals, meshes)
+    nr_devices = _decode_nr_devices(table)
+    _check_hlo_only_shardings(in_named + out_named, in_hlo + out_hlo, nr_devices)
     in_avals = _with_shardings(in_avals, in_named, "in_avals")
     out_avals = _with_shardings(out_avals, out_named, "out_avals")
     module = _decode_module(table, check_module)
@@ -239,12 +241,12 @@ def _decode_level(
         "in_avals": in_avals,
         "out_tree": _decode_tree(table.OutTree(), "out_tree", out_avals),
         "out_avals": out_avals,
-        "_has_named_shardings": table.HasNamedShardings(),
+        "_has_named_shardings": _has_named_shardings(table, in_hlo + out_hlo),
         "_in_named_shardings": in_named,
         "_out_named_shardings": out_named,
         "in_shardings_hlo": in_hlo,
         "out_shardings_hlo": out_hlo,
-        "nr_devices": _decode_nr_devices(table),
+        "nr_devices": nr_devices,
         "platforms": platforms,
         "ordered_effects": _decode_effects(table, "ordered_effects"),
         "unordered_effects": _decode_effects(table, "unordered_effects"),
@@ -358,6 +360,29 @@ _FIELDS = {
     "in_shardings": "Exported.InShardings",
     "out_shardings": "Exported.OutShardings",
 }
+
+
+def _check_hlo_only_shardings(
+    named: tuple[Any, ...], hlo: tuple[Any, ...], nr_devices: int
+) -> None:
+    """Refuses what the running jax would run on the wrong devices: shardings in the
+    HloSharding form only (as jax < 0.9 wrote them) for several devices, under a jax >= 0.11.1,
+    which ignores that form (its own ``deserialize`` refuses such exports as expired)."""
+    if _compat.READS_HLO_SHARDINGS or nr_devices <= 1:
+        return
+    if any(h is not None for h in hlo) and all(n is None for n in named):
+        raise UnsupportedFeatureError(
+            f"shardings for {nr_devices} devices in the HloSharding form only (written by jax "
+            f"< 0.9): jax {_compat.jax_versions()[0]} ignores that form (it has named "
+            "shardings only since 0.11.1); load it with jax < 0.11.1, or export it again"
+        )
+
+
+def _has_named_shardings(table: fb.Exported, hlo: tuple[Any, ...]) -> bool:
+    """The archive's flag; also True when every sharding is unspecified (None is None in
+    either form), so that an Exported written by jax < 0.9 (no named shardings) is one a jax
+    >= 0.9.2 can ``serialize`` (it refuses an Exported without named shardings)."""
+    return bool(table.HasNamedShardings()) or all(h is None for h in hlo)
 
 
 def _decode_shardings(

@@ -10,6 +10,7 @@ from typing import Any
 
 from jaxport._errors import CorruptArchiveError
 from jaxport._files import open_regular
+from jaxport._window import JaxWindow
 from jaxport.export import (
     _archive,
     _container,
@@ -23,6 +24,7 @@ from jaxport.export import (
 )
 from jaxport.export._dtypes import dtype_name
 from jaxport.export._tensors import TensorInfo
+from jaxport.export._window_check import header_window
 from jaxport.schema import fb
 
 __all__ = [
@@ -114,6 +116,10 @@ class ArchiveInfo:
     any method needs, ``calling_convention_version`` the oldest and ``vjp_order`` the lowest
     any method has, ``modules`` every method's, and the function fields (``fun_name``, the
     avals, constraints, effects, disabled checks, ``uses_global_constants``) are empty.
+
+    ``window``: where the archive stands in jax's 6-month backward-compatibility window,
+    judged against the installed jax (``jaxport.jax_window``; its ``last_known_release`` is
+    None here: audits live in a registry). ``inspect`` always fills it in.
     """
 
     format_version: int
@@ -142,6 +148,7 @@ class ArchiveInfo:
     kind: str = "function"
     methods: tuple[MethodInfo, ...] = ()
     tensors: tuple[TensorInfo, ...] = ()
+    window: JaxWindow | None = None
 
 
 def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> ArchiveInfo:
@@ -274,6 +281,7 @@ def _common_info(head: _archive.ArchiveHeader) -> dict[str, Any]:
         "header_length": head.preamble.header_length,
         "header_sha256": head.preamble.header_sha256.hex(),
         "total_length": head.total_length,
+        "window": header_window(head),
         "sections": tuple(
             SectionInfo(
                 s.offset,

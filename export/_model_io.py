@@ -20,6 +20,7 @@ from jaxport.export._model import Model
 from jaxport.export._tensor_store import TensorStore
 from jaxport.export._tensors import TensorInfo
 from jaxport.export._verdicts import VerdictCache
+from jaxport.export._window_check import check_header_window
 from jaxport.schema import fb
 
 __all__ = ["load_model", "loads_model", "open_model"]
@@ -34,13 +35,14 @@ def loads_model(
     path: str | None = None,
     trusted: bool = False,
     verdicts: VerdictCache | None = None,
+    outside_window: str = "warn",
 ) -> Model:
     """The model in a model archive's bytes; tensors are views of ``data``, read lazily.
 
     Checks everything ``jaxport.loads`` checks of each method, and that the tensors match the
     parameter tree and every method's first argument. Each tensor's sha256 is checked when it
     is first used. Every method's modules go through the module sandbox as in ``loads``
-    (``trusted``, ``verdicts``: as there).
+    (``trusted``, ``verdicts``, ``outside_window``: as there).
 
     Raises:
         CorruptArchiveError: not a well-formed model archive (a function archive included:
@@ -48,7 +50,7 @@ def loads_model(
         IntegrityError: a digest of the header or of the modules' section does not match (a
             tensor's, when it is used).
         UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError,
-            UnsafeModuleError: as ``loads``.
+            UnsafeModuleError, OutsideJaxWindowError, ValueError: as ``loads``.
     """
     policy = _vetting.module_policy(allow_custom_calls, trusted=trusted, verdicts=verdicts)
     view = memoryview(data).cast("B")
@@ -77,6 +79,7 @@ def loads_model(
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         path=path,
         digests_hold=view.readonly,  # a bytearray may change after a tensor is verified
+        outside_window=outside_window,
     )
 
 
@@ -89,12 +92,15 @@ def open_model(
     allow_unsupported_calling_convention: bool = False,
     path: str | None = None,
     digests_hold: bool = True,
+    outside_window: str = "warn",
 ) -> Model:
     """A ``Model`` from a checked header, its modules' reader and a reader of tensor bytes
     (``read_tensor``: the bytes of a tensor, checked by the caller of nothing; the model checks
     each against its digest). ``digests_hold``: the bytes cannot change once read (immutable
     bytes, a read-only map), so a save may take a verified tensor's digest without hashing it
-    again. ``policy``: ``_vetting.module_policy(...)``. Raises: see ``loads_model``."""
+    again. ``policy``: ``_vetting.module_policy(...)``; ``outside_window``: as ``loads``, applied
+    before any module is read. Raises: see ``loads_model``."""
+    check_header_window(head, outside_window, path=path)
     header = _model_archive.read_model_header(
         head,
         modules,
@@ -118,6 +124,7 @@ def load_model(
     max_compression_ratio: float = _container.MAX_COMPRESSION_RATIO,
     trusted: bool = False,
     verdicts: VerdictCache | None = None,
+    outside_window: str = "warn",
 ) -> Model:
     """The model archive at ``path``, memory-mapped: tensors are read when first used.
 
@@ -128,7 +135,8 @@ def load_model(
         OSError: the file cannot be opened or mapped.
         CorruptArchiveError: also a path that is not a regular file (a FIFO, a device).
         IntegrityError, UnsupportedVersionError,
-            UnsupportedFeatureError, UnsafeArchiveError: see ``loads_model``.
+            UnsupportedFeatureError, UnsafeArchiveError, OutsideJaxWindowError: see
+            ``loads_model``.
     """
     with open_regular(path, CorruptArchiveError) as f:
         size = os.fstat(f.fileno()).st_size
@@ -143,4 +151,5 @@ def load_model(
         path=str(path),
         trusted=trusted,
         verdicts=verdicts,
+        outside_window=outside_window,
     )

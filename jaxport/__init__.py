@@ -23,9 +23,12 @@ from jaxport._errors import (
     IntegrityError,
     InvalidNameError,
     JaxportError,
+    JaxportWarning,
     MissingCustomCallError,
     NewerFormatError,
     NotFoundError,
+    OutsideJaxWindowError,
+    OutsideJaxWindowWarning,
     ParamsMismatchError,
     RegistryError,
     RunError,
@@ -41,6 +44,7 @@ from jaxport._version import __version__
 
 if TYPE_CHECKING:
     from jaxport._signing import sign_file, verify_file
+    from jaxport._window import JaxWindow, jax_window
     from jaxport.audit import AuditResult, Change, Example, Finding, MatrixCell, UpgradeRow
     from jaxport.export import (
         FORMAT_VERSION,
@@ -78,6 +82,7 @@ if TYPE_CHECKING:
         SignatureCheck,
         SignaturePolicy,
         VariantInfo,
+        VariantWindow,
         VerifyReport,
     )
 
@@ -126,11 +131,13 @@ _LAZY = {
             "SignatureCheck",
             "SignaturePolicy",
             "VariantInfo",
+            "VariantWindow",
             "VerifyReport",
         ],
         "jaxport.registry",
     ),
     **dict.fromkeys(["sign_file", "verify_file"], "jaxport._signing"),
+    **dict.fromkeys(["JaxWindow", "jax_window"], "jaxport._window"),
 }
 
 __all__ = [
@@ -153,7 +160,9 @@ __all__ = [
     "GcReport",
     "IntegrityError",
     "InvalidNameError",
+    "JaxWindow",
     "JaxportError",
+    "JaxportWarning",
     "MatrixCell",
     "MethodInfo",
     "MissingCustomCallError",
@@ -161,6 +170,8 @@ __all__ = [
     "ModuleInfo",
     "NewerFormatError",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "PushResult",
     "QueuedJob",
@@ -183,11 +194,13 @@ __all__ = [
     "UnsupportedVersionError",
     "UpgradeRow",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "WrongKindError",
     "__version__",
     "dumps",
     "inspect",
+    "jax_window",
     "load",
     "load_model",
     "loads",

@@ -10,6 +10,8 @@ stderr. jax, SQLAlchemy and rich are imported only by the commands that use them
 
 from __future__ import annotations
 
+import datetime
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,27 @@ def main(ctx: click.Context, url: str | None, blobs: str | None) -> None:
     sha256:HEX (at least 6 hex digits, e.g. the short form the tables show).
     """
     ctx.obj = _Context(url, blobs)
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """jaxport's warnings as ``Type: message`` on stderr, like its errors (no source line)."""
+    from jaxport._errors import JaxportWarning
+
+    if issubclass(category, JaxportWarning):
+        click.echo(f"{category.__name__}: {message}", err=True)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
 
 
 def _emit(as_json: bool, data: Any, render: Any) -> None:
@@ -314,8 +337,7 @@ def pull(
     if fmt == "jax" and method is None:
         from jaxport import loads
 
-        exported = loads(data, allow_custom_calls=allow_custom_calls)
-        data = bytes(exported.serialize(vjp_order=chosen.vjp_order))
+        data = _jax_native(loads(data, allow_custom_calls=allow_custom_calls), chosen.vjp_order)
     write_output(target, data)
     if target != STDOUT:
         _emit(as_json, _pulled_facts(target, len(data), fmt, chosen), _pulled)
@@ -337,8 +359,28 @@ def _method_archive(
     )
     vjp_order = next((m.vjp_order for m in chosen.methods if m.name == method), 0)
     if fmt == "jax":
-        return bytes(exported.serialize(vjp_order=vjp_order))
+        return _jax_native(exported, vjp_order)
     return bytes(dumps(exported, vjp_order=vjp_order))
+
+
+def _jax_native(exported: Any, vjp_order: int) -> bytes:
+    """``Exported.serialize``, whose refusals (e.g. jax >= 0.9.2 of an Exported sharded in
+    the HloSharding form only, as jax < 0.9 wrote it) are an ``UnsupportedFeatureError``."""
+    from jaxport._errors import UnsupportedFeatureError
+
+    try:
+        return bytes(exported.serialize(vjp_order=vjp_order))
+    except (ValueError, NotImplementedError) as e:
+        raise UnsupportedFeatureError(
+            f"jax {_jax_version()} cannot write this variant in its own format: "
+            f"{str(e).rstrip('.')}; pull it as a jaxport archive (--format jaxport)"
+        ) from e
+
+
+def _jax_version() -> str:
+    import jax
+
+    return str(jax.__version__)
 
 
 def _resolve(reg: Any, reference: str, platform: str | None, devices: int | None) -> Any:
@@ -460,7 +502,7 @@ def search(
 @json_option
 @pass_ctx
 def show(ctx: _Context, reference: str, as_json: bool) -> None:
-    """Show a version: time, metadata, aliases, variants.
+    """Show a version: time, metadata, aliases, variants, their jax window.
 
     REFERENCE names it (a bare NAME: the newest version).
     """
@@ -470,7 +512,9 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
         ref = reg.get(reference)
         aliases = {a: v for a, v in reg.aliases(ref.name).items() if v == ref.version}
         signatures = reg.signatures(f"{ref.name}:{ref.version}")
-    _emit(as_json, {"ref": ref, "aliases": aliases, "signatures": signatures}, ref_panel)
+        windows = reg.windows(f"{ref.name}:{ref.version}")
+    document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows}
+    _emit(as_json, document, ref_panel)
 
 
 @main.command("inspect")
@@ -480,7 +524,8 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     """Inspect an archive's header (no registry).
 
     FILE's signature, shardings, platforms, versions, custom calls and section sizes; of a
-    model archive, its methods (signature, platforms, devices, VJP order) and parameters.
+    model archive, its methods (signature, platforms, devices, VJP order) and parameters; and
+    where it stands in jax's 6-month compatibility window, for the jax installed here.
     """
     from jaxport import inspect
     from jaxport._cli_render import info_tables
@@ -683,6 +728,13 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
     metavar="RELEASE|PYTHON",
     help="A jax release (compare its stored findings) or an interpreter path (audit there first).",
 )
+@click.option(
+    "--expiring-before",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    metavar="YYYY-MM-DD",
+    help="List the variants whose jax 6-month window ends before this date (and those whose "
+    "end is unknown); runs nothing, exits 0.",
+)
 @click.option("--no-store", is_flag=True, help="Do not record the findings.")
 @click.option(
     "--force", is_flag=True, help="Measure again even where an identical finding is stored."
@@ -724,6 +776,7 @@ def audit(
     python: str | None,
     matrix: bool,
     upgrade_to: str | None,
+    expiring_before: datetime.datetime | None,
     no_store: bool,
     force: bool,
     static: bool,
@@ -742,7 +795,8 @@ def audit(
     a finding stored for the same archive, check level, jax, jaxlib, platform and device count
     is reused (--force: measure again). A progress bar is drawn on stderr when it is a
     terminal (never with --json). Every report says which jax and jaxlib made it, and when
-    (UTC).
+    (UTC). --expiring-before DATE audits nothing: it lists the variants whose jax window ends
+    before DATE (with the newest jax an audit found each ok under) and exits 0.
     """
     from jaxport import _cli_reports
     from jaxport._cli_progress import audit_progress
@@ -755,7 +809,17 @@ def audit(
             raise click.UsageError("--enqueue takes REFERENCE, --platform and --timeout only")
         _enqueue(ctx, reference, platform, timeout, as_json)
         return
+    if expiring_before is not None and (matrix or upgrade_to or python or jax_release):
+        raise click.UsageError(
+            "--expiring-before lists stored facts and runs no audit: it takes REFERENCE only"
+        )
     with ctx.registry() as reg:
+        if expiring_before is not None:
+            from jaxport._cli_window import windows_table
+
+            rows = reg.windows(reference, expiring_before=expiring_before.date())
+            _emit(as_json, rows, windows_table)
+            return
         if upgrade_to:
             rows = reg.upgrade_report(
                 upgrade_to, reference, platform=platform, store=not no_store, timeout=timeout

@@ -19,6 +19,8 @@ from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 
+from jaxport._cli_window import window_text
+
 __all__ = [
     "Trimmed",
     "alias_tables",
@@ -179,11 +181,22 @@ def ref_panel(data: dict[str, Any]) -> Group:
             "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
         )  # fmt: skip
     details = [_variant_detail(v) for v in ref.variants]
+    if data.get("windows"):
+        details.append(_windows_grid(data["windows"]))
     if data.get("signatures"):
         from jaxport._cli_sign import signatures_table
 
         details.append(signatures_table(data["signatures"]))
     return Group(head, table, *details)
+
+
+def _windows_grid(windows: list[Any]) -> Table:
+    """``show``: each variant's place in jax's 6-month window."""
+    grid = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
+    grid.title = "jax window"
+    for w in windows:
+        _row(grid, short_digest(w.digest), window_text(w.window))
+    return grid
 
 
 def _variant_detail(v: Any) -> RenderableType:
@@ -286,6 +299,7 @@ def info_tables(info: Any) -> Group:
             "written by",
             f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
         ),
+        ("jax window", window_text(info.window) if info.window else "-"),
         ("vjp order", str(info.vjp_order)),
         ("constraints", _join(info.symbolic_constraints)),
         ("custom calls", _join(info.custom_call_targets)),
@@ -369,6 +383,7 @@ def model_tables(info: Any) -> Group:
             "written by",
             f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
         ),
+        ("jax window", window_text(info.window) if info.window else "-"),
         ("custom calls", _join(info.custom_call_targets)),
         ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):

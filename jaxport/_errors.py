@@ -11,6 +11,8 @@ working for code that does not know jaxport::
     ├── UnsupportedVersionError (ValueError)   a format or calling-convention version out of range
     │   └── NewerFormatError                   written by a newer jax: a module's StableHLO is
     │                                          newer than the installed jaxlib reads
+    ├── OutsideJaxWindowError (ValueError)     refused by ``outside_window="refuse"``: written by
+    │                                          a jax past jax's 6-month compatibility window
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
     │   ├── MissingCustomCallError             calling or compiling a module that calls a
@@ -40,9 +42,17 @@ working for code that does not know jaxport::
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
                                                model (also by ``jaxport run``): the message
                                                names the call to use
+
+One warning class, for what loads but is worth knowing::
+
+    JaxportWarning (UserWarning)
+    └── OutsideJaxWindowWarning                loaded an archive that jax's own 6-month window
+                                               no longer covers (``outside_window="warn"``)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AuditError",
@@ -52,9 +62,12 @@ __all__ = [
     "IntegrityError",
     "InvalidNameError",
     "JaxportError",
+    "JaxportWarning",
     "MissingCustomCallError",
     "NewerFormatError",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "RegistryError",
     "RunError",
@@ -162,6 +175,22 @@ class NewerFormatError(UnsupportedVersionError):
         self.module_stablehlo = module_stablehlo
         self.installed_stablehlo = installed_stablehlo
         JaxportError.__init__(self, message)
+
+
+class OutsideJaxWindowError(JaxportError, ValueError):
+    """Refused (``outside_window="refuse"``): the archive was written by a jax release more
+    than 6 months before the running jax's, outside jax's backward-compatibility window
+    (``jaxport._window``).
+
+    Attributes:
+        window: the archive's ``JaxWindow`` (producer, dates, the running jax).
+        path: the file read, when the archive came from a file.
+    """
+
+    def __init__(self, message: str, *, window: Any, path: str | None = None):
+        self.window = window
+        self.path = path
+        super().__init__(message)
 
 
 class UnsupportedFeatureError(JaxportError, ValueError):
@@ -338,3 +367,12 @@ class WrongKindError(RegistryError, TypeError):
     def __init__(self, message: str, *, found: str):
         self.found = found
         super().__init__(message)
+
+
+class JaxportWarning(UserWarning):
+    """Base class of every warning jaxport emits."""
+
+
+class OutsideJaxWindowWarning(JaxportWarning):
+    """An archive was loaded although jax's 6-month backward-compatibility window no longer
+    covers it: jax does not promise to run it (``loads(..., outside_window="warn")``)."""

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         VariantInfo,
         VerifyReport,
     )
+    from jaxport.registry._windows import VariantWindow
 
 _LAZY = {
     **dict.fromkeys(
@@ -72,6 +73,7 @@ _LAZY = {
         ],
         "jaxport.registry._types",
     ),
+    "VariantWindow": "jaxport.registry._windows",
 }
 
 __all__ = [
@@ -97,6 +99,7 @@ __all__ = [
     "SignaturePolicy",
     "Stray",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "default_home",
     "default_url",

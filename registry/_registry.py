@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import datetime
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from jaxport.registry._names import (
     check_seconds,
     check_version,
     normalize_platform,
+    parse_reference,
 )
 from jaxport.registry._publish import Publisher, Source
 from jaxport.registry._pulls import Pulls
@@ -52,6 +54,7 @@ from jaxport.registry._types import (
     VariantInfo,
     VerifyReport,
 )
+from jaxport.registry._windows import VariantWindow, expiring_date, variant_windows
 
 if TYPE_CHECKING:
     from jax.export import Exported
@@ -709,6 +712,46 @@ class Registry:
         return self._findings.results(
             name=name, jax_version=jax_version, platform=wanted, limit=limit
         )
+
+    def windows(
+        self,
+        reference: str | None = None,
+        *,
+        expiring_before: str | datetime.date | None = None,
+    ) -> builtins.list[VariantWindow]:
+        """Where each variant stands in jax's 6-month backward-compatibility window, judged
+        against the installed jax (``jaxport.jax_window``), with the newest jax release a stored
+        audit found it ``ok`` under (``window.last_known_release``).
+
+        Args:
+            reference: as ``audit``: one version, all of a name's, or None (every version).
+            expiring_before: only variants whose window ends before this date (a ``date`` or
+                ``YYYY-MM-DD``), and those whose end is unknown (a producer release missing
+                from ``jaxport._window.JAX_RELEASE_DATES``, or not recorded).
+
+        Raises:
+            NotFoundError: no such name, version or alias.
+            InvalidNameError: a malformed reference, or ``expiring_before`` is not a date.
+        """
+        before = None if expiring_before is None else expiring_date(expiring_before)
+        if reference is None:
+            refs = [r for n in self.names() for r in self._all_versions(n)]
+        else:
+            parsed = parse_reference(reference)
+            bare = parsed.version is None and parsed.alias is None and parsed.name is not None
+            refs = self._all_versions(reference) if bare else [self._queries.get(reference)]
+        names = sorted({r.name for r in refs})
+        findings = [
+            f
+            for n in names
+            for f in self._findings.results(
+                name=n, jax_version=None, platform=None, limit=1_000_000
+            )
+        ]
+        return variant_windows(refs, findings, expiring_before=before)
+
+    def _all_versions(self, name: str) -> builtins.list[Ref]:
+        return self._queries.page(name, limit=1_000_000, after=None)
 
     def upgrade_report(
         self,

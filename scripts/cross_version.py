@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -22,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxport
+from jaxport.export import _compat
 
 X = np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
 
@@ -44,6 +46,10 @@ def cases():
     )
 
 
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
 def write(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, exp, _ in cases():
@@ -54,13 +60,35 @@ def read(src: Path) -> None:
     expected = {name: fn for name, _, fn in cases()}
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
     for path in sorted(src.glob("*.jaxport")):
-        exp = jaxport.load(path)
+        window = jaxport.inspect(path).window
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", jaxport.OutsideJaxWindowWarning)
+            try:
+                exp = jaxport.load(path)
+            except jaxport.CorruptArchiveError as e:
+                # jax promises ~4 weeks of forward compatibility: a module newer than this
+                # jaxlib reads may fail to deserialize (jax 0.11's StableHLO 1.18.0 under 0.10.2)
+                newest = _compat.stablehlo_range()[1]
+                written = jaxport.inspect(path).modules[0].stablehlo_version
+                assert "MLIR cannot read it" in str(e) and _key(written) > _key(newest), e
+                print(f"  refused {path.name}: StableHLO {written} > {newest}, this jaxlib's")
+                continue
+            except jaxport.UnsupportedFeatureError as e:
+                # HloSharding-only shardings (jax < 0.9) under a jax that ignores them (>= 0.11.1)
+                assert "HloSharding form only" in str(e) and not _compat.READS_HLO_SHARDINGS, e
+                assert _key(window.jax_version) < (0, 9), window
+                print(f"  refused {path.name}: written by jax {window.jax_version}: {e}")
+                continue
+        # Outside jax's 6-month window (jaxport._window) loading warns, and only then.
+        warned = any(issubclass(w.category, jaxport.OutsideJaxWindowWarning) for w in caught)
+        assert window is not None and warned == (window.within_window is False), (path, window)
         x = jax.device_put(X, exp.in_shardings_jax(mesh)[0]) if exp.nr_devices > 1 else X
         np.testing.assert_allclose(exp.call(x), expected[path.stem](X), rtol=1e-6)
         g = jax.grad(lambda x, exp=exp: exp.call(x).sum())(x)
         assert g.shape == X.shape
-        info = jaxport.inspect(path)
-        print(f"  ok {path.name}: written by jax {info.jax_version}, read by jax {jax.__version__}")
+        past = f", outside jax's window since {window.window_ends}" if warned else ""
+        written = f"written by jax {window.jax_version}"
+        print(f"  ok {path.name}: {written}, read by jax {jax.__version__}{past}")
 
 
 if __name__ == "__main__":

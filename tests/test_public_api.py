@@ -35,14 +35,18 @@ PUBLIC = [
     "GcReport",
     "IntegrityError",
     "InvalidNameError",
+    "JaxWindow",
     "JaxportError",
     "MatrixCell",
+    "JaxportWarning",
     "MethodInfo",
     "MissingCustomCallError",
     "Model",
     "ModuleInfo",
     "NewerFormatError",
     "NotFoundError",
+    "OutsideJaxWindowError",
+    "OutsideJaxWindowWarning",
     "ParamsMismatchError",
     "PushResult",
     "QueuedJob",
@@ -65,11 +69,13 @@ PUBLIC = [
     "UnsupportedVersionError",
     "UpgradeRow",
     "VariantInfo",
+    "VariantWindow",
     "VerifyReport",
     "WrongKindError",
     "__version__",
     "dumps",
     "inspect",
+    "jax_window",
     "load",
     "load_model",
     "loads",
@@ -122,6 +128,7 @@ def test_error_hierarchy():
         "IntegrityError": (jaxport.CorruptArchiveError,),
         "UnsupportedVersionError": (jaxport.JaxportError, ValueError),
         "NewerFormatError": (jaxport.UnsupportedVersionError,),
+        "OutsideJaxWindowError": (jaxport.JaxportError, ValueError),
         "UnsupportedFeatureError": (jaxport.JaxportError, ValueError),
         "UnsafeArchiveError": (jaxport.UnsupportedFeatureError,),
         "MissingCustomCallError": (jaxport.UnsupportedFeatureError,),
@@ -150,6 +157,13 @@ def test_error_hierarchy():
         assert name in (_errors.__doc__ or ""), f"{name} is missing from the drawn tree"
 
 
+def test_warning_hierarchy():
+    """The warnings drawn at the top of jaxport/_errors.py."""
+    assert issubclass(jaxport.JaxportWarning, UserWarning)
+    assert issubclass(jaxport.OutsideJaxWindowWarning, jaxport.JaxportWarning)
+    assert "OutsideJaxWindowWarning" in (_errors.__doc__ or "")
+
+
 def test_versions():
     assert jaxport.MIN_SUPPORTED_FORMAT_VERSION <= jaxport.FORMAT_VERSION
     assert jaxport.FORMAT_VERSION <= jaxport.MAX_SUPPORTED_FORMAT_VERSION
@@ -161,6 +175,7 @@ def test_versions():
         ("import jaxport", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport.export", ("sqlalchemy", "alembic")),
         ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
+        ("import jaxport._window", ("jax", "sqlalchemy", "alembic")),
         ("from jaxport.registry import Registry", ("jax", "alembic")),
     ],
 )

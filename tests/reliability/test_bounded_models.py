@@ -267,8 +267,9 @@ def test_a_model_declaring_a_gibibyte_of_compressed_tensors_fails_typed_when_cal
     valid), 1 GiB of parameters in a 1.3 MB file; a call holds each tensor decompressed and
     its copy on the device (measured: 2.2x the declared bytes at peak). Under an address-space
     limit 2000 MiB above what the process holds after importing jax, the call now fails with
-    ``RunError`` (before: jax's raw ``JaxRuntimeError: RESOURCE_EXHAUSTED``), and the process
-    exits normally."""
+    ``RunError`` (before: jax's raw ``JaxRuntimeError: RESOURCE_EXHAUSTED``), or, where the
+    started runtime left less room (jax 0.12), reading a tensor with ``CorruptArchiveError``;
+    the process exits normally."""
     zstandard = pytest.importorskip("zstandard")
     from test_model_attacks import _build
 
@@ -309,5 +310,10 @@ def test_a_model_declaring_a_gibibyte_of_compressed_tensors_fails_typed_when_cal
             "limit, before the call allocated: this jax release cannot run the check"
         )
     assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.startswith("typed RunError parameter"), child.stdout + child.stderr[-2000:]
-    assert "does not fit in the devices' memory" in child.stdout
+    # Which typed refusal comes first depends on how much address space the started runtime
+    # left (jax 0.12 starts bigger): a tensor's decompression refused when read, or the call.
+    out = child.stdout
+    assert out.startswith(("typed RunError parameter", "typed CorruptArchiveError section")), (
+        out + child.stderr[-2000:]
+    )
+    assert "does not fit in the devices' memory" in out or "more than this process can" in out

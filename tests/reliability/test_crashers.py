@@ -17,6 +17,7 @@ import jax
 import pytest
 
 import jaxport
+from _helpers import skip_unless_it_crashes
 from jaxport.audit import AuditJob, run_audits
 
 CRASHERS = sorted(Path(__file__).with_name("crashers").glob("*.jaxport"))
@@ -24,6 +25,7 @@ CRASHERS = sorted(Path(__file__).with_name("crashers").glob("*.jaxport"))
 
 @pytest.mark.parametrize("path", CRASHERS, ids=lambda p: p.stem)
 def test_the_worker_turns_a_native_crash_into_a_finding(path: Path) -> None:
+    skip_unless_it_crashes(path)
     data = path.read_bytes()
     spec = jax.ShapeDtypeStruct((3,), "float32")
     good = jaxport.dumps(jax.export.export(jax.jit(lambda x: x + 1))(spec))

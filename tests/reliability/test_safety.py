@@ -259,6 +259,7 @@ REFERENCE_CALLS: dict[str, Call] = {
     "diff(b)": lambda r, s: r.diff("ok:1", s),
     "audit": lambda r, s: r.audit(s, store=False),
     "upgrade_report(reference)": lambda r, s: r.upgrade_report("0.7.0", s),
+    "windows(reference)": lambda r, s: r.windows(s),
     "signatures": lambda r, s: r.signatures(s),
     "verify_signatures": lambda r, s: r.verify_signatures(s, [_signing_key()[1]]),
     "sign": lambda r, s: r.sign(s, private_key=_signing_key()[0]),
@@ -318,6 +319,7 @@ FREE_TEXT_CALLS: dict[str, Call] = {
     "search(fun_name)": lambda r, s: r.search(fun_name=s),
     "audit_results(jax_version)": lambda r, s: r.audit_results(jax_version=s),
     "upgrade_report(target)": lambda r, s: r.upgrade_report(s),
+    "windows(expiring_before)": lambda r, s: r.windows(expiring_before=s),
 }
 DIGEST_CALLS: dict[str, Call] = {"read_blob": lambda r, s: r.read_blob(s)}
 #: Every public method of Registry that takes no input an attacker controls as a string.

@@ -1,0 +1,91 @@
+"""Where each variant stands in jax's 6-month backward-compatibility window (``jaxport._window``),
+with the newest jax release its stored audits found it ``ok`` under.
+
+Nothing here is measured: the window comes from the producer's jax release and the table of
+release dates; ``last_known_release`` is what stored audits measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from jaxport._errors import InvalidNameError
+from jaxport._window import JaxWindow, jax_window
+from jaxport.registry._types import Ref
+
+if TYPE_CHECKING:
+    from jaxport.audit import Finding
+
+__all__ = ["VariantWindow", "expiring_date", "variant_windows"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantWindow:
+    """One variant and its ``JaxWindow`` (dates ISO 8601, ``YYYY-MM-DD``).
+
+    ``window.last_known_release`` is the newest jax release a stored audit found this variant
+    ``ok`` under (any platform), None when none did.
+    """
+
+    name: str
+    version: int
+    digest: str
+    platforms: tuple[str, ...]
+    window: JaxWindow
+
+
+def expiring_date(value: str | datetime.date) -> datetime.date:
+    """``--expiring-before``'s argument: a date, or ``YYYY-MM-DD``.
+
+    Raises:
+        InvalidNameError: not a date in that form.
+    """
+    if isinstance(value, datetime.date):
+        return value
+    try:
+        return datetime.date.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidNameError(f"not a date YYYY-MM-DD: {value[:40]!r}") from None
+
+
+def variant_windows(
+    refs: Iterable[Ref],
+    findings: Sequence[Finding],
+    *,
+    expiring_before: datetime.date | None = None,
+    running: str | None = None,
+) -> list[VariantWindow]:
+    """Each variant of ``refs`` (in their order) with its window.
+
+    Args:
+        refs: the versions whose variants to judge.
+        findings: stored audits of them (others are ignored); ``ok`` ones give
+            ``last_known_release``.
+        expiring_before: keep only variants whose window ends before this date, and those whose
+            end is unknown (the producer's release is not in the table: it cannot be said).
+        running: the jax to judge against (default: the installed one).
+    """
+    newest_ok: dict[str, str] = {}
+    for f in findings:
+        if f.status == "ok" and (
+            f.digest not in newest_ok or _key(f.jax_version) > _key(newest_ok[f.digest])
+        ):
+            newest_ok[f.digest] = f.jax_version
+    limit = expiring_before.isoformat() if expiring_before else None
+    rows = []
+    for ref in refs:
+        for v in ref.variants:
+            window = jax_window(v.jax_version, sharded=v.sharded, running=running)
+            window = dataclasses.replace(window, last_known_release=newest_ok.get(v.digest))
+            ends = window.window_ends
+            if limit is not None and ends is not None and ends >= limit:
+                continue
+            rows.append(VariantWindow(ref.name, ref.version, v.digest, v.platforms, window))
+    return rows
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
