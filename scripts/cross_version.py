@@ -65,12 +65,13 @@ def read(src: Path) -> None:
             warnings.simplefilter("always", jaxport.OutsideJaxWindowWarning)
             try:
                 exp = jaxport.load(path)
-            except jaxport.CorruptArchiveError as e:
+            except jaxport.NewerFormatError as e:
                 # jax promises ~4 weeks of forward compatibility: a module newer than this
-                # jaxlib reads may fail to deserialize (jax 0.11's StableHLO 1.18.0 under 0.10.2)
-                newest = _compat.stablehlo_range()[1]
-                written = jaxport.inspect(path).modules[0].stablehlo_version
-                assert "MLIR cannot read it" in str(e) and _key(written) > _key(newest), e
+                # jaxlib reads fails to deserialize (jax 0.11's StableHLO 1.18.0 under 0.10.2),
+                # a typed error naming both versions
+                written, newest = e.module_stablehlo, e.installed_stablehlo
+                assert _key(written) > _key(newest), (written, newest)
+                assert e.installed_jax == jax.__version__, e
                 print(f"  refused {path.name}: StableHLO {written} > {newest}, this jaxlib's")
                 continue
             except jaxport.UnsupportedFeatureError as e:
