@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax
+import jax.export  # jax 0.7 does not import it with jax: tests use jax.export.export
 import pytest
 
 _ENV = ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "JAXPORT_HOME", "XDG_DATA_HOME")

@@ -97,9 +97,14 @@ def test_an_export_over_two_meshes_audits_ok_and_reruns_its_examples(registry):
     )
     x = np.arange(32.0, dtype=np.float32).reshape(4, 8)
     w = np.arange(16.0, dtype=np.float32).reshape(8, 2)
-    exp = jax.export.export(f)(
-        jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype)
-    )
+    try:
+        exp = jax.export.export(f)(
+            jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype)
+        )
+    except ValueError as e:  # jax 0.7: "Mesh for all inputs/outputs should be equal"
+        if "should be equal" not in str(e):
+            raise
+        pytest.skip(f"jax {jax.__version__} cannot export over two meshes (it has no such export)")
     registry.push(exp, "two-meshes", examples=[jaxport.Example((x, w), {}, x @ w)])
     (finding,) = registry.audit("two-meshes")
     assert finding.status == "ok", finding.reason

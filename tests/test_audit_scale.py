@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.export
 import jax.numpy as jnp
 import pytest
 
@@ -312,11 +313,11 @@ def test_audit_with_jax_makes_the_environment_once_and_reuses_it(tmp_path):
     release = jax.__version__
     first = _cli(env, "audit", "--jax", release, "--json")
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout)[0]["status"] == "ok"
+    assert json.loads(first.stdout)["findings"][0]["status"] == "ok"
     python = Path(env["JAXPORT_HOME"]) / "envs" / f"jax-{release}" / "bin" / "python"
     assert python.exists()
     again = _cli(env, "audit", "--jax", release, "--json")
-    assert again.returncode == 0 and json.loads(again.stdout)[0]["reused"] is True
+    assert again.returncode == 0 and json.loads(again.stdout)["findings"][0]["reused"] is True
 
 
 # -- the command line -----------------------------------------------------------------------
@@ -345,10 +346,12 @@ def test_cli_static_force_jobs_and_exit_codes(tmp_path):
     reg = jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"])
     reg.push(_exp(), "a")
     ok = _cli(env, "audit", "--static", "--json")
-    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["level"] == "static"
-    assert json.loads(_cli(env, "audit", "--static", "--json").stdout)[0]["reused"] is True
+    assert ok.returncode == 0 and json.loads(ok.stdout)["findings"][0]["level"] == "static"
+    assert (
+        json.loads(_cli(env, "audit", "--static", "--json").stdout)["findings"][0]["reused"] is True
+    )
     forced = _cli(env, "audit", "--static", "--force", "--json")
-    assert json.loads(forced.stdout)[0]["reused"] is False
+    assert json.loads(forced.stdout)["findings"][0]["reused"] is False
     reg.push(_missing_custom_call(), "m")
     assert _cli(env, "audit", "--static", "-j", "2").returncode == 1  # incompatible
     assert _cli(env, "audit", "-j", "0").returncode == 2
@@ -386,7 +389,7 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_never_with_json(tmp_path):
         reg.push(_exp(), "a")
     assert "auditing" in _in_terminal(env, "audit", "--static", "--force")
     quiet = _in_terminal(env, "audit", "--static", "--force", "--json")
-    assert "auditing" not in quiet and json.loads(quiet)[0]["level"] == "static"
+    assert "auditing" not in quiet and json.loads(quiet)["findings"][0]["level"] == "static"
     piped = _cli(env, "audit", "--static", "--force")  # not a terminal: no bar either
     assert b"auditing" not in piped.stderr + piped.stdout
 

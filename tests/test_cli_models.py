@@ -480,7 +480,7 @@ def test_run_refuses_names_that_do_not_bind_each_input_once(env, dict_model, tmp
 
 _REGISTERED_NODE = """
 import sys, typing
-import jax, jax.numpy as jnp, numpy as np
+import jax, jax.export, jax.numpy as jnp, numpy as np
 import jaxport
 
 class Pair(typing.NamedTuple):
