@@ -105,4 +105,3 @@ def rescue_cmd(
         emit_json({"rescue": report, "pushed": data.get("pushed")})
         return
     click.echo(rescued_text(data))
-

@@ -92,7 +92,9 @@ def _run(exported: Any, leaves: list[np.ndarray]) -> list[np.ndarray]:
     placed: list[Any] = list(leaves)
     if exported.nr_devices > 1:
         shardings = in_shardings_on(exported, jax.local_devices())
-        placed = [a if s is None else jax.device_put(a, s) for a, s in zip(leaves, shardings)]
+        placed = [
+            a if s is None else jax.device_put(a, s) for a, s in zip(leaves, shardings, strict=True)
+        ]
     args, kwargs = jax.tree.unflatten(exported.in_tree, placed)
     return [np.asarray(x) for x in jax.tree.leaves(exported.call(*args, **kwargs))]
 
@@ -118,8 +120,9 @@ def _check(exported: Any, work: Path) -> tuple[str, str | None]:
 
 def _child(src: str, workdir: str, memory_limit: int) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    import importlib.metadata
+
     import jax
-    import jaxlib
     from jax import export as jax_export
 
     from jaxport._errors import JaxportError
@@ -145,7 +148,7 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
     status, reason = _check(exported, work)
     facts = {
         "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jaxlib": importlib.metadata.version("jaxlib"),
         "vjp_order": order,
         "platforms": list(exported.platforms),
         "nr_devices": int(exported.nr_devices),

@@ -47,8 +47,17 @@ def _native(tmp_path: Path, fn=jnp.sin, shape=(3, 4), vjp_order=0, name="f.jaxex
 
 @pytest.mark.parametrize(
     "dtype",
-    ["bool", "int8", "uint8", "int32", "float16", "bfloat16", "float8_e4m3fn", "float32",
-     "complex64"],  # fmt: skip
+    [
+        "bool",
+        "int8",
+        "uint8",
+        "int32",
+        "float16",
+        "bfloat16",
+        "float8_e4m3fn",
+        "float32",
+        "complex64",
+    ],
 )
 def test_check_inputs_are_deterministic_and_in_range(dtype):
     aval = jax.ShapeDtypeStruct((5, 7), jnp.dtype(dtype))
