@@ -43,6 +43,7 @@ from jaxport._errors import (
 from jaxport._version import __version__
 
 if TYPE_CHECKING:
+    from jaxport._rescue import RescueReport, rescue
     from jaxport._signing import sign_file, verify_file
     from jaxport._window import JaxWindow, jax_window
     from jaxport.audit import AuditResult, Change, Example, Finding, MatrixCell, UpgradeRow
@@ -136,6 +137,7 @@ _LAZY = {
         ],
         "jaxport.registry",
     ),
+    **dict.fromkeys(["RescueReport", "rescue"], "jaxport._rescue"),
     **dict.fromkeys(["sign_file", "verify_file"], "jaxport._signing"),
     **dict.fromkeys(["JaxWindow", "jax_window"], "jaxport._window"),
 }
@@ -179,6 +181,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "Rejection",
+    "RescueReport",
     "Resolution",
     "RunError",
     "SchemaVersionError",
@@ -206,6 +209,7 @@ __all__ = [
     "loads",
     "loads_model",
     "module_custom_calls",
+    "rescue",
     "save",
     "sign_file",
     "stable_custom_call_targets",

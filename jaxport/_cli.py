@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from jaxport._cli_queue import audit_worker
+from jaxport._cli_rescue import rescue_cmd
 from jaxport._errors import JaxportError
 from jaxport._version import __version__
 
@@ -1191,6 +1192,7 @@ def db_upgrade(ctx: _Context, as_json: bool) -> None:
 
 
 main.add_command(audit_worker)
+main.add_command(rescue_cmd)
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,7 @@ PUBLIC = [
     "Registry",
     "RegistryError",
     "Rejection",
+    "RescueReport",
     "Resolution",
     "RunError",
     "SchemaVersionError",
@@ -81,6 +82,7 @@ PUBLIC = [
     "loads",
     "loads_model",
     "module_custom_calls",
+    "rescue",
     "save",
     "sign_file",
     "stable_custom_call_targets",
@@ -176,6 +178,7 @@ def test_versions():
         ("import jaxport.export", ("sqlalchemy", "alembic")),
         ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport._window", ("jax", "sqlalchemy", "alembic")),
+        ("import jaxport._rescue", ("jax", "sqlalchemy", "alembic")),
         ("from jaxport.registry import Registry", ("jax", "alembic")),
     ],
 )
