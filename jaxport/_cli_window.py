@@ -28,10 +28,11 @@ def window_text(w: Any) -> str:
 
 
 def windows_table(rows: list[Any]) -> Table:
-    """``audit --expiring-before``: one row per variant, soonest end first (unknown last);
-    "jax" the release that wrote it, "jax reads" what the running jax's own ``deserialize`` does with it (its window rule),
-    "last ok" the newest jax a stored audit found it ok under. Fits 80 columns (platforms:
-    ``--json``)."""
+    """``audit --expiring-before``: one row per variant, soonest end first (unknown last).
+
+    "jax" is the release that wrote it, "jax reads" what the running jax's own ``deserialize``
+    does with it (its window rule), "last ok" the newest jax a stored audit found it ok under.
+    Fits 80 columns (the platforms are in ``--json``)."""
     table = Table(
         Column("variant"),
         Column("jax", no_wrap=True),
