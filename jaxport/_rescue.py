@@ -124,15 +124,21 @@ def rescue(
     Raises:
         FileNotFoundError: ``src`` does not exist.
         FileExistsError: ``dst`` exists and ``overwrite`` is False.
-        InvalidNameError: ``src`` is already a jaxport archive; ``jax`` is not a release.
+        InvalidNameError: ``src`` is already a jaxport archive, or ``dst`` is ``src``; ``jax``
+            is not a release.
+        CorruptArchiveError: ``src`` is not a regular file (a FIFO, a device) or over 64 GiB.
         AuditError: the environment for ``jax`` could not be made.
         CorruptArchiveError: that jax's reader refused the bytes.
         UnsupportedFeatureError: jax read them but jaxport cannot store that Exported.
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
     source, target = Path(src), Path(dst)
-    data = source.read_bytes()
+    from jaxport._files import read_regular
     from jaxport.export._container import MAGIC
+
+    if target.exists() and source.exists() and target.samefile(source):
+        raise InvalidNameError(f"{target} is the file to rescue: write the archive elsewhere (-o)")
+    data = read_regular(source, CorruptArchiveError)  # a regular file of at most 64 GiB
 
     if data.startswith(MAGIC):
         raise InvalidNameError(f"{source} is already a jaxport archive: nothing to rescue")
