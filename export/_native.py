@@ -16,7 +16,9 @@ import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jaxport._environ import worker_environment
 from jaxport._errors import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError
@@ -70,16 +72,7 @@ def convert_native(
         src, dst = Path(tmp, "in"), Path(tmp, "out")
         src.write_bytes(data)
         cmd = [sys.executable, "-I", "-m", "jaxport.export._native", str(src), str(dst)]
-        try:
-            done = subprocess.run(
-                [*cmd, str(memory_limit)],
-                env=worker_environment(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=limit,
-            )
-        except subprocess.TimeoutExpired:
-            raise _unsafe(f"no answer within {limit:g} s", path) from None
+        done = run_child([*cmd, str(memory_limit)], limit, lambda what: _unsafe(what, path))
         if done.returncode == _NOT_NATIVE:
             raise CorruptArchiveError(
                 f"neither a jaxport archive nor jax-native serialized Exported "
@@ -92,7 +85,7 @@ def convert_native(
                 f"{done.stdout.decode(errors='replace').strip()[:500]}"
             )
         if done.returncode != 0:
-            raise _unsafe(_status(done.returncode), path)
+            raise _unsafe(exit_status(done.returncode), path)
         facts = json.loads(Path(tmp, "facts").read_text())
         return NativeConversion(dst.read_bytes(), int(facts["vjp_order"]), bool(facts["symbolic"]))
 
@@ -107,7 +100,48 @@ def _unsafe(what: str, path: str | None) -> UnsafeArchiveError:
     )
 
 
-def _status(code: int) -> str:
+def run_child(
+    cmd: list[str], timeout: float, unsafe: Callable[[str], UnsafeArchiveError]
+) -> subprocess.CompletedProcess[bytes]:
+    """``cmd`` run to its end in a child with the allow-listed environment
+    (``jaxport._environ``), no stdin and its output captured, for at most ``timeout`` seconds.
+
+    Raises:
+        UnsafeArchiveError: ``unsafe(what)``: no answer within ``timeout``, or the child could
+            not be started.
+    """
+    try:
+        return subprocess.run(
+            cmd,
+            env=worker_environment(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise unsafe(f"no answer within {timeout:g} s") from None
+    except OSError as e:
+        raise unsafe(f"{cmd[0]} could not be started ({e.strerror})") from None
+
+
+def read_native(path: Path) -> tuple[Any, int]:
+    """jax's own ``deserialize`` of the bytes at ``path`` (in a child: jax's reader is
+    unbounded), and how many VJP orders they hold (at most ``MAX_NATIVE_VJP_ORDER``).
+
+    Raises:
+        Exception: whatever jax's reader raises on bytes that are not its format.
+    """
+    from jax import export as jax_export
+
+    exported = jax_export.deserialize(bytearray(path.read_bytes()))
+    order, current = 0, exported
+    while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
+        current, order = current.vjp(), order + 1
+    return exported, order
+
+
+def exit_status(code: int) -> str:
+    """What a child's exit ``code`` says: the signal that killed it, or its status."""
     import signal
 
     if code < 0:
@@ -118,16 +152,11 @@ def _status(code: int) -> str:
 
 def _child(src: str, dst: str, memory_limit: int) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    from jax import export as jax_export
-
     from jaxport._errors import JaxportError
     from jaxport.export import dumps
 
     try:
-        exported = jax_export.deserialize(bytearray(Path(src).read_bytes()))
-        order, current = 0, exported
-        while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
-            current, order = current.vjp(), order + 1
+        exported, order = read_native(Path(src))
     except Exception as e:  # jax's reader raises anything on bytes that are not its format
         print(type(e).__name__)
         return _NOT_NATIVE

@@ -21,12 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxport._environ import worker_environment
 from jaxport._errors import (
     CorruptArchiveError,
     InvalidNameError,
@@ -167,31 +165,21 @@ def rescue(
 
 def _convert(python: str, work: Path, timeout: float, path: str) -> None:
     from jaxport._rescue_child import NOT_NATIVE, NOT_STORABLE
+    from jaxport.export._native import run_child
 
     cmd = [python, "-I", "-m", "jaxport._rescue_child", str(work / "in"), str(work)]
-    try:
-        done = subprocess.run(
-            [*cmd, str(_MEMORY_LIMIT)],
-            env=worker_environment(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise _unsafe(f"no answer within {timeout:g} s", path) from None
-    except OSError as e:
-        raise _unsafe(f"{python} could not be started ({e.strerror})", path) from None
+    done = run_child([*cmd, str(_MEMORY_LIMIT)], timeout, lambda what: _unsafe(what, path))
     said = done.stdout.decode(errors="replace").strip()[:500]
     if done.returncode == NOT_NATIVE:
         raise CorruptArchiveError(f"not jax-native bytes this jax reads ({said})", path=path)
     if done.returncode == NOT_STORABLE:
         raise UnsupportedFeatureError(f"jax-native bytes cannot be stored as an archive: {said}")
     if done.returncode != 0:
-        from jaxport.export._native import _status
+        from jaxport.export._native import exit_status
 
         lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
         tail = f": {lines[-1][:300]}" if lines else ""
-        raise _unsafe(f"{_status(done.returncode)}{tail}", path)
+        raise _unsafe(f"{exit_status(done.returncode)}{tail}", path)
 
 
 def _check_archive(archive: Path, path: str) -> None:

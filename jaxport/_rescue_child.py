@@ -123,18 +123,14 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
     import importlib.metadata
 
     import jax
-    from jax import export as jax_export
 
     from jaxport._errors import JaxportError
     from jaxport.export import dumps
-    from jaxport.export._native import CONVERTED_KEY, MAX_NATIVE_VJP_ORDER
+    from jaxport.export._native import CONVERTED_KEY, read_native
 
     work = Path(workdir)
     try:
-        exported = jax_export.deserialize(bytearray(Path(src).read_bytes()))
-        order, current = 0, exported
-        while order < MAX_NATIVE_VJP_ORDER and current.has_vjp():
-            current, order = current.vjp(), order + 1
+        exported, order = read_native(Path(src))
     except Exception as e:  # jax's reader raises anything on bytes that are not its format
         print(f"{type(e).__name__}: {str(e)[:300]}")
         return NOT_NATIVE
