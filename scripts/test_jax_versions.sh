@@ -37,16 +37,29 @@ for v in "${VERSIONS[@]}"; do
   "$venv/bin/pip" install -q --no-deps --force-reinstall "$ROOT"
 done
 
-for v in "${VERSIONS[@]}"; do
-  echo "== jax $v: test suite"
-  start=$SECONDS
-  # SQLite only here, and without the slow registry suites (concurrency, crash consistency,
-  # the main job): the registry does not depend on the jax release; the main run covers them.
+# One release's suite, then its archives for the cross-release reads; output in a log of its own
+# (two run at once: pytest uses one core). SQLite only here, and without the slow registry suites
+# (concurrency, crash consistency, the main job): the registry does not depend on the jax release;
+# the main run covers them.
+suite() {
+  local v=$1 start=$SECONDS rc=0
   (cd "$ARCHIVES" && env -u JAXPORT_TEST_POSTGRES_URL \
-    "$VENVS/jax-$v/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" "$ROOT/tests")
-  "$VENVS/jax-$v/bin/python" "$ROOT/scripts/cross_version.py" write "$ARCHIVES/written-by-$v"
-  echo "== jax $v: suite and writes took $((SECONDS - start)) s"
+    "$VENVS/jax-$v/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" "$ROOT/tests" &&
+    "$VENVS/jax-$v/bin/python" "$ROOT/scripts/cross_version.py" write "$ARCHIVES/written-by-$v") \
+    >"$ARCHIVES/log-$v" 2>&1 || rc=$?
+  echo "== jax $v: test suite and writes: exit $rc after $((SECONDS - start)) s"
+  cat "$ARCHIVES/log-$v"
+  return "$rc"
+}
+
+JOBS=${JAXPORT_CI_JOBS:-2}
+failed=0
+for v in "${VERSIONS[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+  suite "$v" &
 done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+[ "$failed" -eq 0 ] || { echo "a jax release's suite failed (above)"; exit 1; }
 
 for v in "${VERSIONS[@]}"; do
   for w in "${VERSIONS[@]}"; do
