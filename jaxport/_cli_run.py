@@ -272,7 +272,8 @@ def _naming(specs: Sequence[InputSpec]) -> str:
         else ""
     )
     if specs[0].positional:
-        return ways + f", or arr_0..arr_{len(specs) - 1} in that order"
+        numbered = "arr_0" if len(specs) == 1 else f"arr_0..arr_{len(specs) - 1} in that order"
+        return ways + f", or {numbered}"
     return ways + " (arr_0, arr_1, ... would be a guess: jax orders a dict's keys sorted)"
 
 
