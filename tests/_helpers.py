@@ -6,6 +6,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import jax
+from jax import export
+from jax._src import core
+
 import jaxport
 from jaxport.export import _archive, _compat
 
@@ -136,3 +140,36 @@ def skip_unless_it_crashes(path: Path) -> None:
             f"jaxlib {jaxlib.__version__} no longer crashes on {path.name} (it refuses it as an "
             "error): the crash path is tested under the jax releases where it crashes"
         )
+
+
+def from_compat_data(data: dict[str, Any], polymorphic_shapes: Any = None) -> Any:
+    """The Exported of a ``CompatTestData`` dict, as jax's ``run_serialized`` builds it."""
+    specs = export.symbolic_args_specs(data["inputs"], polymorphic_shapes)
+    in_avals, in_tree = jax.tree.flatten(
+        (tuple(jax.core.ShapedArray(a.shape, a.dtype) for a in specs), {})
+    )
+    out_avals, out_tree = jax.tree.flatten(
+        tuple(jax.core.ShapedArray(a.shape, a.dtype) for a in data["expected_outputs"])
+    )
+    return _compat.make_exported(
+        fun_name="run_serialized",
+        in_tree=in_tree,
+        in_avals=tuple(in_avals),
+        out_tree=out_tree,
+        out_avals=tuple(out_avals),
+        _has_named_shardings=True,
+        _in_named_shardings=(None,) * len(in_avals),
+        _out_named_shardings=(None,) * len(out_avals),
+        in_shardings_hlo=(None,) * len(in_avals),
+        out_shardings_hlo=(None,) * len(out_avals),
+        platforms=(data["platform"],),
+        ordered_effects=(),
+        unordered_effects=(),
+        disabled_safety_checks=(),
+        mlir_module_serialized=data["mlir_module_serialized"],
+        calling_convention_version=data["xla_call_module_version"],
+        nr_devices=data.get("nr_devices", 1),
+        module_kept_var_idx=tuple(range(len(in_avals))),
+        uses_global_constants=any(not core.is_constant_shape(a.shape) for a in in_avals),
+        _get_vjp=None,
+    )

@@ -33,12 +33,10 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from jax._src import core, tree_util
-from jax._src.export import shape_poly
 from jax._src.internal_test_util import export_back_compat_test_data as _data_pkg
 
 import jaxport
-from _helpers import assert_exported_equal
+from _helpers import assert_exported_equal, from_compat_data
 from jaxport.export import _compat
 
 pytestmark = pytest.mark.slow
@@ -143,37 +141,7 @@ def _exported(entry: Entry) -> Any:
     """The Exported of an entry, built as jax's back-compat tests build it."""
     if entry.native:
         return jax.export.deserialize(bytearray(entry.data["exported_serialized"]))
-    data = entry.data
-    args_specs = shape_poly.symbolic_args_specs(data["inputs"], _polymorphic(entry))
-    in_avals_tree = tree_util.tree_map(lambda a: core.ShapedArray(a.shape, a.dtype), args_specs)
-    out_avals_tree = tree_util.tree_map(
-        lambda a: core.ShapedArray(a.shape, a.dtype), data["expected_outputs"]
-    )
-    in_avals, in_tree = tree_util.tree_flatten((in_avals_tree, {}))
-    out_avals, out_tree = tree_util.tree_flatten(out_avals_tree)
-    n_in, n_out = len(in_avals), len(out_avals)
-    return _compat.make_exported(
-        fun_name="run_serialized",
-        in_tree=in_tree,
-        in_avals=tuple(in_avals),
-        out_tree=out_tree,
-        out_avals=tuple(out_avals),
-        _has_named_shardings=True,
-        _in_named_shardings=(None,) * n_in,
-        _out_named_shardings=(None,) * n_out,
-        in_shardings_hlo=(None,) * n_in,
-        out_shardings_hlo=(None,) * n_out,
-        platforms=(data["platform"],),
-        ordered_effects=(),
-        unordered_effects=(),
-        disabled_safety_checks=(),
-        mlir_module_serialized=data["mlir_module_serialized"],
-        calling_convention_version=data["xla_call_module_version"],
-        nr_devices=data.get("nr_devices", 1),
-        module_kept_var_idx=tuple(range(n_in)),
-        uses_global_constants=any(not core.is_constant_shape(a.shape) for a in in_avals),
-        _get_vjp=None,
-    )
+    return from_compat_data(entry.data, _polymorphic(entry))
 
 
 def _module_targets(exp: Any) -> set[str]:
