@@ -7,6 +7,7 @@
                                            module_verdicts (the module sandbox's, by digest)
     blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
     audits ─< queued_audits        (the finding each key of the audit queue recorded, once)
+    tokens, events                 (the registry server's bearer tokens; the append-only log)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
@@ -38,12 +39,14 @@ __all__ = [
     "Audit",
     "Base",
     "Blob",
+    "Event",
     "Model",
     "ModuleVerdict",
     "PendingBlob",
     "QueuedAudit",
     "RegistryInfo",
     "Signature",
+    "Token",
     "Variant",
     "VariantPart",
     "VariantPlatform",
@@ -307,3 +310,33 @@ class QueuedAudit(Base):
     nr_devices: Mapped[int] = mapped_column(Integer, primary_key=True)
     audit_id: Mapped[int] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"))
     job_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Token(Base):
+    """A bearer token of the registry server (``registry/_tokens.py``): the sha256 of its secret
+    (never the secret), its scopes and name prefixes (space-separated), times in unix seconds."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[str] = mapped_column(String(100))
+    prefixes: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Event(Base):
+    """One write to the registry (``registry/_events.py``), appended, never changed: ``actor``
+    (a token's name, or ``local:USER``), ``kind``, name, version and a JSON ``detail``."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_name_id", "name", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    detail: Mapped[str] = mapped_column(Text)
