@@ -39,6 +39,11 @@ working for code that does not know jaxport::
         ├── DuplicateVariantError (ValueError) a push whose variants are the same archive, or
         │                                      share a platform and device count
         ├── SchemaVersionError                 the database schema is older or newer than jaxport's
+        ├── PermissionDeniedError (PermissionError)  a registry server refused a token's
+        │   │                                  request: its scopes or name prefixes do not allow it
+        │   └── AuthenticationError            no token, or one that is unknown, expired or revoked
+        ├── ServerUnavailableError             a registry server cannot be reached or keeps
+        │                                      answering 503 (after retries)
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
                                                model (also by ``jaxport run``): the message
                                                names the call to use
@@ -56,6 +61,7 @@ from typing import Any
 
 __all__ = [
     "AuditError",
+    "AuthenticationError",
     "ConflictError",
     "CorruptArchiveError",
     "DuplicateVariantError",
@@ -69,9 +75,11 @@ __all__ = [
     "OutsideJaxWindowError",
     "OutsideJaxWindowWarning",
     "ParamsMismatchError",
+    "PermissionDeniedError",
     "RegistryError",
     "RunError",
     "SchemaVersionError",
+    "ServerUnavailableError",
     "SignatureError",
     "UnsafeArchiveError",
     "UnsafeModuleError",
@@ -353,6 +361,29 @@ class SchemaVersionError(RegistryError):
         self.found = found
         self.expected = expected
         super().__init__(message)
+
+
+class PermissionDeniedError(RegistryError, PermissionError):
+    """A registry server refused the request: the token's scopes or name prefixes do not allow
+    it (HTTP 403).
+
+    Attributes:
+        needed: the scope the request needs (``read``, ``write`` or ``admin``), or None where
+            a name prefix, not a scope, refused it.
+    """
+
+    def __init__(self, message: str, *, needed: str | None = None):
+        self.needed = needed
+        super().__init__(message)
+
+
+class AuthenticationError(PermissionDeniedError):
+    """No bearer token, or one the server does not know, that expired or was revoked (HTTP
+    401). The message never contains the token."""
+
+
+class ServerUnavailableError(RegistryError):
+    """A registry server could not be reached, or answered 503 on every retry."""
 
 
 class WrongKindError(RegistryError, TypeError):

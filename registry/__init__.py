@@ -26,10 +26,12 @@ if TYPE_CHECKING:
         default_url,
     )
     from jaxport.registry._db import schema_revision, upgrade_database
+    from jaxport.registry._events import Event, acting_as, current_actor
     from jaxport.registry._names import Reference, parse_reference
     from jaxport.registry._queue import QueuedJob
     from jaxport.registry._registry import Registry
     from jaxport.registry._signatures import Signature, SignatureCheck, SignaturePolicy
+    from jaxport.registry._tokens import NewToken, TokenInfo
     from jaxport.registry._types import (
         AliasMove,
         BlobProblem,
@@ -41,7 +43,9 @@ if TYPE_CHECKING:
         VariantInfo,
         VerifyReport,
     )
+    from jaxport.registry._uploads import ArchiveParts
     from jaxport.registry._windows import VariantWindow
+    from jaxport.registry._wire import from_wire, to_wire
 
 _LAZY = {
     **dict.fromkeys(
@@ -54,6 +58,10 @@ _LAZY = {
     ),
     **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
     **dict.fromkeys(["Reference", "parse_reference"], "jaxport.registry._names"),
+    **dict.fromkeys(["Event", "acting_as", "current_actor"], "jaxport.registry._events"),
+    **dict.fromkeys(["from_wire", "to_wire"], "jaxport.registry._wire"),
+    **dict.fromkeys(["NewToken", "TokenInfo"], "jaxport.registry._tokens"),
+    "ArchiveParts": "jaxport.registry._uploads",
     "QueuedJob": "jaxport.registry._queue",
     "Registry": "jaxport.registry._registry",
     **dict.fromkeys(
@@ -81,11 +89,14 @@ __all__ = [
     "HOME_ENV",
     "URL_ENV",
     "AliasMove",
+    "ArchiveParts",
     "BlobProblem",
     "BlobStore",
+    "Event",
     "FsspecBlobStore",
     "GcReport",
     "LocalBlobStore",
+    "NewToken",
     "PushResult",
     "QueuedJob",
     "Ref",
@@ -98,14 +109,19 @@ __all__ = [
     "SignatureCheck",
     "SignaturePolicy",
     "Stray",
+    "TokenInfo",
     "VariantInfo",
     "VariantWindow",
     "VerifyReport",
+    "acting_as",
+    "current_actor",
     "default_home",
     "default_url",
+    "from_wire",
     "open_blob_store",
     "parse_reference",
     "schema_revision",
+    "to_wire",
     "upgrade_database",
 ]
 

@@ -29,6 +29,7 @@ from jaxport.registry._model_parts import (
     parts_of,
 )
 from jaxport.registry._queries import Queries
+from jaxport.registry._streams import BlobStream, open_stream
 from jaxport.registry._types import VariantInfo
 from jaxport.registry._verdicts import pull_verdicts
 
@@ -157,6 +158,18 @@ class Pulls:
             if variant is None:
                 raise
         return self.archive_bytes(variant.short_digest, variant)
+
+    def stream(self, digest: str) -> BlobStream:
+        """``Registry.blob_stream``: a blob, or the archive of a model variant, as chunks."""
+        if self._blobs.exists(digest):
+            return open_stream(self._blobs, digest, None, None)
+        variant = self._queries.model_variant(digest)
+        if variant is None:
+            raise NotFoundError(f"no blob or archive {digest}")
+        parts = self._parts(variant.variant_id)
+        if not parts:
+            raise NotFoundError(f"no blob or archive {digest} (deleted meanwhile)")
+        return open_stream(self._blobs, digest, parts, variant.size_bytes)
 
     def described(self, variant: VariantInfo) -> VariantInfo:
         """A model variant with its methods and tensors (a function variant as it is)."""

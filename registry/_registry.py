@@ -10,6 +10,7 @@ import builtins
 import dataclasses
 import datetime
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,15 @@ from jaxport._errors import (
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport._version import __version__
 from jaxport.migrations import HEAD
-from jaxport.registry import _db, _queue
+from jaxport.registry import _db, _queue, _uploads
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import RegistryConfig, default_home, safe_url
+from jaxport.registry._events import Event, EventLog
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
 from jaxport.registry._names import (
+    check_digest,
     check_name,
     check_seconds,
     check_version,
@@ -45,6 +48,8 @@ from jaxport.registry._signatures import (
     Signatures,
     alias_of,
 )
+from jaxport.registry._streams import BlobStream
+from jaxport.registry._tokens import Tokens
 from jaxport.registry._types import (
     AliasMove,
     GcReport,
@@ -54,6 +59,7 @@ from jaxport.registry._types import (
     VariantInfo,
     VerifyReport,
 )
+from jaxport.registry._uploads import ArchiveParts
 from jaxport.registry._windows import VariantWindow, expiring_date, variant_windows
 
 if TYPE_CHECKING:
@@ -127,6 +133,9 @@ class Registry:
         self._maintenance = Maintenance(self._engine, self.blobs)
         self._findings = Findings(self._engine, self.blobs, self._queries, self._pulls)
         self._signatures = Signatures(self._engine, self.blobs, self._queries)
+        self._events = EventLog(self._engine)
+        #: The registry server's bearer tokens (``registry/_tokens.py``).
+        self.tokens = Tokens(self._engine, self._events)
 
     def close(self) -> None:
         """Releases the database connections."""
@@ -223,9 +232,56 @@ class Registry:
             source, name, vjp_order=vjp_order, aliases=aliases, metadata=metadata,
             examples=examples, max_size=max_size, allow_custom_calls=allow_custom_calls,
         )  # fmt: skip
+        if result.created or result.repaired:
+            self._events.record(
+                "push", result.name, result.version,
+                {"created": result.created, "digests": [v.digest for v in result.variants],
+                 "aliases": builtins.list(aliases), "repaired": builtins.list(result.repaired)},
+            )  # fmt: skip
         for alias in ruled:
             self.alias(result.name, alias, result.version)
         return result
+
+    # -- pushes in parts (registry/_uploads.py: the server's content-addressed uploads) ------
+
+    def missing_blobs(self, digests: Sequence[str]) -> builtins.list[str]:
+        """Of ``digests`` (archive parts), those the blob store does not hold, once each.
+
+        Raises:
+            InvalidNameError: a digest that is not 64 lowercase hex digits.
+        """
+        return _uploads.missing(self.blobs, digests)
+
+    def receive_blob(
+        self, digest: str, chunks: Iterable[bytes], *, max_size: int = DEFAULT_MAX_READ
+    ) -> int:
+        """Stores the part ``chunks`` make if its sha256 is ``digest``; returns its size in
+        bytes. It is referred to by nothing until ``push_parts`` commits a version that uses
+        it (``gc`` keeps it for ``min_age`` meanwhile).
+
+        Raises:
+            IntegrityError: the sha256 of the bytes is not ``digest``: nothing is stored.
+            InvalidNameError: over ``max_size`` bytes, or a malformed digest.
+        """
+        self._check_writable()
+        return _uploads.receive(self.blobs, digest, chunks, max_size)
+
+    def push_parts(
+        self, archives: Sequence[ArchiveParts], name: str | None = None, **push: Any
+    ) -> PushResult:
+        """``push`` of archives whose parts are stored already (``receive_blob``): each is put
+        together from its parts (every part and the whole digest verified) into a temporary
+        file and pushed as that file, with ``push``'s keywords.
+
+        Raises:
+            IntegrityError: a part is missing (``.expected`` names it) or corrupt, or the
+                parts do not make the archive's digest.
+            (and see ``push``)
+        """
+        self._check_writable()
+        with tempfile.TemporaryDirectory(prefix="jaxport-commit-") as tmp:
+            paths = [_uploads.assemble(self.blobs, a, tmp) for a in archives]
+            return self.push(paths, name, **push)
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         """Points ``name@alias`` at ``version`` (None: removes it), in one transaction; every
@@ -242,6 +298,7 @@ class Registry:
         if rules:
             self._signatures.check_version(self.get(f"{check_name(name)}:{version}"), rules)
         self._aliases.set(name, alias, version)
+        self._events.record("alias", name, version, {"alias": alias})
 
     def sign(
         self,
@@ -274,10 +331,15 @@ class Registry:
             (and see ``get``)
         """
         self._check_writable()
-        return self._signatures.sign(
+        signed = self._signatures.sign(
             reference, private_key, password=password, certificate=certificate,
             certificate_chain=certificate_chain,
         )  # fmt: skip
+        ref = self._queries.get(reference)
+        self._events.record(
+            "sign", ref.name, ref.version, {"signers": sorted({s.signer for s in signed})}
+        )
+        return signed
 
     def signatures(self, reference: str) -> builtins.list[Signature]:
         """The signatures stored for a version's variants, as stored (not verified: see
@@ -316,6 +378,7 @@ class Registry:
             check_version(version)
         self._check_writable()
         self._maintenance.delete(name, version, force=force)
+        self._events.record("delete", name, version, {"force": bool(force)})
 
     def gc(
         self, *, dry_run: bool = False, min_age: float = 3600.0, temp_age: float = 3600.0
@@ -342,7 +405,13 @@ class Registry:
         temp_age = check_seconds(temp_age, "temp_age")
         if not dry_run:
             self._check_writable()
-        return self._maintenance.gc(dry_run=bool(dry_run), min_age=min_age, temp_age=temp_age)
+        report = self._maintenance.gc(dry_run=bool(dry_run), min_age=min_age, temp_age=temp_age)
+        if not dry_run:
+            self._events.record(
+                "gc", detail={"removed": len(report.digests), "bytes": report.bytes,
+                              "temp_files": len(report.temp_files)},
+            )  # fmt: skip
+        return report
 
     def verify(self, *, deep: bool = False, timeout: float = 120.0) -> VerifyReport:
         """Recomputes the digest of every blob the database refers to; names each version that
@@ -507,6 +576,18 @@ class Registry:
         """
         return self._pulls.blob(digest)
 
+    def blob_stream(self, digest: str) -> BlobStream:
+        """A blob, or the archive of a model variant with that digest, as a ``BlobStream``:
+        its ``size`` in bytes and ``chunks(start, end)``, a whole read verified as it goes
+        (``registry/_streams.py``; what ``jaxport serve`` sends).
+
+        Raises:
+            NotFoundError: no such blob or archive.
+            InvalidNameError: ``digest`` is not 64 lowercase hex digits.
+        """
+        check_digest(digest)
+        return self._pulls.stream(digest)
+
     def _chosen(
         self, reference: str, version: int | None, platform: Any, nr_devices: int | None
     ) -> VariantInfo:
@@ -608,6 +689,24 @@ class Registry:
             NotFoundError: no such name.
         """
         return self._aliases.history(name, alias)
+
+    def events(
+        self, *, name: str | None = None, limit: int = 100, before: int | None = None
+    ) -> builtins.list[Event]:
+        """The event log, newest first, one page: every push, alias move, delete, gc, signing
+        and token change, with who made it (a token's name, or ``local:USER``).
+
+        Args:
+            name: only the events of this name.
+            limit: events per page (1..10,000).
+            before: the ``id`` of the last event of the previous page.
+
+        Raises:
+            InvalidNameError: a bad ``name``, ``limit`` or ``before``.
+        """
+        if name is not None:
+            check_name(name)
+        return self._events.list(name=name, limit=limit, before=before)
 
     # -- audits -----------------------------------------------------------------------------
 

@@ -1,0 +1,131 @@
+"""The event log: every write to a registry, appended to ``events`` and never changed.
+
+A write (push, alias move, delete, gc, signing, a token's creation or revocation) appends one
+row after it succeeds: ``actor`` (who), ``kind`` (what), the name and version it touched and a
+JSON ``detail``. The actor is ``current_actor``: the registry server sets it to the request's
+token name for the request's duration (``acting_as``); a direct client is ``local:USER``.
+
+The row is written after the write's own transaction commits, so a process killed between the
+two loses the event, never the write (the log is an audit trail, not the source of truth).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import getpass
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from sqlalchemy import Engine, insert, select
+
+from jaxport._errors import InvalidNameError
+from jaxport.registry import _db
+from jaxport.registry._models import Event as EventRow
+
+__all__ = ["Event", "EventLog", "acting_as", "current_actor"]
+
+#: Event kinds, in the order a reader meets them in the docs.
+KINDS = ("push", "alias", "delete", "gc", "sign", "token-create", "token-revoke")
+
+
+def _local_actor() -> str:
+    try:
+        return f"local:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry (a container's numeric uid)
+        return "local:unknown"
+
+
+_ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxport_actor", default=None)
+
+
+def current_actor() -> str:
+    """Who the writes of this context are recorded as: the token name set by ``acting_as``,
+    else ``local:USER``."""
+    return _ACTOR.get() or _local_actor()
+
+
+@contextlib.contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Records the writes made inside the ``with`` block as ``actor`` (a token's name)."""
+    reset = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(reset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One write: ``id`` (increasing), ``at`` (unix seconds), ``actor``, ``kind`` (one of
+    push, alias, delete, gc, sign, token-create, token-revoke), ``name`` and ``version`` (None
+    where the write has none) and ``detail`` (what else it did, JSON-ready)."""
+
+    id: int
+    at: float
+    actor: str
+    kind: str
+    name: str | None
+    version: int | None
+    detail: dict[str, Any]
+
+
+class EventLog:
+    """Appends events and reads them back, on one registry database. ``listeners`` are called
+    with each event appended by this process (the server's webhooks)."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self.listeners: list[Callable[[Event], None]] = []
+
+    def record(
+        self,
+        kind: str,
+        name: str | None = None,
+        version: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """Appends one event by ``current_actor()``; returns it."""
+        row = {
+            "at": time.time(), "actor": current_actor(), "kind": kind, "name": name,
+            "version": version, "detail": json.dumps(dict(detail or {}), sort_keys=True),
+        }  # fmt: skip
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            event_id = conn.execute(insert(EventRow).returning(EventRow.id), row).scalar_one()
+        event = _event({**row, "id": event_id})
+        for listener in self.listeners:
+            listener(event)
+        return event
+
+    def list(
+        self, *, name: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[Event]:
+        """Events, newest first, one page: those of ``name`` only if given; ``before`` is the
+        ``id`` of the last event of the previous page (keyset pagination).
+
+        Raises:
+            InvalidNameError: ``limit`` outside 1..10,000 or ``before`` not a positive int.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidNameError(f"limit must be an int in 1..10000, got {limit!r:.40}")
+        q = select(EventRow.__table__).order_by(EventRow.id.desc()).limit(limit)
+        if name is not None:
+            q = q.where(EventRow.name == name)
+        if before is not None:
+            if isinstance(before, bool) or not isinstance(before, int) or before < 1:
+                raise InvalidNameError(f"before must be a positive int, got {before!r:.40}")
+            q = q.where(EventRow.id < before)
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return [_event(dict(r._mapping)) for r in conn.execute(q)]
+
+
+def _event(row: Mapping[str, Any]) -> Event:
+    detail = row["detail"]
+    return Event(
+        id=int(row["id"]), at=float(row["at"]), actor=str(row["actor"]), kind=str(row["kind"]),
+        name=row["name"], version=row["version"],
+        detail=json.loads(detail) if isinstance(detail, str) else dict(detail),
+    )  # fmt: skip

@@ -1,0 +1,117 @@
+"""A stored archive or blob as a stream of chunks, for serving it (``jaxport serve``).
+
+``BlobStream`` gives a blob's size, then its bytes (or a byte range) a chunk at a time. A whole
+read is verified as it goes: its last chunk is yielded only after the sha256 of everything
+before it matches the digest, so a reader that stops at a mismatch never holds a corrupt blob
+(a server's client sees the response end early). A model archive's digest (stored as parts)
+reads its parts in order, each verified before it is yielded. A range read is not verified
+(it is a part of the bytes: ``inspect`` of a header, say; the reader checks what it reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from jaxport._errors import IntegrityError, NotFoundError
+from jaxport.registry._blobs import BlobStore, LocalBlobStore
+from jaxport.registry._model_parts import Part, archive_chunks
+
+__all__ = ["CHUNK", "BlobStream", "open_stream"]
+
+#: Bytes read and yielded at a time.
+CHUNK = 1 << 20
+
+
+class BlobStream:
+    """The bytes stored under ``digest``: one blob, or a model archive's ``parts``."""
+
+    def __init__(self, blobs: BlobStore, digest: str, size: int, parts: list[Part] | None):
+        self.blobs, self.digest, self.size, self._parts = blobs, digest, size, parts
+
+    def chunks(self, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """Bytes ``start`` to ``end`` (default: the end), a chunk at a time; verified when it
+        is the whole (see the module's doc).
+
+        Raises:
+            IntegrityError: a whole read whose bytes do not match the digest, or a part that
+                is missing or corrupt.
+        """
+        end = self.size if end is None else end
+        whole = start == 0 and end == self.size
+        source = self._model(start, end) if self._parts is not None else self._blob(start, end)
+        if not whole or self._parts is not None:  # a model's parts are each verified
+            yield from source
+            return
+        digest = hashlib.sha256()
+        held: bytes | None = None
+        for chunk in source:
+            if held is not None:
+                yield held
+            digest.update(chunk)
+            held = chunk
+        if digest.hexdigest() != self.digest:
+            raise IntegrityError(
+                f"blob {self.digest} in {self.blobs.url} does not match its digest",
+                expected=self.digest, found=digest.hexdigest(),
+            )  # fmt: skip
+        if held is not None:
+            yield held
+
+    def _blob(self, start: int, end: int) -> Iterator[bytes]:
+        with _open(self.blobs, self.digest) as f:
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
+                    raise IntegrityError(
+                        f"blob {self.digest} is shorter than recorded", expected=self.digest
+                    )
+                left -= len(chunk)
+                yield chunk
+
+    def _model(self, start: int, end: int) -> Iterator[bytes]:
+        position = 0
+        assert self._parts is not None
+        for chunk in archive_chunks(self.blobs, self._parts, self.size):
+            stop = position + len(chunk)
+            if stop > start and position < end:
+                yield bytes(chunk[max(0, start - position) : min(len(chunk), end - position)])
+            position = stop
+            if position >= end:
+                return
+
+
+def _open(blobs: BlobStore, digest: str) -> BinaryIO:
+    try:
+        if isinstance(blobs, LocalBlobStore):
+            return open(blobs.path(digest), "rb")
+        opener = getattr(blobs, "open", None)
+        if opener is not None:
+            return opener(digest)  # type: ignore[no-any-return]
+        import io
+
+        return io.BytesIO(blobs.get(digest))
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"blob {digest} is missing from {blobs.url}", expected=digest
+        ) from None
+
+
+def open_stream(
+    blobs: BlobStore, digest: str, model_parts: list[Part] | None, size: int | None
+) -> BlobStream:
+    """A ``BlobStream`` of a blob (``model_parts`` None) or of a model archive of ``size`` bytes.
+
+    Raises:
+        NotFoundError: no such blob.
+    """
+    if model_parts is None:
+        try:
+            size = blobs.size(digest)
+        except FileNotFoundError:
+            raise NotFoundError(f"no blob {digest}") from None
+    assert size is not None
+    return BlobStream(blobs, digest, size, model_parts)

@@ -1,0 +1,137 @@
+"""Pushes in parts, as a content-addressed registry takes them (``jaxport serve``'s uploads).
+
+A client splits each archive into parts (a function archive is one part; a model archive its
+skeleton and one part per tensor section, ``_model_parts.split_model``), asks which part
+digests the store lacks (``missing``), sends only those (``receive``: each one's sha256 checked
+as it arrives; a part that does not match is never stored), then commits the version: the
+archives are put together from their parts (``assemble``: every part verified, the whole
+archive's sha256 checked) and pushed as files, through the same validation as any push. Parts
+stored before a commit are blobs nothing refers to yet: ``gc`` keeps them for ``min_age``
+(an hour by default), so an interrupted upload resumes by asking ``missing`` again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import mmap
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from jaxport._errors import IntegrityError, InvalidNameError
+from jaxport._io import atomic_write
+from jaxport.registry._blobs import BlobStore
+from jaxport.registry._model_parts import Part, archive_chunks
+from jaxport.registry._names import check_digest
+
+__all__ = ["ArchiveParts", "assemble", "missing", "receive"]
+
+#: Most parts one archive may name (a model's tensors, plus its skeleton).
+MAX_PARTS = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveParts:
+    """An archive as parts: its sha256 ``digest``, ``size`` in bytes and ``parts`` in order
+    (each at its offset, zero padding between)."""
+
+    digest: str
+    size: int
+    parts: tuple[Part, ...]
+
+    def check(self) -> None:
+        """Refuses parts that cannot make the archive.
+
+        Raises:
+            InvalidNameError: a malformed digest, a negative or overlapping part, too many
+                parts, parts that end past ``size``.
+        """
+        check_digest(self.digest)
+        if not 1 <= len(self.parts) <= MAX_PARTS:
+            raise InvalidNameError(f"an archive has 1 to {MAX_PARTS} parts, got {len(self.parts)}")
+        end = 0
+        for p in self.parts:
+            check_digest(p.digest)
+            if p.offset < end or p.size < 0:
+                raise InvalidNameError(f"part {p.position} overlaps the one before or is negative")
+            end = p.offset + p.size
+        if end > self.size:
+            raise InvalidNameError(f"the parts end at byte {end}, past the archive's {self.size}")
+
+
+def missing(blobs: BlobStore, digests: Sequence[str]) -> list[str]:
+    """The digests (each checked) the store does not hold, in the order given, once each.
+
+    Raises:
+        InvalidNameError: a digest that is not 64 lowercase hex digits.
+    """
+    seen: set[str] = set()
+    out = []
+    for d in digests:
+        if check_digest(d) not in seen and not blobs.exists(d):
+            out.append(d)
+        seen.add(d)
+    return out
+
+
+def receive(blobs: BlobStore, digest: str, chunks: Iterable[bytes], max_size: int) -> int:
+    """Stores the blob ``chunks`` make if their sha256 is ``digest``; returns its size.
+
+    The bytes are spooled to a temporary file while hashed, then stored (``BlobStore.put``:
+    atomic, a no-op if the blob is there already).
+
+    Raises:
+        IntegrityError: the bytes' sha256 is not ``digest`` (nothing is stored).
+        InvalidNameError: more than ``max_size`` bytes, or a malformed digest.
+    """
+    check_digest(digest)
+    h = hashlib.sha256()
+    size = 0
+    with tempfile.TemporaryFile(prefix="jaxport-upload-") as spool:
+        for chunk in chunks:
+            size += len(chunk)
+            if size > max_size:
+                raise InvalidNameError(f"an upload is at most {max_size} bytes")
+            h.update(chunk)
+            spool.write(chunk)
+        if h.hexdigest() != digest:
+            raise IntegrityError(
+                f"the uploaded bytes' sha256 is {h.hexdigest()}, not {digest}: not stored",
+                expected=digest, found=h.hexdigest(),
+            )  # fmt: skip
+        spool.flush()
+        if size == 0:
+            blobs.put(digest, b"")
+            return 0
+        with mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            blobs.put(digest, memoryview(view))
+    return size
+
+
+def assemble(blobs: BlobStore, archive: ArchiveParts, directory: str | os.PathLike[str]) -> Path:
+    """Writes the archive ``archive``'s parts make into ``directory``; returns its path.
+
+    Raises:
+        IntegrityError: a part is missing (``.expected`` names it) or corrupt, or the whole
+            archive's sha256 is not ``archive.digest``.
+        InvalidNameError: see ``ArchiveParts.check``.
+    """
+    archive.check()
+    path = Path(directory) / f"{archive.digest}.jaxport"
+    h = hashlib.sha256()
+
+    def hashed() -> Iterable[bytes | memoryview]:
+        for chunk in archive_chunks(blobs, archive.parts, archive.size):
+            h.update(chunk)
+            yield chunk
+
+    atomic_write(path, hashed())
+    if h.hexdigest() != archive.digest:
+        path.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"the parts make an archive with sha256 {h.hexdigest()}, not {archive.digest}",
+            expected=archive.digest, found=h.hexdigest(),
+        )  # fmt: skip
+    return path

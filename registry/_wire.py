@@ -1,0 +1,111 @@
+"""The registry's results as JSON and back: what the server sends and its client reads.
+
+``to_wire`` turns a result (a frozen dataclass, or lists and dicts of them) into plain JSON
+values, field by field, keeping numbers as they are (times stay unix seconds); ``from_wire``
+rebuilds the dataclass from its field annotations, so ``from_wire(T, to_wire(x)) == x`` for
+every result type of ``Registry`` (``VariantInfo`` with its methods and tensors, ``Ref``,
+``PushResult``, ``Resolution``, ``Finding``, ``Event``, ...). Fields declared ``init=False``
+(derived ones, such as ``Ref.kind``) are sent and not read back: the constructor derives them.
+
+Nothing is evaluated: a value that does not fit its annotation raises ``CorruptArchiveError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+from jaxport._errors import CorruptArchiveError
+
+__all__ = ["from_wire", "to_wire"]
+
+T = TypeVar("T")
+
+
+def to_wire(value: Any) -> Any:
+    """``value`` as plain JSON values (dataclasses as objects of their fields, tuples as lists,
+    dict keys as strings)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_wire(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_wire(x) for x in value]
+    return value
+
+
+def from_wire(kind: Any, data: Any) -> Any:
+    """``data`` (JSON values) read back as ``kind`` (a dataclass, ``list[...]``, ...).
+
+    Raises:
+        CorruptArchiveError: ``data`` does not fit ``kind`` (the message names the field).
+    """
+    try:
+        return _read(kind, data, "response")
+    except (TypeError, ValueError, KeyError) as e:
+        raise CorruptArchiveError(f"a registry server's answer does not fit {kind}: {e}") from None
+
+
+def _read(kind: Any, data: Any, where: str) -> Any:
+    if kind is Any:
+        return data
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        return _dataclass(kind, data, where)
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin in (Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        others = [a for a in args if a is not type(None)]
+        return _read(others[0], data, where) if len(others) == 1 else data
+    if origin is tuple:
+        _expect(data, list, where)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_read(args[0], x, where) for x in data)
+        return tuple(_read(a, x, where) for a, x in zip(args, data, strict=True))
+    if origin is list:
+        _expect(data, list, where)
+        return [_read(args[0], x, where) for x in data]
+    if origin is dict:
+        _expect(data, dict, where)
+        return {k: _read(args[1], v, where) for k, v in data.items()}
+    if kind is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise TypeError(f"{where}: expected a number, got {type(data).__name__}")
+        return float(data)
+    if kind in (int, str, bool):
+        _expect(data, kind, where)
+        return data
+    return data
+
+
+def _dataclass(kind: type[T], data: Any, where: str) -> T:
+    _expect(data, dict, where)
+    hints = _hints(kind)
+    values = {}
+    for f in dataclasses.fields(kind):  # type: ignore[arg-type]
+        if not f.init or f.name not in data:
+            continue
+        values[f.name] = _read(hints[f.name], data[f.name], f"{kind.__name__}.{f.name}")
+    return kind(**values)
+
+
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    from jaxport.export._info import AvalInfo, MethodInfo, ModuleInfo, SectionInfo
+    from jaxport.export._tensors import TensorInfo
+    from jaxport.registry._types import VariantInfo
+
+    local = {
+        "AvalInfo": AvalInfo, "MethodInfo": MethodInfo, "ModuleInfo": ModuleInfo,
+        "SectionInfo": SectionInfo, "TensorInfo": TensorInfo, "VariantInfo": VariantInfo,
+    }  # fmt: skip
+    return typing.get_type_hints(kind, localns=local)
+
+
+def _expect(data: Any, kind: type, where: str) -> None:
+    if not isinstance(data, kind) or (kind is int and isinstance(data, bool)):
+        raise TypeError(f"{where}: expected {kind.__name__}, got {type(data).__name__}")

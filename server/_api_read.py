@@ -1,0 +1,169 @@
+"""The read routes of ``/api/v1`` (scope ``read``): names, versions, variants, resolve, blobs
+(streamed, ``ETag`` = digest, HTTP ranges), aliases and their history, findings, diff,
+signatures and the event log. Every answer is the ``Registry`` result as JSON (``to_wire``).
+A token limited to name prefixes sees only those names."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+
+from jaxport.registry import Registry, TokenInfo, parse_reference, to_wire
+from jaxport.server._auth import check_name, scope
+from jaxport.server._ranges import byte_range
+
+__all__ = ["router"]
+
+router = APIRouter()
+Reader = Annotated[TokenInfo, Depends(scope("read"))]
+
+
+def _reg(request: Request) -> Registry:
+    return request.app.state.registry  # type: ignore[no-any-return]
+
+
+def _named(principal: TokenInfo, reference: str) -> None:
+    name = parse_reference(reference).name
+    if name is not None:
+        check_name(principal, name)
+
+
+@router.get("/names")
+def names(request: Request, p: Reader) -> dict[str, Any]:
+    """Every name the token may see, sorted."""
+    return {"names": [n for n in _reg(request).names() if p.allows_name(n)]}
+
+
+@router.get("/versions")
+def versions(
+    request: Request, p: Reader, name: str | None = None, limit: int = 100,
+    after_name: str | None = None, after_version: int | None = None,
+) -> Any:  # fmt: skip
+    """``Registry.list``: one page of versions (of ``name``, or of every name)."""
+    if name is not None:
+        check_name(p, name)
+    after = (after_name, after_version) if after_name and after_version else None
+    refs = _reg(request).list(name, limit=limit, after=after)
+    return to_wire([r for r in refs if p.allows_name(r.name)])
+
+
+@router.get("/ref")
+def get(request: Request, p: Reader, reference: str) -> Any:
+    """``Registry.get``: one version, model variants with their methods and tensors."""
+    _named(p, reference)
+    ref = _reg(request).get(reference)
+    check_name(p, ref.name)
+    return to_wire(ref)
+
+
+@router.get("/resolve")
+def resolve(
+    request: Request, p: Reader, reference: str, platform: str | None = None,
+    nr_devices: int | None = None,
+) -> Any:  # fmt: skip
+    """``Registry.resolve``: the variant a pull would choose and why the others were not
+    (``platform`` absent: any platform)."""
+    _named(p, reference)
+    resolution = _reg(request).resolve(reference, platform=platform, nr_devices=nr_devices)
+    check_name(p, resolution.name)
+    return to_wire(resolution)
+
+
+@router.get("/search")
+def search(
+    request: Request, p: Reader, name: str | None = None, platform: str | None = None,
+    nr_devices: int | None = None, jax_version: str | None = None,
+    calling_convention_version: int | None = None, fun_name: str | None = None,
+    shape_polymorphic: bool | None = None, limit: int = 100, after: int | None = None,
+) -> Any:  # fmt: skip
+    """``Registry.search``: variants matching every filter, one page."""
+    if name is not None:
+        check_name(p, name)
+    found = _reg(request).search(
+        name=name, platform=platform, nr_devices=nr_devices, jax_version=jax_version,
+        calling_convention_version=calling_convention_version, fun_name=fun_name,
+        shape_polymorphic=shape_polymorphic, limit=limit, after=after,
+    )  # fmt: skip
+    return to_wire([v for v in found if p.allows_name(v.name)])
+
+
+@router.get("/aliases/{name}")
+def aliases(request: Request, p: Reader, name: str) -> Any:
+    """``Registry.aliases``: the name's aliases and their versions."""
+    check_name(p, name)
+    return _reg(request).aliases(name)
+
+
+@router.get("/aliases/{name}/history")
+def alias_history(request: Request, p: Reader, name: str, alias: str | None = None) -> Any:
+    """``Registry.alias_history``: every move, oldest first."""
+    check_name(p, name)
+    return to_wire(_reg(request).alias_history(name, alias))
+
+
+@router.get("/findings")
+def findings(
+    request: Request, p: Reader, name: str | None = None, jax_version: str | None = None,
+    platform: str | None = None, limit: int = 10_000,
+) -> Any:  # fmt: skip
+    """``Registry.audit_results``: stored findings, newest first."""
+    if name is not None:
+        check_name(p, name)
+    found = _reg(request).audit_results(
+        name=name, jax_version=jax_version, platform=platform, limit=limit
+    )
+    return to_wire([f for f in found if p.allows_name(f.name)])
+
+
+@router.get("/diff")
+def diff(request: Request, p: Reader, a: str, b: str) -> Any:
+    """``Registry.diff``: the changes from version ``a`` to ``b``, breaking or compatible."""
+    _named(p, a)
+    _named(p, b)
+    return to_wire(_reg(request).diff(a, b))
+
+
+@router.get("/signatures")
+def signatures(request: Request, p: Reader, reference: str) -> Any:
+    """``Registry.signatures``: the signatures stored for a version's variants."""
+    _named(p, reference)
+    return to_wire(_reg(request).signatures(reference))
+
+
+@router.get("/events")
+def events(
+    request: Request, p: Reader, name: str | None = None, limit: int = 100,
+    before: int | None = None,
+) -> Any:  # fmt: skip
+    """``Registry.events``: the event log, newest first (a prefix-limited token sees the
+    events of its names only)."""
+    if name is not None:
+        check_name(p, name)
+    found = _reg(request).events(name=name, limit=limit, before=before)
+    return to_wire([e for e in found if p.prefixes == () or (e.name and p.allows_name(e.name))])
+
+
+@router.api_route("/blobs/{digest}", methods=["GET", "HEAD"])
+def blob(request: Request, p: Reader, digest: str) -> Response:
+    """A blob, or a model variant's archive, streamed: ``ETag`` is its digest, ``Range:
+    bytes=START-END`` gives part of it (206). A whole read is verified as it is sent: a
+    corrupt blob's answer ends early, and the client refuses it."""
+    stream = _reg(request).blob_stream(digest)
+    headers = {"ETag": f'"{digest}"', "Accept-Ranges": "bytes"}
+    if request.headers.get("if-none-match") == f'"{digest}"':
+        return Response(status_code=304, headers=headers)
+    wanted = byte_range(request.headers.get("range"), stream.size)
+    if wanted is None:
+        start, end, status = 0, stream.size, 200
+    else:
+        (start, end), status = wanted, 206
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{stream.size}"
+    headers["Content-Length"] = str(end - start)
+    if request.method == "HEAD":
+        return Response(status_code=status, headers=headers)
+    return StreamingResponse(
+        stream.chunks(start, end), status_code=status, headers=headers,
+        media_type="application/octet-stream",
+    )  # fmt: skip

@@ -1,0 +1,188 @@
+"""The write routes of ``/api/v1``: uploads of the parts a server lacks and the commit of a
+version (``write``), alias moves (``write``), audits (``write``: they record findings), and
+delete, gc, verify and tokens (``admin``). Each runs under ``acting_as(token name)``, so the
+event log names the token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+
+from jaxport._errors import PermissionDeniedError
+from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
+from jaxport.server._auth import check_name, scope
+from jaxport.server._bridge import iterate_body
+
+__all__ = ["router"]
+
+router = APIRouter()
+Writer = Annotated[TokenInfo, Depends(scope("write"))]
+Admin = Annotated[TokenInfo, Depends(scope("admin"))]
+
+
+def _reg(request: Request) -> Registry:
+    return request.app.state.registry  # type: ignore[no-any-return]
+
+
+class Digests(BaseModel):
+    digests: list[str] = Field(max_length=1_000_000)
+
+
+class Commit(BaseModel):
+    """A version to commit: its archives as parts (``ArchiveParts`` as JSON) and ``push``'s
+    keywords."""
+
+    name: str | None = None
+    archives: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    aliases: list[str] = []
+    metadata: dict[str, str] = {}
+    allow_custom_calls: list[str] = []
+    vjp_order: int = 0
+
+
+class AliasMoveBody(BaseModel):
+    version: int | None
+
+
+class AuditBody(BaseModel):
+    reference: str | None = None
+    platform: str | None = None
+    force: bool = False
+    level: str = "full"
+    timeout: float = 120.0
+
+
+class GcBody(BaseModel):
+    dry_run: bool = False
+    min_age: float = 3600.0
+    temp_age: float = 3600.0
+
+
+class VerifyBody(BaseModel):
+    deep: bool = False
+    timeout: float = 120.0
+
+
+class TokenBody(BaseModel):
+    name: str
+    scope: str = "read"
+    prefixes: list[str] = []
+    expires_in: float | None = None
+
+
+@router.post("/blobs/missing")
+def missing(request: Request, p: Writer, body: Digests) -> dict[str, list[str]]:
+    """Of the part digests given, those the server lacks (send only those)."""
+    return {"missing": _reg(request).missing_blobs(body.digests)}
+
+
+@router.put("/blobs/{digest}", status_code=201)
+def upload(request: Request, p: Writer, digest: str) -> dict[str, Any]:
+    """One part's bytes (the request body), stored if their sha256 is ``digest`` (422
+    ``IntegrityError`` otherwise: nothing stored)."""
+    chunks: Iterator[bytes] = iterate_body(request)
+    size = _reg(request).receive_blob(digest, chunks, max_size=request.app.state.max_upload)
+    return {"digest": digest, "size": size}
+
+
+@router.post("/versions", status_code=201)
+def commit(request: Request, p: Writer, body: Commit) -> Any:
+    """Pushes a version from stored parts (``Registry.push_parts``): every part and archive
+    verified, every module validated in the sandbox; a part not uploaded is 422 naming it."""
+    if body.name is not None:
+        check_name(p, body.name)
+    elif p.prefixes:
+        raise PermissionDeniedError(
+            f"token {p.name!r} is limited to name prefixes: push with a name"
+        )
+    archives = [from_wire(ArchiveParts, a) for a in body.archives]
+    reg = _reg(request)
+    with acting_as(p.name):
+        result = reg.push_parts(
+            archives, body.name, aliases=body.aliases, metadata=body.metadata,
+            allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
+        )  # fmt: skip
+    return to_wire(result)
+
+
+@router.put("/aliases/{name}/{alias}", status_code=204)
+def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMoveBody) -> None:
+    """Points ``name@alias`` at ``version`` (null: removes it)."""
+    check_name(p, name)
+    with acting_as(p.name):
+        _reg(request).alias(name, alias, body.version)
+
+
+@router.post("/audits")
+def audit(request: Request, p: Writer, body: AuditBody) -> Any:
+    """``Registry.audit`` on the server (its worker processes), findings recorded."""
+    if body.reference is None and p.prefixes:
+        names = [n for n in _reg(request).names() if p.allows_name(n)]
+        found: list[Any] = []
+        for n in names:
+            found += _audit(request, p, n, body)
+        return to_wire(found)
+    return to_wire(_audit(request, p, body.reference, body))
+
+
+def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
+    from jaxport.registry import parse_reference
+
+    if reference is not None and (name := parse_reference(reference).name) is not None:
+        check_name(p, name)
+    with acting_as(p.name):
+        return _reg(request).audit(
+            reference, platform=body.platform, force=body.force, level=body.level,
+            timeout=body.timeout,
+        )  # fmt: skip
+
+
+@router.delete("/names/{name}", status_code=204)
+def delete(
+    request: Request, p: Admin, name: str, version: int | None = None, force: bool = False
+) -> None:
+    """Deletes a version (or the whole name); blobs stay until gc."""
+    check_name(p, name)
+    with acting_as(p.name):
+        _reg(request).delete(name, version, force=force)
+
+
+@router.post("/gc")
+def gc(request: Request, p: Admin, body: GcBody) -> Any:
+    """``Registry.gc``."""
+    with acting_as(p.name):
+        return to_wire(
+            _reg(request).gc(dry_run=body.dry_run, min_age=body.min_age, temp_age=body.temp_age)
+        )
+
+
+@router.post("/verify")
+def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
+    """``Registry.verify``: every blob's digest (``deep``: every archive read in full)."""
+    return to_wire(_reg(request).verify(deep=body.deep, timeout=body.timeout))
+
+
+@router.get("/tokens")
+def tokens(request: Request, p: Admin) -> Any:
+    """Every token, without secrets."""
+    return to_wire(_reg(request).tokens.list())
+
+
+@router.post("/tokens", status_code=201)
+def create_token(request: Request, p: Admin, body: TokenBody) -> Any:
+    """Makes a token; the answer holds its secret, this once."""
+    with acting_as(p.name):
+        new = _reg(request).tokens.create(
+            body.name, body.scope, prefixes=body.prefixes, expires_in=body.expires_in
+        )
+    return {"info": to_wire(new.info), "secret": new.secret}
+
+
+@router.delete("/tokens/{name}")
+def revoke_token(request: Request, p: Admin, name: str) -> Any:
+    """Revokes a token (its requests get 401 from now on)."""
+    with acting_as(p.name):
+        return to_wire(_reg(request).tokens.revoke(name))

@@ -1,0 +1,66 @@
+"""The ASGI app of ``jaxport serve``: the API under ``/api/v1``, the pages, error answers.
+
+The app holds one ``jaxport.Registry`` (a SQL engine and a blob store) and no other state: two
+server processes over one PostgreSQL database and one blob store serve the same registry.
+Routes are plain (sync) functions, run in the server's thread pool, so a slow push or audit
+never blocks the event loop; module validation runs in the registry's sandbox workers, never
+in the process that handles requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastapi import FastAPI
+
+from jaxport._errors import JaxportError
+from jaxport._files import DEFAULT_MAX_READ
+from jaxport._version import __version__
+from jaxport.registry import Registry
+from jaxport.server import _api_read, _api_write, _errors, _pages
+from jaxport.server._webhooks import Webhooks
+
+__all__ = ["create_app"]
+
+API = "/api/v1"
+
+
+def create_app(
+    registry: Registry,
+    *,
+    open_read: bool = False,
+    max_upload: int = DEFAULT_MAX_READ,
+    webhooks: Sequence[str] = (),
+    webhook_secret: str | None = None,
+) -> FastAPI:
+    """The server's app over ``registry``.
+
+    Args:
+        registry: a direct ``jaxport.Registry`` (SQL database and blob store).
+        open_read: reads (API and pages) need no token; writes always do.
+        max_upload: the largest part one upload may send, in bytes (default 64 GiB).
+        webhooks: URLs each event is POSTed to (JSON), signed with ``webhook_secret``
+            (``X-Jaxport-Signature: sha256=HEX``, HMAC-SHA256 of the body), retried with
+            backoff (``server/_webhooks.py``).
+    """
+    app = FastAPI(
+        title="jaxport registry",
+        version=__version__,
+        openapi_url=f"{API}/openapi.json",
+        docs_url=f"{API}/docs",
+        redoc_url=None,
+    )
+    app.state.registry = registry
+    app.state.open_read = bool(open_read)
+    app.state.max_upload = int(max_upload)
+    hooks = Webhooks(webhooks, webhook_secret) if webhooks else None
+    app.state.webhooks = hooks
+    if hooks is not None:
+        registry._events.listeners.append(hooks.deliver)
+        app.add_event_handler("shutdown", hooks.close)
+    app.include_router(_api_read.router, prefix=API)
+    app.include_router(_api_write.router, prefix=API)
+    app.include_router(_pages.router)
+    app.add_exception_handler(JaxportError, _errors.jaxport_error_handler)
+    app.add_exception_handler(Exception, _errors.unexpected_error_handler)
+    return app

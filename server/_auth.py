@@ -1,0 +1,67 @@
+"""Who is asking: the request's bearer token, checked for a scope (and a name).
+
+Each route declares the scope it needs (``Depends(scope("write"))``); the token's name is
+the actor of the writes the request makes (``registry/_events.py``). A missing, unknown,
+expired or revoked token is 401; a token whose scope or name prefixes do not allow the request
+is 403 naming the scope needed. With ``open_read`` (``jaxport serve --open-read``), reads need
+no token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Request
+
+from jaxport._errors import PermissionDeniedError
+from jaxport.registry import TokenInfo
+
+__all__ = ["ANONYMOUS", "bearer", "check_name", "scope"]
+
+#: The principal of a read without a token on an ``open_read`` server.
+ANONYMOUS = TokenInfo(name="anonymous", scope="read", prefixes=(), created_at=0.0)
+
+
+def bearer(request: Request) -> str | None:
+    """The token in ``Authorization: Bearer ...`` (None: no such header)."""
+    header = request.headers.get("authorization", "")
+    kind, _, secret = header.partition(" ")
+    if kind.lower() != "bearer" or not secret.strip():
+        return None
+    return secret.strip()
+
+
+def scope(needed: str) -> Callable[[Request], TokenInfo]:
+    """A FastAPI dependency: the request's token, allowed ``needed``. A route that writes runs
+    its registry calls under ``acting_as(token.name)`` (a dependency runs in another thread
+    than a sync route, so the route sets it itself).
+
+    Raises:
+        AuthenticationError: no token, or an unknown, expired or revoked one (401).
+        PermissionDeniedError: the token's scope is too small (403, ``.needed``).
+    """
+
+    def dependency(request: Request) -> TokenInfo:
+        state = request.app.state
+        secret = bearer(request)
+        if secret is None and needed == "read" and state.open_read:
+            principal = ANONYMOUS
+        else:
+            principal = state.registry.tokens.authenticate(secret)
+        principal.check(needed)
+        return principal
+
+    return dependency
+
+
+def check_name(principal: TokenInfo, name: str) -> None:
+    """Refuses a name outside the token's prefixes (403).
+
+    Raises:
+        PermissionDeniedError: ``name`` does not start with one of the token's prefixes.
+    """
+    if not principal.allows_name(name):
+        raise PermissionDeniedError(
+            f"token {principal.name!r} is limited to names starting with "
+            f"{', '.join(map(repr, principal.prefixes))}; {name!r} is not one"
+        )
