@@ -20,6 +20,7 @@ import click
 
 from jaxport._cli_queue import audit_worker
 from jaxport._cli_rescue import rescue_cmd
+from jaxport._cli_server import log_cmd, serve, token
 from jaxport._errors import JaxportError
 from jaxport._version import __version__
 
@@ -1193,6 +1194,9 @@ def db_upgrade(ctx: _Context, as_json: bool) -> None:
 
 main.add_command(audit_worker)
 main.add_command(rescue_cmd)
+main.add_command(serve)
+main.add_command(token)
+main.add_command(log_cmd)
 
 if __name__ == "__main__":
     main()

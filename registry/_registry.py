@@ -92,6 +92,9 @@ class Registry:
         upgrade: upgrade an older database schema to this jaxport's (alembic).
         require_signatures: a ``SignaturePolicy``: pulls and alias moves of versions its keys
             did not sign raise ``SignatureError`` (``jaxport[signing]``).
+        token: for a registry server (``http(s)://`` URL) only: its bearer token (default
+            ``$JAXPORT_TOKEN``). A server URL gives a client with the same methods, results
+            and errors (``registry/_remote.py``), plus ``PermissionDeniedError``.
 
     Attributes:
         url: the database URL with its password masked (``user:***@``); the real one is used
@@ -104,6 +107,15 @@ class Registry:
             password), no blob store for a server database, a missing fsspec package.
     """
 
+    def __new__(cls, url: str | None = None, **kwargs: Any) -> Registry:
+        """A ``RemoteRegistry`` (``registry/_remote.py``) for an ``http(s)://`` URL (given, or
+        ``$JAXPORT_REGISTRY``), else a direct registry."""
+        if cls is Registry and _remote_url(url):
+            from jaxport.registry._remote import RemoteRegistry
+
+            return super().__new__(RemoteRegistry)
+        return super().__new__(cls)
+
     def __init__(
         self,
         url: str | None = None,
@@ -111,7 +123,10 @@ class Registry:
         blobs: str | os.PathLike[str] | BlobStore | None = None,
         upgrade: bool = False,
         require_signatures: SignaturePolicy | None = None,
+        token: str | None = None,
     ):
+        if token is not None:
+            raise InvalidNameError("token is for a registry server (an http(s):// URL)")
         if require_signatures is not None and not isinstance(require_signatures, SignaturePolicy):
             raise InvalidNameError("require_signatures must be a jaxport.SignaturePolicy or None")
         self.require_signatures = require_signatures
@@ -986,6 +1001,12 @@ class Registry:
             found=revision,
             expected=HEAD,
         )
+
+
+def _remote_url(url: str | None) -> bool:
+    from jaxport.registry._remote import is_server_url
+
+    return is_server_url(url if url is not None else RegistryConfig.from_env().url)
 
 
 def _platform(platform: Any) -> str | None:

@@ -185,7 +185,8 @@ class Tokens:
         """
         if not secret:
             raise AuthenticationError(
-                "this registry server needs a bearer token (--token or $JAXPORT_TOKEN)"
+                "this registry server needs a bearer token (Authorization: Bearer; clients "
+                "read it from $JAXPORT_TOKEN)"
             )
         with _db.translating_db_errors(), self._engine.connect() as conn:
             row = conn.execute(

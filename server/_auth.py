@@ -48,6 +48,7 @@ def scope(needed: str) -> Callable[[Request], TokenInfo]:
             principal = ANONYMOUS
         else:
             principal = state.registry.tokens.authenticate(secret)
+        request.state.principal = principal
         principal.check(needed)
         return principal
 

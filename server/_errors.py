@@ -43,7 +43,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
 
 #: Attributes an error may carry (each class's documented ones); JSON values only.
 _ATTRS = ("needed", "found", "expected", "supported", "variants", "targets", "fun_name",
-          "section", "what", "version", "what_version")  # fmt: skip
+          "section", "what", "offset", "vjp_order")  # fmt: skip
 
 
 def status_of(error: BaseException) -> int:
@@ -66,7 +66,12 @@ def error_body(error: BaseException) -> dict[str, Any]:
 async def jaxport_error_handler(request: Request, error: Exception) -> JSONResponse:
     code = status_of(error)
     headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
-    return JSONResponse(error_body(error), status_code=code, headers=headers)
+    body = error_body(error)
+    principal = getattr(request.state, "principal", None)
+    if code == 404 and (principal is None or principal.prefixes):
+        # "no artifact named 'x'; names: a, b": the names a limited token may not see
+        body["error"]["message"] = str(error).split("; ")[0]
+    return JSONResponse(body, status_code=code, headers=headers)
 
 
 async def unexpected_error_handler(request: Request, error: Exception) -> JSONResponse:

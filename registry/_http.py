@@ -1,0 +1,127 @@
+"""The HTTP side of the registry server's client: one ``httpx.Client``, retries, typed errors.
+
+Retries: a connection error, a timeout or a 503 is retried with exponential backoff (0.2 s
+doubling, ``ATTEMPTS`` tries), then ``ServerUnavailableError``. An error answer (``{"error":
+{"type", "message", "attrs"}}``, ``server/_errors.py``) is raised as the jaxport error of that
+type with its attributes; an unknown type as ``RegistryError``. The token is sent in the
+``Authorization`` header only; it is in no message, ``repr`` or URL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from jaxport import _errors
+from jaxport._errors import JaxportError, RegistryError, ServerUnavailableError
+from jaxport.registry._config import safe_url
+
+__all__ = ["ATTEMPTS", "Http", "error_from"]
+
+ATTEMPTS = 5
+_RETRY_STATUS = frozenset({502, 503, 504})
+
+
+class Http:
+    """Requests to one server's ``/api/v1``, with ``token``."""
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = 300.0):
+        self.url = safe_url(url.rstrip("/"))
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(
+            base_url=url.rstrip("/") + "/api/v1",
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"Http({self.url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON answer of one request (retried; see the module's doc).
+
+        Raises:
+            JaxportError: the server's error, typed; ``ServerUnavailableError`` after retries.
+        """
+        response = self._send(method, path, **kwargs)
+        if response.status_code == 204:
+            return None
+        return response.json()
+
+    @contextmanager
+    def stream(self, path: str, headers: dict[str, str] | None = None) -> Iterator[httpx.Response]:
+        """A streamed GET (retried until the answer's head arrives)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                with self._client.stream("GET", path, headers=headers) as response:
+                    if response.status_code in _RETRY_STATUS and attempt < ATTEMPTS:
+                        pass
+                    else:
+                        if response.is_error:
+                            response.read()
+                            raise error_from(response)
+                        yield response
+                        return
+            except httpx.TransportError as e:
+                if attempt == ATTEMPTS:
+                    raise self._unavailable(e) from None
+            _sleep(attempt)
+        raise ServerUnavailableError(f"{self.url} kept answering 503")
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self._client.request(method, path, **kwargs)
+            except httpx.TransportError as e:
+                if attempt == ATTEMPTS:
+                    raise self._unavailable(e) from None
+            else:
+                if response.status_code not in _RETRY_STATUS or attempt == ATTEMPTS:
+                    if response.is_error:
+                        raise error_from(response)
+                    return response
+            _sleep(attempt)
+        raise ServerUnavailableError(f"{self.url} kept answering 503")  # pragma: no cover
+
+    def _unavailable(self, error: Exception) -> ServerUnavailableError:
+        return ServerUnavailableError(
+            f"the registry server {self.url} cannot be reached after {ATTEMPTS} tries: "
+            f"{type(error).__name__}"
+        )
+
+
+def _sleep(attempt: int) -> None:
+    time.sleep(min(5.0, 0.2 * 2 ** (attempt - 1)))
+
+
+def error_from(response: httpx.Response) -> JaxportError:
+    """The jaxport error an error answer describes (``server/_errors.py``'s body)."""
+    try:
+        doc = response.json()["error"]
+        kind, message, attrs = str(doc["type"]), str(doc["message"]), dict(doc.get("attrs", {}))
+    except (ValueError, KeyError, TypeError):
+        if response.status_code in _RETRY_STATUS:
+            return ServerUnavailableError(f"the registry server answered {response.status_code}")
+        return RegistryError(f"the registry server answered {response.status_code}")
+    cls = getattr(_errors, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, JaxportError)):
+        return RegistryError(f"the registry server failed ({response.status_code}): {message}")
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    for name in _ATTRIBUTES:  # every documented attribute exists, None where not sent
+        value = attrs.get(name)
+        setattr(error, name, tuple(value) if isinstance(value, list) else value)
+    return error
+
+
+#: The attributes jaxport's error classes document (``jaxport/_errors.py``).
+_ATTRIBUTES = ("needed", "found", "expected", "supported", "variants", "targets", "fun_name",
+               "section", "what", "offset", "path", "window", "vjp_order")  # fmt: skip

@@ -1,0 +1,446 @@
+"""``jaxport.Registry("https://host:port", token=...)``: the registry server's client.
+
+The same methods, results and typed errors as a direct registry (``Registry``), over HTTP
+(``registry/_http.py``: retries, errors). Pushes send only the parts the server lacks
+(``registry/_uploads.py``: a model archive's skeleton and tensors, a function archive whole),
+then commit the version; every download is checked against its sha256 here as well, so a
+corrupt or truncated answer is never returned. What needs the database or the blob store
+itself (signing, the audit queue, audits in another environment, upgrade reports) raises
+``UnsupportedFeatureError`` naming the direct registry as the way to do it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from jaxport._errors import (
+    IntegrityError,
+    InvalidNameError,
+    NotFoundError,
+    UnsupportedFeatureError,
+    WrongKindError,
+)
+from jaxport._files import DEFAULT_MAX_READ
+from jaxport.registry._config import safe_url
+from jaxport.registry._events import Event
+from jaxport.registry._http import Http
+from jaxport.registry._names import check_name, check_version
+from jaxport.registry._registry import _LOCAL, Registry, _platform
+from jaxport.registry._remote_push import archive_parts, default_name
+from jaxport.registry._signatures import Signature
+from jaxport.registry._tokens import NewToken, TokenInfo
+from jaxport.registry._types import (
+    AliasMove,
+    GcReport,
+    PushResult,
+    Ref,
+    Resolution,
+    VariantInfo,
+    VerifyReport,
+)
+from jaxport.registry._wire import from_wire, to_wire
+
+if TYPE_CHECKING:
+    from jax.export import Exported
+
+    from jaxport.audit import Change, Finding
+    from jaxport.export import Model
+
+__all__ = ["TOKEN_ENV", "RemoteRegistry", "RemoteTokens", "is_server_url"]
+
+#: The environment variable a client's token is read from when none is given.
+TOKEN_ENV = "JAXPORT_TOKEN"
+
+
+def is_server_url(url: object) -> bool:
+    """Whether ``url`` names a registry server (``http://`` or ``https://``)."""
+    return isinstance(url, str) and url.lower().startswith(("http://", "https://"))
+
+
+class RemoteTokens:
+    """``Registry.tokens`` of a server (scope ``admin``): create, list, revoke."""
+
+    def __init__(self, http: Http):
+        self._http = http
+
+    def create(
+        self, name: str, scope: str = "read", *, prefixes: Sequence[str] = (),
+        expires_in: float | None = None,
+    ) -> NewToken:  # fmt: skip
+        """As ``Tokens.create``; the secret is in the answer and nowhere else."""
+        body = {"name": name, "scope": scope, "prefixes": list(prefixes), "expires_in": expires_in}
+        data = self._http.json("POST", "/tokens", json=body)
+        return NewToken(from_wire(TokenInfo, data["info"]), str(data["secret"]))
+
+    def list(self) -> builtins.list[TokenInfo]:
+        """As ``Tokens.list``."""
+        return from_wire(builtins.list[TokenInfo], self._http.json("GET", "/tokens"))  # type: ignore[no-any-return]
+
+    def revoke(self, name: str) -> TokenInfo:
+        """As ``Tokens.revoke``."""
+        return from_wire(TokenInfo, self._http.json("DELETE", f"/tokens/{_seg(name)}"))  # type: ignore[no-any-return]
+
+
+class RemoteRegistry(Registry):
+    """A registry server's client; made by ``Registry(url)`` for an ``http(s)://`` URL.
+
+    Args:
+        url: the server's address, e.g. ``https://registry.example.com:8000``.
+        token: a bearer token (``jaxport token create``); default ``$JAXPORT_TOKEN``.
+        timeout: seconds one request may wait for the server (uploads and audits included).
+
+    Raises:
+        InvalidNameError: ``blobs`` or ``upgrade`` given (the server holds the blob store
+            and its schema).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        blobs: Any = None,
+        upgrade: bool = False,
+        require_signatures: Any = None,
+        token: str | None = None,
+        timeout: float = 300.0,
+    ):
+        if blobs is not None or upgrade or require_signatures is not None:
+            raise InvalidNameError(
+                "a registry server holds its own blob store, schema and signature policy: "
+                "give it only a URL and a token"
+            )
+        assert url is not None
+        self.require_signatures = None
+        self._http = Http(url, token if token is not None else os.environ.get(TOKEN_ENV))
+        self.url = safe_url(url.rstrip("/"))
+        self.blobs = None  # type: ignore[assignment]
+        #: The server's tokens (scope ``admin``).
+        self.tokens = RemoteTokens(self._http)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __repr__(self) -> str:
+        return f"Registry({self.url!r})"
+
+    def _get(self, kind: Any, path: str, **params: Any) -> Any:
+        query = {k: v for k, v in params.items() if v is not None}
+        return from_wire(kind, self._http.json("GET", path, params=query))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def names(self) -> builtins.list[str]:
+        return builtins.list(self._http.json("GET", "/names")["names"])
+
+    def get(self, reference: str) -> Ref:
+        return self._get(Ref, "/ref", reference=reference)  # type: ignore[no-any-return]
+
+    def list(
+        self, name: str | None = None, *, limit: int = 100, after: tuple[str, int] | None = None
+    ) -> builtins.list[Ref]:
+        after_name, after_version = after if after is not None else (None, None)
+        return self._get(  # type: ignore[no-any-return]
+            builtins.list[Ref], "/versions", name=name, limit=limit, after_name=after_name,
+            after_version=after_version,
+        )  # fmt: skip
+
+    def search(self, **filters: Any) -> builtins.list[VariantInfo]:  # type: ignore[override]
+        return self._get(builtins.list[VariantInfo], "/search", **filters)  # type: ignore[no-any-return]
+
+    def resolve(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> Resolution:
+        if version is not None:
+            reference = f"{check_name(reference)}:{check_version(version)}"
+        if platform is _LOCAL and isinstance(reference, str) and reference.startswith("sha256:"):
+            platform = None
+        return self._get(  # type: ignore[no-any-return]
+            Resolution, "/resolve", reference=reference, platform=_platform(platform),
+            nr_devices=nr_devices,
+        )  # fmt: skip
+
+    def aliases(self, name: str) -> dict[str, int]:
+        return dict(self._http.json("GET", f"/aliases/{_seg(name)}"))
+
+    def alias_history(self, name: str, alias: str | None = None) -> builtins.list[AliasMove]:
+        return self._get(builtins.list[AliasMove], f"/aliases/{_seg(name)}/history", alias=alias)  # type: ignore[no-any-return]
+
+    def audit_results(self, **filters: Any) -> builtins.list[Finding]:  # type: ignore[override]
+        from jaxport.audit import Finding
+
+        return self._get(builtins.list[Finding], "/findings", **filters)  # type: ignore[no-any-return]
+
+    def diff(self, a: str, b: str) -> builtins.list[Change]:
+        from jaxport.audit import Change
+
+        return self._get(builtins.list[Change], "/diff", a=a, b=b)  # type: ignore[no-any-return]
+
+    def signatures(self, reference: str) -> builtins.list[Signature]:
+        return self._get(builtins.list[Signature], "/signatures", reference=reference)  # type: ignore[no-any-return]
+
+    def events(
+        self, *, name: str | None = None, limit: int = 100, before: int | None = None
+    ) -> builtins.list[Event]:
+        return self._get(builtins.list[Event], "/events", name=name, limit=limit, before=before)  # type: ignore[no-any-return]
+
+    # -- pulling ------------------------------------------------------------------------------
+
+    def read_blob(self, digest: str) -> bytes:
+        """The blob (or model archive) ``digest``, checked against it here.
+
+        Raises:
+            IntegrityError: the bytes received do not match ``digest``.
+            NotFoundError: the server has no such blob.
+        """
+        return b"".join(self._download(digest))
+
+    def _download(self, digest: str) -> Iterable[bytes]:
+        """The blob's chunks; the last is yielded only once the whole matched ``digest``."""
+        import httpx
+
+        h = hashlib.sha256()
+        chunks = []
+        with self._http.stream(f"/blobs/{_seg(digest)}") as response:
+            try:
+                for chunk in response.iter_bytes(1 << 20):
+                    h.update(chunk)
+                    chunks.append(chunk)
+            except httpx.HTTPError:
+                raise IntegrityError(
+                    f"blob {digest}: the server's answer ended early (a corrupt blob is not "
+                    "sent whole)", expected=digest,
+                ) from None  # fmt: skip
+        if h.hexdigest() != digest:
+            raise IntegrityError(
+                f"blob {digest}: the bytes received do not match it",
+                expected=digest, found=h.hexdigest(),
+            )  # fmt: skip
+        return chunks
+
+    def pull_bytes(
+        self, reference: str, *, version: int | None = None, platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> bytes:  # fmt: skip
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        return self.read_blob(chosen.digest)
+
+    def pull_file(
+        self, reference: str, path: str | os.PathLike[str], *, version: int | None = None,
+        platform: Any = _LOCAL, nr_devices: int | None = None,
+    ) -> VariantInfo:  # fmt: skip
+        from jaxport._io import atomic_write
+
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        atomic_write(path, self._download(chosen.digest))
+        return chosen
+
+    def pull(
+        self, reference: str, *, version: int | None = None, platform: Any = _LOCAL,
+        nr_devices: int | None = None, allow_custom_calls: Sequence[str] = (),
+        method: str | None = None,
+    ) -> Exported:  # fmt: skip
+        from jaxport.export import loads, loads_model
+
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        data = self.read_blob(chosen.digest)
+        allow = tuple(allow_custom_calls)
+        if chosen.kind == "model":
+            if method is None:
+                raise WrongKindError(
+                    f"{chosen.name}:{chosen.version} is a model: use pull_model, or name a "
+                    "method", found="model",
+                )  # fmt: skip
+            model = loads_model(data, allow_custom_calls=allow)
+            if method not in model.exported:
+                raise NotFoundError(
+                    f"{chosen.name}:{chosen.version} has no method {method!r}; it has "
+                    f"{sorted(model.exported)}"
+                )
+            return model.exported[method]
+        if method is not None:
+            raise WrongKindError(
+                f"{chosen.name}:{chosen.version} is a function: it has no methods",
+                found="function",
+            )
+        return loads(data, allow_custom_calls=allow)
+
+    def pull_model(
+        self, reference: str, *, version: int | None = None, platform: Any = _LOCAL,
+        nr_devices: int | None = None, allow_custom_calls: Sequence[str] = (),
+    ) -> Model:  # fmt: skip
+        from jaxport.export import loads_model
+
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        if chosen.kind != "model":
+            raise WrongKindError(
+                f"{chosen.name}:{chosen.version} is a function: use pull", found="function"
+            )
+        return loads_model(self.read_blob(chosen.digest), allow_custom_calls=allow_custom_calls)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def push(  # type: ignore[override]
+        self,
+        source: Any,
+        name: str | None = None,
+        *,
+        vjp_order: int = 0,
+        aliases: Iterable[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        examples: Any = None,
+        max_size: int = DEFAULT_MAX_READ,
+        allow_custom_calls: Sequence[str] = (),
+    ) -> PushResult:
+        """``Registry.push`` through the server: the archives are made here, split into parts,
+        only the parts the server lacks are sent, then the version is committed (validated on
+        the server, in its sandbox).
+
+        Raises:
+            UnsupportedFeatureError: ``examples`` (push golden examples with a direct
+                registry, or ``jaxport audit`` them there).
+            (and as ``Registry.push``; ``PermissionDeniedError`` for a token without
+            ``write`` or outside its name prefixes)
+        """
+        if examples is not None:
+            raise UnsupportedFeatureError(
+                "golden examples cannot be pushed through a registry server yet: push them "
+                "with a direct registry (database URL)"
+            )
+        sources = builtins.list(source) if isinstance(source, builtins.list | tuple) else [source]
+        archives = [archive_parts(s, vjp_order=vjp_order, max_size=max_size) for s in sources]
+        if name is None:
+            name = default_name(archives[0])
+        self._upload([a for a in archives])
+        body = {
+            "name": name, "archives": [to_wire(a.parts) for a in archives],
+            "aliases": builtins.list(aliases), "metadata": dict(metadata or {}),
+            "allow_custom_calls": builtins.list(allow_custom_calls), "vjp_order": vjp_order,
+        }  # fmt: skip
+        return from_wire(PushResult, self._http.json("POST", "/versions", json=body))  # type: ignore[no-any-return]
+
+    def _upload(self, archives: Sequence[Any]) -> None:
+        digests = [p.digest for a in archives for p in a.parts.parts]
+        missing = set(
+            self._http.json("POST", "/blobs/missing", json={"digests": digests})["missing"]
+        )
+        for a in archives:
+            for p in a.parts.parts:
+                if p.digest in missing:
+                    data = a.chunks.view(p.offset, p.end)
+                    self._http.json("PUT", f"/blobs/{p.digest}", content=bytes(data))
+                    missing.discard(p.digest)
+
+    def alias(self, name: str, alias: str, version: int | None) -> None:
+        self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})
+
+    def delete(self, name: str, version: int | None = None, *, force: bool = False) -> None:
+        params: dict[str, Any] = {"force": bool(force)}
+        if version is not None:
+            params["version"] = version
+        self._http.json("DELETE", f"/names/{_seg(name)}", params=params)
+
+    def gc(
+        self, *, dry_run: bool = False, min_age: float = 3600.0, temp_age: float = 3600.0
+    ) -> GcReport:
+        body = {"dry_run": dry_run, "min_age": min_age, "temp_age": temp_age}
+        return from_wire(GcReport, self._http.json("POST", "/gc", json=body))  # type: ignore[no-any-return]
+
+    def verify(self, *, deep: bool = False, timeout: float = 120.0) -> VerifyReport:
+        body = {"deep": deep, "timeout": timeout}
+        return from_wire(VerifyReport, self._http.json("POST", "/verify", json=body))  # type: ignore[no-any-return]
+
+    def audit(  # type: ignore[override]
+        self,
+        reference: str | None = None,
+        *,
+        platform: str | None = None,
+        store: bool = True,
+        python: Any = None,
+        timeout: float = 120.0,
+        force: bool = False,
+        level: str = "full",
+        workers: int = 1,
+        jax: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> builtins.list[Finding]:
+        """``Registry.audit`` run by the server (with its jax), findings recorded there.
+
+        Raises:
+            UnsupportedFeatureError: ``python``, ``jax`` or ``store=False`` (audit with a
+                direct registry for those).
+        """
+        from jaxport.audit import Finding
+
+        if python is not None or jax is not None or not store:
+            _direct_only("audits with another jax, or without recording the findings,")
+        body = {"reference": reference, "platform": platform, "force": force, "level": level,
+                "timeout": timeout}  # fmt: skip
+        found = from_wire(builtins.list[Finding], self._http.json("POST", "/audits", json=body))
+        if progress is not None:
+            progress(len(found), len(found))
+        return found  # type: ignore[no-any-return]
+
+    # -- what needs the database or the blob store itself ---------------------------------
+
+    def sign(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("signing")
+
+    def verify_signatures(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("signature verification of stored versions")
+
+    def windows(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("jax window reports")
+
+    def upgrade_report(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("upgrade reports")
+
+    def enqueue_audits(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("the audit queue")
+
+    def check_audit_queue(self) -> NoReturn:
+        _direct_only("the audit queue")
+
+    def run_audit_worker(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("audit workers")
+
+    def missing_blobs(self, digests: Sequence[str]) -> builtins.list[str]:
+        return builtins.list(
+            self._http.json("POST", "/blobs/missing", json={"digests": builtins.list(digests)})[
+                "missing"
+            ]
+        )
+
+    def receive_blob(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("receive_blob (push uploads its parts itself)")
+
+    def push_parts(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("push_parts (push uploads its parts itself)")
+
+    def blob_stream(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _direct_only("blob_stream (use read_blob or pull_file)")
+
+    def _check_writable(self) -> None:
+        return None
+
+
+def _direct_only(what: str) -> NoReturn:
+    raise UnsupportedFeatureError(
+        f"{what} need the registry's database: use a direct registry (its database URL), "
+        "not a registry server"
+    )
+
+
+def _seg(text: str) -> str:
+    """``text`` as one URL path segment."""
+    from urllib.parse import quote
+
+    return quote(str(text), safe="")

@@ -1,0 +1,87 @@
+"""A push's archives, made on the client and split into parts (``registry/_uploads.py``).
+
+A ``jax.export.Exported`` is written with ``jaxport.dumps``; a ``jaxport.Model`` as its
+archive's chunks (tensors not copied); bytes and files as they are (a file at most
+``max_size`` bytes, a regular file). A model archive is split as the registry stores it
+(``_model_parts.split_model``: skeleton, then one part per tensor section), so the part
+digests are the blob digests the server holds already for tensors it has; any other archive
+(a function archive, or jax-native bytes the server converts) is one part. The server
+validates everything again: this split only decides what is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+from typing import Any
+
+from jaxport._errors import CorruptArchiveError, InvalidNameError, NotFoundError
+from jaxport._files import open_regular
+from jaxport.registry._model_parts import ArchiveChunks, Part, chunks_info, split_model
+from jaxport.registry._uploads import ArchiveParts
+
+__all__ = ["LocalArchive", "archive_parts", "default_name"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalArchive:
+    """An archive ready to send: its bytes as ``chunks``, its ``parts``, its header ``info``
+    (None for bytes that are not a jaxport archive)."""
+
+    chunks: ArchiveChunks
+    parts: ArchiveParts
+    info: Any
+
+
+def archive_parts(source: Any, *, vjp_order: int, max_size: int) -> LocalArchive:
+    """``source`` (an Exported, a Model, bytes or a path) as an archive and its parts.
+
+    Raises:
+        NotFoundError: a path that does not exist.
+        InvalidNameError: a path that is not a regular file or is over ``max_size``; a
+            source of another type.
+    """
+    from jaxport.export import Model, dumps
+
+    if isinstance(source, str | os.PathLike):
+        chunks = ArchiveChunks([_mapped(source, max_size)])
+    elif isinstance(source, bytes | bytearray | memoryview):
+        chunks = ArchiveChunks([bytes(source)])
+    elif isinstance(source, Model):
+        chunks = ArchiveChunks(source.dump_chunks(rehash=True))
+    elif hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
+        chunks = ArchiveChunks([dumps(source, vjp_order=vjp_order)])
+    else:
+        raise InvalidNameError(
+            f"push takes an Exported, a Model, archive bytes or a path, got {type(source).__name__}"
+        )
+    try:
+        info = chunks_info(chunks)
+    except CorruptArchiveError:
+        info = None  # jax-native bytes (the server converts them), or garbage (it refuses)
+    digest = chunks.sha256()
+    if info is not None and info.kind == "model":
+        parts = split_model(chunks, info, None)
+    else:
+        parts = (Part(0, digest, 0, chunks.size),)
+    return LocalArchive(chunks, ArchiveParts(digest, chunks.size, tuple(parts)), info)
+
+
+def default_name(archive: LocalArchive) -> str | None:
+    """The name a push takes by default: a function archive's ``fun_name`` (None otherwise:
+    the server then takes it from the converted archive, or asks for one)."""
+    info = archive.info
+    if info is None or info.kind == "model":
+        return None
+    return str(info.fun_name) or None
+
+
+def _mapped(path: str | os.PathLike[str], max_size: int) -> memoryview:
+    try:
+        with open_regular(path, InvalidNameError, max_size=max_size) as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return memoryview(b"")
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    except FileNotFoundError:
+        raise NotFoundError(f"no such file: {path}") from None

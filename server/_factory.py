@@ -1,0 +1,35 @@
+"""The app ``jaxport serve`` hands to uvicorn: made in each server process from one
+environment variable (uvicorn's workers are new processes), so no secret is on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fastapi import FastAPI
+
+__all__ = ["ENV_OPTIONS", "app_from_env", "options_to_env"]
+
+ENV_OPTIONS = "JAXPORT_SERVE_OPTIONS"
+
+
+def options_to_env(
+    url: str | None, blobs: str | None, open_read: bool, webhooks: list[str], secret: str | None
+) -> str:
+    """The options of ``jaxport serve`` as the JSON ``app_from_env`` reads."""
+    return json.dumps({"url": url, "blobs": blobs, "open_read": open_read,
+                       "webhooks": webhooks, "webhook_secret": secret})  # fmt: skip
+
+
+def app_from_env() -> FastAPI:
+    """The server's app from ``$JAXPORT_SERVE_OPTIONS`` (default: the default registry)."""
+    from jaxport.registry import Registry
+    from jaxport.server import create_app
+
+    options = json.loads(os.environ.get(ENV_OPTIONS, "{}"))
+    registry = Registry(options.get("url"), blobs=options.get("blobs"))
+    return create_app(
+        registry, open_read=bool(options.get("open_read")),
+        webhooks=options.get("webhooks") or (), webhook_secret=options.get("webhook_secret"),
+    )  # fmt: skip
