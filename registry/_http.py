@@ -10,6 +10,7 @@ type with its attributes; an unknown type as ``RegistryError``. The token is sen
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +39,8 @@ class Http:
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
         )
+        # A client dropped without close() releases its connections when collected.
+        weakref.finalize(self, self._client.close)
 
     def __repr__(self) -> str:
         return f"Http({self.url!r})"

@@ -9,7 +9,8 @@ in the process that handles requests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI
 
@@ -43,7 +44,16 @@ def create_app(
             (``X-Jaxport-Signature: sha256=HEX``, HMAC-SHA256 of the body), retried with
             backoff (``server/_webhooks.py``).
     """
+    hooks = Webhooks(webhooks, webhook_secret) if webhooks else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if hooks is not None:
+            hooks.close()  # what is queued is delivered (with its retries) before exit
+
     app = FastAPI(
+        lifespan=lifespan,
         title="jaxport registry",
         version=__version__,
         openapi_url=f"{API}/openapi.json",
@@ -53,11 +63,9 @@ def create_app(
     app.state.registry = registry
     app.state.open_read = bool(open_read)
     app.state.max_upload = int(max_upload)
-    hooks = Webhooks(webhooks, webhook_secret) if webhooks else None
     app.state.webhooks = hooks
     if hooks is not None:
         registry._events.listeners.append(hooks.deliver)
-        app.add_event_handler("shutdown", hooks.close)
     app.include_router(_api_read.router, prefix=API)
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_pages.router)

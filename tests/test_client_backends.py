@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxport
 from _server import admin_token, serving
 from conftest import POSTGRES_URL_ENV, _postgres_url
+
+import jaxport
 
 F32 = jnp.float32
 
