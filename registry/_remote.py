@@ -148,7 +148,7 @@ class RemoteRegistry(Registry):
             after_version=after_version,
         )  # fmt: skip
 
-    def search(self, **filters: Any) -> builtins.list[VariantInfo]:  # type: ignore[override]
+    def search(self, **filters: Any) -> builtins.list[VariantInfo]:
         return self._get(builtins.list[VariantInfo], "/search", **filters)  # type: ignore[no-any-return]
 
     def resolve(
@@ -174,7 +174,7 @@ class RemoteRegistry(Registry):
     def alias_history(self, name: str, alias: str | None = None) -> builtins.list[AliasMove]:
         return self._get(builtins.list[AliasMove], f"/aliases/{_seg(name)}/history", alias=alias)  # type: ignore[no-any-return]
 
-    def audit_results(self, **filters: Any) -> builtins.list[Finding]:  # type: ignore[override]
+    def audit_results(self, **filters: Any) -> builtins.list[Finding]:
         from jaxport.audit import Finding
 
         return self._get(builtins.list[Finding], "/findings", **filters)  # type: ignore[no-any-return]
@@ -288,7 +288,7 @@ class RemoteRegistry(Registry):
 
     # -- writing ------------------------------------------------------------------------------
 
-    def push(  # type: ignore[override]
+    def push(
         self,
         source: Any,
         name: str | None = None,
@@ -358,7 +358,7 @@ class RemoteRegistry(Registry):
         body = {"deep": deep, "timeout": timeout}
         return from_wire(VerifyReport, self._http.json("POST", "/verify", json=body))  # type: ignore[no-any-return]
 
-    def audit(  # type: ignore[override]
+    def audit(
         self,
         reference: str | None = None,
         *,

@@ -84,7 +84,7 @@ def _read(kind: Any, data: Any, where: str) -> Any:
 
 def _dataclass(kind: type[T], data: Any, where: str) -> T:
     _expect(data, dict, where)
-    hints = _hints(kind)
+    hints = _hints(kind)  # type: ignore[arg-type]
     values = {}
     for f in dataclasses.fields(kind):  # type: ignore[arg-type]
         if not f.init or f.name not in data:
