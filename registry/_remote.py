@@ -15,6 +15,7 @@ import builtins
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jaxport._errors import (
@@ -203,22 +204,35 @@ class RemoteRegistry(Registry):
         """
         return b"".join(self._download(digest))
 
-    def _download(self, digest: str) -> Iterable[bytes]:
-        """The blob's chunks; the last is yielded only once the whole matched ``digest``."""
+    def _download(self, digest: str) -> builtins.list[bytes]:
+        """The blob's chunks, returned only once the whole matched ``digest``: hashed in a
+        second thread while the next chunks arrive (sha256 and the socket both release the
+        GIL), taken as they come off the socket (no re-chunking)."""
         import httpx
 
         h = hashlib.sha256()
-        chunks = []
-        with self._http.stream(f"/blobs/{_seg(digest)}") as response:
+        chunks: builtins.list[bytes] = []
+        with ThreadPoolExecutor(1) as hasher, self._http.stream(f"/blobs/{_seg(digest)}") as r:
+            pending, batch, held = None, 0, 0
             try:
-                for chunk in response.iter_bytes(1 << 20):
-                    h.update(chunk)
+                for chunk in r.iter_raw():
                     chunks.append(chunk)
+                    held += len(chunk)
+                    if held >= _HASH_BATCH:  # hash ~4 MiB at a time beside the socket
+                        if pending is not None:
+                            pending.result()
+                        pending = hasher.submit(_update, h, chunks[batch:])
+                        batch, held = len(chunks), 0
+                if pending is not None:
+                    pending.result()
+                pending = hasher.submit(_update, h, chunks[batch:])
             except httpx.HTTPError:
                 raise IntegrityError(
                     f"blob {digest}: the server's answer ended early (a corrupt blob is not "
                     "sent whole)", expected=digest,
                 ) from None  # fmt: skip
+            if pending is not None:
+                pending.result()
         if h.hexdigest() != digest:
             raise IntegrityError(
                 f"blob {digest}: the bytes received do not match it",
@@ -430,6 +444,15 @@ class RemoteRegistry(Registry):
 
     def _check_writable(self) -> None:
         return None
+
+
+#: Bytes received before they are handed to the hashing thread.
+_HASH_BATCH = 4 << 20
+
+
+def _update(h: Any, chunks: builtins.list[bytes]) -> None:
+    for c in chunks:
+        h.update(c)
 
 
 def _direct_only(what: str) -> NoReturn:
