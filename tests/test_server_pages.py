@@ -442,3 +442,19 @@ def test_errors_are_pages(context, server, filled):
     assert page.goto(f"{server}/names/sine/two").status == 422
     assert page.goto(f"{server}/events?before=0").status == 422
     assert "Traceback" not in page.content()
+
+
+def test_pages_of_versions_and_names(context, server, filled):
+    from jaxport.server._views import version_rows
+
+    with jaxport.Registry(filled["url"], blobs=filled["blobs"]) as reg:
+        first, total = version_rows(reg, "sine", page=1, per_page=1)
+        second, _ = version_rows(reg, "sine", page=2, per_page=1)
+    assert total == 2 and [r.version for r in first + second] == [2, 1]
+    assert [len(r.variants) for r in first + second] == [2, 1]
+    page = _sign_in(context, server, filled["secrets"]["viewer"])
+    page.goto(f"{server}/?page=2")
+    assert page.locator("#names").count() == 0
+    assert page.locator("main p.muted").inner_text() == "No names on this page."
+    page.click("text=← previous")
+    assert len(_rows(page, "#names")) == 4
