@@ -5,6 +5,11 @@ the actor of the writes the request makes (``registry/_events.py``). A missing, 
 expired or revoked token is 401; a token whose scope or name prefixes do not allow the request
 is 403 naming the scope needed. With ``open_read`` (``jaxport serve --open-read``), reads need
 no token.
+
+Browsers send no ``Authorization`` header: for reads (the ``read`` scope: API reads and the
+pages), the token may also come from the ``jaxport_token`` cookie that the ``/login`` page sets
+(HttpOnly, SameSite=Strict). The header comes first; writes never take the cookie, so a page
+another site makes a browser load cannot write.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from fastapi import Request
 from jaxport._errors import PermissionDeniedError
 from jaxport.registry import TokenInfo
 
-__all__ = ["ANONYMOUS", "bearer", "check_name", "scope"]
+__all__ = ["ANONYMOUS", "COOKIE", "bearer", "check_name", "scope"]
 
 #: The principal of a read without a token on an ``open_read`` server.
 ANONYMOUS = TokenInfo(name="anonymous", scope="read", prefixes=(), created_at=0.0)
+#: The cookie that holds a token for the pages (set by ``POST /login``); reads only.
+COOKIE = "jaxport_token"
 
 
 def bearer(request: Request) -> str | None:
@@ -32,7 +39,8 @@ def bearer(request: Request) -> str | None:
 
 
 def scope(needed: str) -> Callable[[Request], TokenInfo]:
-    """A FastAPI dependency: the request's token, allowed ``needed``. A route that writes runs
+    """A FastAPI dependency: the request's token (its ``Authorization`` header, else for
+    ``read`` its ``jaxport_token`` cookie), allowed ``needed``. A route that writes runs
     its registry calls under ``acting_as(token.name)`` (a dependency runs in another thread
     than a sync route, so the route sets it itself).
 
@@ -44,6 +52,8 @@ def scope(needed: str) -> Callable[[Request], TokenInfo]:
     def dependency(request: Request) -> TokenInfo:
         state = request.app.state
         secret = bearer(request)
+        if secret is None and needed == "read":
+            secret = request.cookies.get(COOKIE) or None
         if secret is None and needed == "read" and state.open_read:
             principal = ANONYMOUS
         else:

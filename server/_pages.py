@@ -1,9 +1,218 @@
-"""The server's web pages (read-only, server-rendered with Jinja2)."""
+"""The server's web pages: read-only, server-rendered with Jinja2, no JavaScript.
+
+=============================  ================================================================
+``/``                          every name the token may see: newest version, versions, aliases
+``/names/{name}``              its versions (newest first, paged) and variants, its aliases and
+                               their history
+``/names/{name}/{version}``    one version: each variant's facts, a model's methods and
+                               tensors, metadata, stored audit findings
+``/matrix``                    the audit matrix (``/names/{name}/matrix``: one name's)
+``/events``                    the event log, newest first, paged
+``/login``, ``/logout``        a form that stores a token in the ``jaxport_token`` cookie
+=============================  ================================================================
+
+Pages read as the API does (scope ``read``, ``server/_auth.py``); browsers send no bearer
+header, so ``POST /login`` puts the token in an HttpOnly, SameSite=Strict cookie (never in a
+URL), and with ``open_read`` no token is needed. Every error is a page (``PageRoute``): no or a
+bad token is a 401 page that links to ``/login``, never a traceback.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-__all__ = ["router"]
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse, Response
+from fastapi.routing import APIRoute
 
-router = APIRouter()
+from jaxport._errors import AuthenticationError, JaxportError
+from jaxport.audit import STATUSES
+from jaxport.registry import Registry, TokenInfo
+from jaxport.server import _views as v
+from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
+from jaxport.server._bridge import iterate_body
+from jaxport.server._errors import status_of
+
+__all__ = ["PageRoute", "router"]
+
+_LOG = logging.getLogger("jaxport.server")
+NAMES_PER_PAGE = 50
+VERSIONS_PER_PAGE = 20
+EVENTS_PER_PAGE = 50
+#: The largest ``POST /login`` body, in bytes (a token is 47 characters).
+_MAX_FORM = 8192
+_TITLES = {401: "Sign in needed", 403: "Not allowed", 404: "Not found", 422: "Bad request"}
+
+
+class PageRoute(APIRoute):
+    """A route whose errors are pages: a jaxport error's status (``server/_errors.py``) with
+    its message, a bad query 422, anything else a 500 that says only "internal error"."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except JaxportError as error:
+                return error_page(request, status_of(error), str(error))
+            except RequestValidationError:
+                return error_page(request, 422, "a query parameter or path part is not valid")
+            except Exception as error:
+                _LOG.error(
+                    "internal error %s on %s %s",
+                    type(error).__name__, request.method, request.url.path,
+                )  # fmt: skip
+                return error_page(request, 500, "internal error")
+
+        return page_handler
+
+
+def error_page(request: Request, status: int, message: str) -> Response:
+    """An error as a page; a 401 links to ``/login`` and drops a cookie that failed."""
+    if status == 401 and bearer(request) is None and COOKIE not in request.cookies:
+        message = "This page needs a token with the read scope."
+    title = _TITLES.get(status, "Error")
+    page = v.render("error.html", status, title=title, message=message, status=status, who=None)
+    if status == 401:
+        page.headers["WWW-Authenticate"] = "Bearer"
+        if COOKIE in request.cookies:
+            page.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return page
+
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+Reader = Annotated[TokenInfo, Depends(scope("read"))]
+Page = Annotated[int, Query(ge=1, le=1_000_000)]
+
+
+def _reg(request: Request) -> Registry:
+    return request.app.state.registry  # type: ignore[no-any-return]
+
+
+def _who(p: TokenInfo) -> str | None:
+    """The token name the pages' header shows (None: an anonymous read)."""
+    return None if p is ANONYMOUS else p.name
+
+
+@router.get("/static/site.css")
+def site_css() -> Response:
+    """The pages' style sheet (no token needed)."""
+    return Response(v.css(), media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+
+@router.get("/")
+def index(request: Request, p: Reader, page: Page = 1) -> Response:
+    """Every name the token may see, sorted, a page at a time."""
+    names = [n for n in _reg(request).names() if p.allows_name(n)]
+    start = (page - 1) * NAMES_PER_PAGE
+    rows = v.name_rows(_reg(request), names[start : start + NAMES_PER_PAGE])
+    more = len(names) > start + NAMES_PER_PAGE
+    return v.render("index.html", rows=rows, page=page, more=more, who=_who(p))
+
+
+@router.get("/names/{name}/matrix")
+def name_matrix(request: Request, p: Reader, name: str) -> Response:
+    """The audit matrix of one name's variants."""
+    check_name(p, name)
+    return _matrix(request, p, name)
+
+
+@router.get("/names/{name}")
+def name_page(request: Request, p: Reader, name: str, page: Page = 1) -> Response:
+    """A name's versions (newest first, paged) with their variants, its aliases and moves."""
+    check_name(p, name)
+    reg = _reg(request)
+    rows, total = v.version_rows(reg, name, page=page, per_page=VERSIONS_PER_PAGE)
+    return v.render(
+        "name.html", name=name, rows=rows, total=total, page=page,
+        more=total > page * VERSIONS_PER_PAGE, aliases=reg.aliases(name),
+        moves=v.alias_moves(reg, name), who=_who(p),
+    )  # fmt: skip
+
+
+@router.get("/names/{name}/{version}")
+def version_page(request: Request, p: Reader, name: str, version: int) -> Response:
+    """One version: each variant's facts, a model's methods and tensors, metadata, findings."""
+    check_name(p, name)
+    reg = _reg(request)
+    ref = reg.get(f"{name}:{version}")
+    findings = v.version_findings(reg, name, version)
+    return v.render("version.html", ref=ref, findings=findings, who=_who(p))
+
+
+@router.get("/matrix")
+def matrix(request: Request, p: Reader) -> Response:
+    """The audit matrix: variants x jax releases, every name the token may see."""
+    return _matrix(request, p, None)
+
+
+def _matrix(request: Request, p: Reader, name: str | None) -> Response:
+    findings = _reg(request).audit_results(name=name, limit=1_000_000)
+    releases, rows = v.matrix_rows(findings, p)
+    legend = [*STATUSES, "not audited"]
+    return v.render(
+        "matrix.html", name=name, releases=releases, rows=rows, legend=legend, who=_who(p)
+    )
+
+
+@router.get("/events")
+def events(
+    request: Request, p: Reader, before: Annotated[int | None, Query(ge=1)] = None
+) -> Response:
+    """The event log, newest first; ``before``: the id of the last event of the page before."""
+    found = _reg(request).events(limit=EVENTS_PER_PAGE, before=before)
+    older = found[-1].id if len(found) == EVENTS_PER_PAGE else None
+    shown = v.visible_events(found, p)
+    return v.render("events.html", events=shown, older=older, who=_who(p))
+
+
+# -- signing in -----------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    """The sign-in form: a token, POSTed (never in a URL)."""
+    return v.render("login.html", error=None, open_read=request.app.state.open_read, who=None)
+
+
+@router.post("/login")
+def login(request: Request) -> Response:
+    """Checks the form's token and stores it in the ``jaxport_token`` cookie (HttpOnly,
+    SameSite=Strict, Secure over HTTPS, until the token expires), then goes to ``/``; a bad
+    token gives the form again (401) with the reason, which never shows the token."""
+    body = b""
+    for chunk in iterate_body(request):
+        body += chunk
+        if len(body) > _MAX_FORM:
+            return error_page(request, 413, "the form is too large")
+    form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    secret = (form.get("token") or [""])[0].strip()
+    open_read = request.app.state.open_read
+    if not secret:
+        return v.render("login.html", 401, error="no token given", open_read=open_read, who=None)
+    try:
+        principal = _reg(request).tokens.authenticate(secret)
+        principal.check("read")
+    except AuthenticationError as error:
+        return v.render("login.html", 401, error=str(error), open_read=open_read, who=None)
+    answer = RedirectResponse("/", status_code=303)
+    max_age = None if principal.expires_at is None else int(principal.expires_at - time.time())
+    answer.set_cookie(
+        COOKIE, secret, max_age=max_age, path="/", secure=request.url.scheme == "https",
+        httponly=True, samesite="strict",
+    )  # fmt: skip
+    return answer
+
+
+@router.post("/logout")
+def logout() -> Response:
+    """Drops the cookie and goes to ``/login``."""
+    answer = RedirectResponse("/login", status_code=303)
+    answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return answer
