@@ -36,7 +36,7 @@ import numpy as np
 import jaxport
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from _server import admin_token, serving  # noqa: E402
+from _server import admin_token, serving
 
 HERE = Path(__file__).parent
 
@@ -131,8 +131,8 @@ def main() -> None:
                   "(target < 2 %)")  # fmt: skip
             p50, p99 = percentiles(lambda: remote.resolve("bench", platform="cpu"))
             d50, d99 = percentiles(lambda: direct.resolve("bench", platform="cpu"))
-            print(f"resolve: HTTP p50 {p50:.2f} ms p99 {p99:.2f} ms; direct p50 {d50:.2f} ms "
-                  f"p99 {d99:.2f} ms; HTTP/direct p50 {p50 / d50:.1f}x (target p50 < 5 ms)")  # fmt: skip
+            print(f"resolve: HTTP p50 {p50:.2f} ms p99 {p99:.2f} ms; direct p50 {d50:.2f} "
+                  f"ms p99 {d99:.2f} ms; HTTP/direct {p50 / d50:.1f}x (target < 5 ms)")  # fmt: skip
             for users in args.users:
                 rps, l50, l99 = load(s.url, token, users, tmp)
                 ok = "p99 < 50 ms" if l99 < 50 else "p99 >= 50 ms"
