@@ -31,6 +31,7 @@ _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _ENVIRONMENT = (
     ("JAXPORT_REGISTRY", "database URL (SQLAlchemy), as --registry"),
     ("JAXPORT_BLOBS", "blob store: a directory or an fsspec URL, as --blobs"),
+    ("JAXPORT_BLOBS_OPTIONS", "storage options of a blob store URL (s3fs's): a JSON object"),
     ("JAXPORT_HOME", "directory of the embedded default registry"),
     ("XDG_DATA_HOME", "without JAXPORT_HOME: $XDG_DATA_HOME/jaxport, else ~/.local/share/jaxport"),
 )

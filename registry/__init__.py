@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     )
     from jaxport.registry._config import (
         BLOBS_ENV,
+        BLOBS_OPTIONS_ENV,
         HOME_ENV,
         URL_ENV,
         RegistryConfig,
@@ -53,7 +54,15 @@ _LAZY = {
         "jaxport.registry._blobs",
     ),
     **dict.fromkeys(
-        ["BLOBS_ENV", "HOME_ENV", "URL_ENV", "RegistryConfig", "default_home", "default_url"],
+        [
+            "BLOBS_ENV",
+            "BLOBS_OPTIONS_ENV",
+            "HOME_ENV",
+            "URL_ENV",
+            "RegistryConfig",
+            "default_home",
+            "default_url",
+        ],
         "jaxport.registry._config",
     ),
     **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
@@ -86,6 +95,7 @@ _LAZY = {
 
 __all__ = [
     "BLOBS_ENV",
+    "BLOBS_OPTIONS_ENV",
     "HOME_ENV",
     "URL_ENV",
     "AliasMove",

@@ -4,25 +4,29 @@ Both implement ``BlobStore``; ``tests/test_blob_stores.py`` runs one conformance
 Blobs live at ``<root>/sha256/<first two hex digits>/<digest>``; a digest is checked (64 lowercase
 hex digits) before it becomes part of a path, so no name reaches outside the root. Temporary
 files of writes in progress are ``.tmp-<digest>.<random>`` beside their blob (local) or
-``<root>/tmp/<digest>.<random>`` (fsspec), so ``gc`` can tell a push's from a killed write's;
-anything else under the root is *foreign*: reported, never deleted.
+``<root>/tmp/<digest>.<random>`` (fsspec; none on S3, where a blob is one PUT), so ``gc`` can
+tell a push's from a killed write's; anything else under the root is *foreign*: reported,
+never deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import hashlib
 import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from jaxport._errors import IntegrityError, RegistryError
+from jaxport._errors import IntegrityError, JaxportError, RegistryError
 from jaxport._io import atomic_write
-from jaxport.registry._config import safe_url
+from jaxport.registry._config import is_fsspec_url, safe_url
+from jaxport.registry._masking import masked, masked_options, secret_values
 from jaxport.registry._names import check_digest
 
 __all__ = [
@@ -231,26 +235,83 @@ class LocalBlobStore:
 class FsspecBlobStore:
     """Blobs in any fsspec filesystem (``s3://bucket/prefix``, ``gcs://...``, ``memory://...``).
 
-    Writes go to a unique temporary name and are moved into place, where the filesystem can.
-    ``url`` is shown with any credentials in it masked (``safe_url``); the filesystem, which
-    holds its storage options (keys, tokens), and the root are private. On a local filesystem
-    (``local://``) every path is checked to stay under the root, as ``LocalBlobStore`` does.
+    Writes: on S3, which has no rename and shows an object only once it is whole (one PUT, or
+    a multipart upload completed at once) and stored durably, a blob is written straight to
+    its key; elsewhere, to a unique temporary name that is then moved into place. On S3 the
+    listings cache is off unless ``use_listings_cache`` is given: other processes add and
+    remove blobs, so every ``exists``, ``size`` and listing asks the store.
+
+    ``storage_options`` go to fsspec as given (s3fs: ``endpoint_url``, ``key``, ``secret``,
+    ``token``, ``client_kwargs``, ...); without credentials s3fs reads botocore's usual ones
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+    ``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, ``~/.aws``). ``url`` and ``repr`` mask every
+    credential (``safe_url``, ``masked_options``); the filesystem, which holds them, and the root
+    are private. The filesystem's exceptions are translated at one boundary (``_errors``), their
+    messages masked. On a local filesystem (``local://``) every path is checked to stay under the
+    root, as ``LocalBlobStore`` does.
+
+    Raises (every method):
+        RegistryError: the store cannot be reached or refuses (credentials, permissions, a
+            missing bucket, a network error), with any credential masked.
     """
 
     def __init__(self, url: str, **storage_options: object):
+        """Opens the filesystem of ``url`` with ``storage_options``; connects to nothing yet.
+
+        Raises:
+            RegistryError: the URL's protocol is unknown or its package is missing (s3fs:
+                ``pip install 'jaxport[s3]'``), or fsspec refuses the options.
+        """
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
         self.url = safe_url(url)
+        self._secrets = secret_values(url, storage_options)
+        self._shown_options = masked_options(storage_options)
+        options = dict(storage_options)
+        if _scheme(url) in _S3:
+            options.setdefault("use_listings_cache", False)
         try:
-            self._fs, self._root = fsspec.core.url_to_fs(url, **storage_options)
+            self._fs, self._root = fsspec.core.url_to_fs(url, **options)
         except ImportError as e:
-            # fsspec names the package: "Install s3fs to access S3"
-            raise RegistryError(f"the blob store {_scheme(url)}:// needs a package: {e}") from None
+            raise RegistryError(_missing_package(url, self._masked(str(e)))) from None
         except ValueError as e:  # an unknown protocol
-            raise RegistryError(f"unknown blob store protocol {_scheme(url)!r}: {e}") from None
+            raise RegistryError(
+                f"unknown blob store protocol {_scheme(self.url)!r}: {self._masked(str(e))}"
+            ) from None
+        except Exception as e:  # the filesystem's own: options it refuses
+            raise RegistryError(self._failed("opening", e)) from None
         self._root = self._root.rstrip("/")
         self._local = isinstance(self._fs, LocalFileSystem)
+        protocols = self._fs.protocol
+        self._s3 = bool(_S3 & set([protocols] if isinstance(protocols, str) else protocols))
+
+    def __repr__(self) -> str:
+        shown = f", **{self._shown_options!r}" if self._shown_options else ""
+        return f"FsspecBlobStore({self.url!r}{shown})"
+
+    def _masked(self, text: str) -> str:
+        return masked(text, self._secrets)
+
+    def _failed(self, doing: str, e: BaseException) -> str:
+        return f"blob store {self.url}: {doing} failed: {type(e).__name__}: {self._masked(str(e))}"
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str, *, lookup: bool = False) -> Iterator[None]:
+        """The one boundary of the filesystem's exceptions (s3fs raises ``OSError``s, botocore
+        its own, such as ``NoCredentialsError``): ``JaxportError`` passes; where ``lookup`` (a
+        read of one blob), a blob that is not there is a ``FileNotFoundError`` (the
+        ``BlobStore`` contract); anything else is a ``RegistryError``. Messages are masked."""
+        try:
+            yield
+        except JaxportError:
+            raise
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as e:
+            if lookup:
+                raise FileNotFoundError(f"{doing}: not in {self.url}") from None
+            raise RegistryError(self._failed(doing, e)) from None
+        except Exception as e:
+            raise RegistryError(self._failed(doing, e)) from None
 
     def _path(self, digest: str, *, link_ok: bool = False, under: str = "") -> str:
         path = f"{self._root}/{under or _relative(digest)}"
@@ -258,93 +319,145 @@ class FsspecBlobStore:
 
     def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
-        if not replace and self._fs.exists(path):
-            return
-        tmp = self._path(digest, under=f"tmp/{digest}.{uuid.uuid4().hex}")
-        self._fs.makedirs(f"{self._root}/tmp", exist_ok=True)
-        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        self._fs.pipe_file(tmp, bytes(data))
-        self._fs.mv(tmp, path)
+        with self._errors(f"writing blob {digest}"):
+            if not replace and self._fs.exists(path):
+                return
+            if self._s3:  # no rename, no directories: one atomic PUT (or multipart upload)
+                self._fs.pipe_file(path, bytes(data))
+                return
+            tmp = self._path(digest, under=f"tmp/{digest}.{uuid.uuid4().hex}")
+            self._fs.makedirs(f"{self._root}/tmp", exist_ok=True)
+            self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self._fs.pipe_file(tmp, bytes(data))
+            self._fs.mv(tmp, path)
 
     def get(self, digest: str) -> bytes:
         path = self._path(digest)
-        try:
+        with self._errors(f"blob {digest}", lookup=True):
             return bytes(self._fs.cat_file(path))
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            raise FileNotFoundError(path) from e
 
     def open(self, digest: str) -> BinaryIO:
         """``digest``'s file opened for reading (ranges are fetched as they are read).
 
         Raises:
             FileNotFoundError: no such blob.
+            RegistryError: the store cannot be reached or refuses.
         """
         path = self._path(digest)
-        try:
+        with self._errors(f"blob {digest}", lookup=True):
             return self._fs.open(path, "rb")  # type: ignore[no-any-return]
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            raise FileNotFoundError(path) from e
 
     def exists(self, digest: str) -> bool:
-        return bool(self._fs.exists(self._path(digest)))
+        path = self._path(digest)
+        with self._errors(f"looking for blob {digest}"):
+            return bool(self._fs.exists(path))
 
     def delete(self, digest: str) -> None:
         path = self._path(digest, link_ok=True)
-        if self._fs.exists(path):
+        with self._errors(f"deleting blob {digest}"), contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(path)
 
-    def _files(self) -> Iterator[str]:
-        if not self._fs.exists(self._root):
-            return
+    def _files(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every file under the root, sorted: its path relative to the root and fsspec's
+        details. S3's "folder" markers (keys ending in ``/``, which S3 consoles make) are left
+        out; a missing root is an empty store, a missing bucket a ``RegistryError``."""
+        with self._errors("listing"):
+            try:
+                found = self._fs.find(self._root, detail=True)
+            except FileNotFoundError:
+                if self._s3:
+                    raise
+                found = {}
         prefix = self._fs._strip_protocol(self._root).rstrip("/") + "/"
-        for p in sorted(self._fs.find(self._root)):
+        for p, info in sorted(found.items()):
             p = str(p)
-            yield p[len(prefix) :] if p.startswith(prefix) else p.rsplit("/", 1)[-1]
+            if not p.endswith("/"):
+                yield (p[len(prefix) :] if p.startswith(prefix) else p.rsplit("/", 1)[-1]), info
 
     def digests(self) -> Iterator[str]:
-        for relative in self._files():
+        for relative, _ in self._files():
             if _classify(relative) == "blob":
                 yield relative.rsplit("/", 1)[-1]
 
     def strays(self) -> Iterator[Stray]:
-        for relative in self._files():
+        for relative, info in self._files():
             kind = _classify(relative)
             if kind != "blob":
-                yield _stray(relative, kind, self._age(f"{self._root}/{relative}"))
+                yield _stray(relative, kind, _age(info))
 
     def remove_stray(self, stray: Stray) -> None:
-        path = f"{self._root}/{stray.path}"
-        if stray.kind == "temp" and _classify(stray.path) == "temp" and self._fs.exists(path):
-            self._fs.rm_file(path)
+        if stray.kind == "temp" and _classify(stray.path) == "temp":
+            path = self._path("", link_ok=True, under=stray.path)  # local://: inside the root
+            with self._errors("removing a temporary file"), contextlib.suppress(FileNotFoundError):
+                self._fs.rm_file(path)
 
     def size(self, digest: str) -> int:
-        return int(self._fs.size(self._path(digest)))
+        path = self._path(digest)
+        with self._errors(f"blob {digest}", lookup=True):
+            return int(self._fs.size(path))
 
     def age(self, digest: str) -> float:
-        return self._age(self._path(digest))
+        path = self._path(digest)
+        with self._errors(f"blob {digest}", lookup=True):
+            return _age(self._fs.info(path))
 
-    def _age(self, path: str) -> float:
-        try:
-            modified = self._fs.modified(path)
-        except (NotImplementedError, OSError):
-            return 0.0
-        return max(0.0, time.time() - float(modified.timestamp()))
+
+#: fsspec protocols of S3 (s3fs): no rename, no directories, whole objects only.
+_S3 = frozenset({"s3", "s3a"})
+#: Where fsspec filesystems keep a file's modification time in its details: S3's
+#: ``LastModified`` (a datetime), a local or SFTP ``mtime`` (seconds), Azure's ``last_modified``,
+#: GCS's ``updated`` (ISO 8601), memory's ``created`` (seconds).
+_MTIME_FIELDS = ("LastModified", "mtime", "last_modified", "updated", "created")
+
+
+def _age(info: Mapping[str, Any]) -> float:
+    """Seconds since the file of fsspec's details ``info`` was modified; 0.0 when they do not
+    say (so ``gc`` takes it for new)."""
+    for field in _MTIME_FIELDS:
+        value = info.get(field)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = datetime.datetime.fromisoformat(value)
+        if isinstance(value, datetime.datetime):
+            return max(0.0, time.time() - value.timestamp())
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return max(0.0, time.time() - float(value))
+    return 0.0
 
 
 def _scheme(url: str) -> str:
     return url.split("://", 1)[0]
 
 
-def open_blob_store(location: str | os.PathLike[str] | BlobStore) -> BlobStore:
+def _missing_package(url: str, why: str) -> str:
+    """The message of a blob store whose fsspec package is not installed (``why``: fsspec's,
+    such as "Install s3fs to access S3")."""
+    if _scheme(url) in _S3:
+        return f"the blob store {_scheme(url)}:// needs s3fs: pip install 'jaxport[s3]' ({why})"
+    return f"the blob store {_scheme(url)}:// needs a package: {why}"
+
+
+def open_blob_store(
+    location: str | os.PathLike[str] | BlobStore,
+    storage_options: Mapping[str, object] | None = None,
+) -> BlobStore:
     """A blob store for a local path, a ``file://`` URL or any other fsspec URL.
 
+    Args:
+        location: a directory, a URL, or a ``BlobStore`` (returned as it is).
+        storage_options: given to fsspec for a URL (s3fs: ``endpoint_url``, ``key``,
+            ``secret``, ``token``, ``client_kwargs``, ...). Without them, s3fs reads botocore's
+            environment variables and files.
+
     Raises:
-        RegistryError: the URL's protocol is unknown or its fsspec package is not installed.
+        RegistryError: an empty location, storage options for a local directory or a
+            ``BlobStore``, the URL's protocol is unknown or its fsspec package is not installed.
     """
+    if storage_options and not is_fsspec_url(location):
+        raise RegistryError(
+            "storage_options are for a blob store at an fsspec URL (s3://bucket/prefix), "
+            "not a local directory or a BlobStore"
+        )
     if not isinstance(location, str | os.PathLike):
         return location
     text = os.fspath(location)
@@ -354,7 +467,7 @@ def open_blob_store(location: str | os.PathLike[str] | BlobStore) -> BlobStore:
         return LocalBlobStore(text)
     if text.startswith("file://"):
         return LocalBlobStore(text.removeprefix("file://"))
-    return FsspecBlobStore(text)
+    return FsspecBlobStore(text, **(storage_options or {}))
 
 
 def read_verified(blobs: BlobStore, digest: str) -> bytes:

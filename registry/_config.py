@@ -2,6 +2,8 @@
 
     JAXPORT_REGISTRY   database URL (SQLAlchemy), e.g. ``postgresql+psycopg://host/db``
     JAXPORT_BLOBS      blob store: a directory or an fsspec URL (``s3://bucket/prefix``)
+    JAXPORT_BLOBS_OPTIONS  fsspec storage options of a blob store at a URL: a JSON object
+                       (``{"endpoint_url": "https://minio:9000", "key": ..., "secret": ...}``)
     JAXPORT_HOME       directory of the embedded default registry
     XDG_DATA_HOME      used when JAXPORT_HOME is unset: ``$XDG_DATA_HOME/jaxport``
 
@@ -13,6 +15,7 @@ Without them the registry is SQLite at ``~/.local/share/jaxport/registry.db`` wi
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -22,12 +25,14 @@ from jaxport._errors import RegistryError
 
 __all__ = [
     "BLOBS_ENV",
+    "BLOBS_OPTIONS_ENV",
     "HOME_ENV",
     "URL_ENV",
     "RegistryConfig",
     "default_blobs",
     "default_home",
     "default_url",
+    "is_fsspec_url",
     "safe_url",
 ]
 
@@ -44,6 +49,8 @@ _QUERY_SECRET = re.compile(
 URL_ENV = "JAXPORT_REGISTRY"
 #: Environment variable: the blob store (directory or fsspec URL) of the default registry.
 BLOBS_ENV = "JAXPORT_BLOBS"
+#: Environment variable: the storage options (a JSON object) of a blob store at an fsspec URL.
+BLOBS_OPTIONS_ENV = "JAXPORT_BLOBS_OPTIONS"
 #: Environment variable: the directory of the embedded default registry.
 HOME_ENV = "JAXPORT_HOME"
 
@@ -56,17 +63,25 @@ class RegistryConfig:
         url: ``$JAXPORT_REGISTRY``.
         blobs: ``$JAXPORT_BLOBS``.
         home: the embedded registry's directory (``default_home``).
+        blobs_options: ``$JAXPORT_BLOBS_OPTIONS`` as given (JSON text, read by
+            ``storage_options``); left out of ``repr``, since it may hold keys.
     """
 
     url: str | None
     blobs: str | None
     home: Path
+    blobs_options: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RegistryConfig:
         """Reads the variables once from ``environ`` (default ``os.environ``)."""
         env = os.environ if environ is None else environ
-        return cls(env.get(URL_ENV) or None, env.get(BLOBS_ENV) or None, default_home(env))
+        return cls(
+            env.get(URL_ENV) or None,
+            env.get(BLOBS_ENV) or None,
+            default_home(env),
+            env.get(BLOBS_OPTIONS_ENV) or None,
+        )
 
     def database_url(self) -> str:
         """``url``, else SQLite at ``home / "registry.db"`` (the directory is created)."""
@@ -78,6 +93,37 @@ class RegistryConfig:
     def blob_location(self, url: str) -> str | Path:
         """``blobs``, else ``default_blobs(url)``."""
         return self.blobs or default_blobs(url, self.home)
+
+    def storage_options(self, location: object) -> dict[str, object] | None:
+        """``blobs_options`` read as a JSON object, for a blob store at an fsspec URL
+        (``location``, e.g. ``s3://bucket/prefix``); None when unset, and for a local directory,
+        a ``file://`` URL or a ``BlobStore`` object (which take no storage options).
+
+        Raises:
+            RegistryError: ``$JAXPORT_BLOBS_OPTIONS`` is not a JSON object (the message does
+                not show it: it may hold keys).
+        """
+        if self.blobs_options is None or not is_fsspec_url(location):
+            return None
+        try:
+            options = json.loads(self.blobs_options)
+        except json.JSONDecodeError as e:  # where, not what: the text may hold keys
+            raise RegistryError(
+                f"{BLOBS_OPTIONS_ENV} is not valid JSON: {e.msg} at line {e.lineno} column "
+                f"{e.colno}"
+            ) from None
+        if not isinstance(options, dict):
+            raise RegistryError(
+                f"{BLOBS_OPTIONS_ENV} must be a JSON object of fsspec storage options, "
+                f'such as {{"endpoint_url": "https://host:9000"}}: got a {type(options).__name__}'
+            )
+        return options
+
+
+def is_fsspec_url(location: object) -> bool:
+    """Whether a blob store ``location`` is an fsspec URL other than ``file://``: a ``str``
+    with ``://`` in it (a local path, a ``PathLike`` or a ``BlobStore`` is not)."""
+    return isinstance(location, str) and "://" in location and not location.startswith("file://")
 
 
 def default_home(environ: Mapping[str, str] | None = None) -> Path:

@@ -89,6 +89,10 @@ class Registry:
             ``default_home() / "registry.db"`` (``registry/_config.py``).
         blobs: a directory or fsspec URL for the archives. Default: ``$JAXPORT_BLOBS``, else
             ``blobs/`` beside a SQLite database file; required for other databases.
+        storage_options: fsspec options of a blob store at a URL (s3fs: ``endpoint_url``,
+            ``key``, ``secret``, ``token``, ``client_kwargs``, ...). Default:
+            ``$JAXPORT_BLOBS_OPTIONS`` (a JSON object), else none: s3fs then reads the
+            ``AWS_*`` environment variables and ``~/.aws``.
         upgrade: upgrade an older database schema to this jaxport's (alembic).
         require_signatures: a ``SignaturePolicy``: pulls and alias moves of versions its keys
             did not sign raise ``SignatureError`` (``jaxport[signing]``).
@@ -104,7 +108,8 @@ class Registry:
     Raises:
         SchemaVersionError: the database's schema is older and ``upgrade`` is False.
         RegistryError: the database cannot be reached, a bad URL (shown without its
-            password), no blob store for a server database, a missing fsspec package.
+            password), no blob store for a server database, a missing fsspec package,
+            storage options for a local directory or not a JSON object.
     """
 
     def __new__(cls, url: str | None = None, **kwargs: Any) -> Registry:
@@ -121,6 +126,7 @@ class Registry:
         url: str | None = None,
         *,
         blobs: str | os.PathLike[str] | BlobStore | None = None,
+        storage_options: Mapping[str, object] | None = None,
         upgrade: bool = False,
         require_signatures: SignaturePolicy | None = None,
         token: str | None = None,
@@ -133,7 +139,10 @@ class Registry:
         config = RegistryConfig.from_env()
         url = url or config.database_url()
         self.url = safe_url(url)  # the real URL stays in the engine
-        self.blobs = open_blob_store(blobs if blobs is not None else config.blob_location(url))
+        location = blobs if blobs is not None else config.blob_location(url)
+        if storage_options is None:
+            storage_options = config.storage_options(location)
+        self.blobs = open_blob_store(location, storage_options)
         self._engine = _db.create_registry_engine(url)
         try:
             with _db.translating_db_errors():

@@ -1,4 +1,5 @@
-"""Test set-up: 8 fake CPU devices (set before jax is imported) and shared helpers."""
+"""Test set-up: 8 fake CPU devices (set before jax is imported) and shared helpers; the S3
+server fixtures (``s3_server``, ``s3``) come from ``tests/_s3.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import jax
 import jax.export  # jax 0.7 does not import it with jax: tests use jax.export.export
 import pytest
 
-_ENV = ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "JAXPORT_HOME", "XDG_DATA_HOME")
+from _s3 import s3, s3_server  # noqa: F401  (fixtures)
+
+_ENV = (
+    "JAXPORT_REGISTRY",
+    "JAXPORT_BLOBS",
+    "JAXPORT_BLOBS_OPTIONS",
+    "JAXPORT_HOME",
+    "XDG_DATA_HOME",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -121,7 +121,7 @@ def test_short_and_long_help_everywhere(tmp_path):
         assert run(env, *command, "-h").out.startswith("Usage: jaxport")
     top = run(env, "-h").out
     assert top == run(env, "--help").out
-    for var in ("JAXPORT_REGISTRY", "JAXPORT_BLOBS", "JAXPORT_HOME", "XDG_DATA_HOME"):
+    for var in ("JAXPORT_REGISTRY", "JAXPORT_BLOBS_OPTIONS", "JAXPORT_HOME", "XDG_DATA_HOME"):
         assert var in top
     assert str(tmp_path / "home" / "registry.db") in top  # the default registry, here
     server = {**env, "JAXPORT_REGISTRY": "postgresql+psycopg://bob:s3cret@db.example/reg"}

@@ -4,6 +4,7 @@ gc beside a push, and the API's input checks (each test on SQLite and PostgreSQL
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -218,9 +219,11 @@ def test_server_database_without_blobs_is_a_registry_error(monkeypatch):
         Registry("postgresql+psycopg://u:pw@127.0.0.1:1/db")
 
 
-def test_missing_fsspec_package_is_named(tmp_path):
-    with pytest.raises(jaxport.RegistryError, match="s3fs"):
-        Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs="s3://bucket/prefix")
+def test_missing_fsspec_package_is_named(tmp_path, monkeypatch):
+    """(s3fs, in the dev extra, is tested missing in tests/test_blob_stores.py.)"""
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if it were not installed
+    with pytest.raises(jaxport.RegistryError, match=r"gcs:// needs a package: .*gcsfs"):
+        Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs="gcs://bucket/prefix")
 
 
 def test_deep_verify_reads_every_archive_in_a_worker(registry):

@@ -28,7 +28,7 @@ import pytest
 from _hostile import reseal
 
 import jaxport
-from jaxport.registry import FsspecBlobStore, LocalBlobStore
+from jaxport.registry import FsspecBlobStore, LocalBlobStore, Stray
 from jaxport.registry._names import check_name, parse_reference
 
 SECRET = "s3cret"
@@ -92,6 +92,20 @@ def test_a_linked_sha256_directory_is_refused_before_anything_is_made(tmp_path, 
     with pytest.raises(jaxport.IntegrityError):
         store.put(_digest("cd"), b"data")
     assert _listing(outside) == []  # not even the prefix directory
+
+
+@pytest.mark.parametrize("kind", ["local", "fsspec"])
+def test_remove_stray_does_not_follow_a_tmp_directory_linked_outside(tmp_path, kind):
+    root, outside = tmp_path / "blobs", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    victim = outside / f"{_digest('ab')}.dead"
+    victim.write_bytes(b"not the store's")
+    (root / "tmp").symlink_to(outside, target_is_directory=True)
+    store = _store(kind, root)
+    with pytest.raises(jaxport.IntegrityError, match="outside the blob store root"):
+        store.remove_stray(Stray(f"tmp/{victim.name}", "temp", 1e9, _digest("ab")))
+    assert victim.read_bytes() == b"not the store's"
 
 
 def test_a_prefix_linked_inside_the_root_is_followed(tmp_path):
