@@ -1,11 +1,13 @@
 """One client suite on three backends: a direct SQLite registry, a direct PostgreSQL registry,
 and the HTTP client (``Registry("http://...")``) against a real ``jaxport serve`` process
 (on PostgreSQL when ``JAXPORT_TEST_POSTGRES_URL`` is set, else SQLite; blobs on the local S3
-server when moto is installed). Same calls, same results, same typed errors."""
+server of ``tests/_s3.py`` when moto is installed, else a directory). Same calls, same
+results, same typed errors."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 
@@ -22,16 +24,16 @@ F32 = jnp.float32
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server for the module (its tests use names of their own)."""
+def server(request, tmp_path_factory):
+    """One server for the module (its tests use names of their own), on PostgreSQL and the
+    local S3 server when they are there."""
     tmp = tmp_path_factory.mktemp("server")
-    blobs = str(tmp / "blobs")
+    blobs, env = str(tmp / "blobs"), {}
     try:
-        from _s3 import s3_blob_url  # the local S3 server, when the tests have one
-
-        blobs = s3_blob_url(tmp_path_factory)
-    except ImportError:
-        pass
+        s3 = request.getfixturevalue("s3_server")
+        blobs, env = s3.url(), {"JAXPORT_BLOBS_OPTIONS": json.dumps(s3.storage_options())}
+    except pytest.skip.Exception:
+        pass  # no moto here: a local blob directory
     if os.environ.get(POSTGRES_URL_ENV):
         import sqlalchemy as sa
 
@@ -43,9 +45,13 @@ def server(tmp_path_factory):
     else:
         admin, db_url = None, f"sqlite:///{tmp / 'server.db'}"
     try:
-        with serving(db_url, blobs, tmp / "serve.log") as s:
-            s.admin = admin_token(db_url, blobs)  # type: ignore[attr-defined]
-            yield s
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            with serving(db_url, blobs, tmp / "serve.log", env=env) as s:
+                s.admin = admin_token(db_url, blobs)  # type: ignore[attr-defined]
+                s.on_s3 = bool(env)  # type: ignore[attr-defined]
+                yield s
     finally:
         if admin is not None:
             with admin.begin() as conn:
@@ -186,3 +192,11 @@ def test_audit_and_findings(client):
     stored = client.audit_results(name=name)
     assert {f.status for f in stored} <= {"ok", "incompatible", "not-run"}
     assert stored[0].jax_version == jax.__version__
+
+
+def test_the_server_runs_on_postgresql_and_s3(request):
+    """What .ci/run gives the server: PostgreSQL and S3 (a newcomer's machine may lack both)."""
+    s = request.getfixturevalue("server")
+    if not os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set: the server ran on SQLite")
+    assert s.db_url.startswith("postgresql") and s.on_s3 and s.blobs.startswith("s3://")
