@@ -24,12 +24,14 @@ PUBLIC = [
     "ArchiveInfo",
     "AuditError",
     "AuditResult",
+    "AuthenticationError",
     "AvalInfo",
     "BlobProblem",
     "Change",
     "ConflictError",
     "CorruptArchiveError",
     "DuplicateVariantError",
+    "Event",
     "Example",
     "Finding",
     "GcReport",
@@ -43,11 +45,13 @@ PUBLIC = [
     "MissingCustomCallError",
     "Model",
     "ModuleInfo",
+    "NewToken",
     "NewerFormatError",
     "NotFoundError",
     "OutsideJaxWindowError",
     "OutsideJaxWindowWarning",
     "ParamsMismatchError",
+    "PermissionDeniedError",
     "PushResult",
     "QueuedJob",
     "Ref",
@@ -59,11 +63,13 @@ PUBLIC = [
     "RunError",
     "SchemaVersionError",
     "SectionInfo",
+    "ServerUnavailableError",
     "Signature",
     "SignatureCheck",
     "SignatureError",
     "SignaturePolicy",
     "TensorInfo",
+    "TokenInfo",
     "UnsafeArchiveError",
     "UnsafeModuleError",
     "UnsupportedFeatureError",
@@ -118,7 +124,7 @@ def test_every_error_and_result_type_is_public():
         value = getattr(
             jaxport.registry if hasattr(jaxport.registry, name) else jaxport.audit, name
         )
-        inputs = ("AuditJob", "Environment", "Reference", "RegistryConfig", "Stray")
+        inputs = ("ArchiveParts", "AuditJob", "Environment", "Reference", "RegistryConfig", "Stray")
         if inspect.isclass(value) and dataclasses.is_dataclass(value) and name not in inputs:
             assert name in jaxport.__all__, name
 
@@ -145,6 +151,9 @@ def test_error_hierarchy():
         "ConflictError": (jaxport.RegistryError,),
         "DuplicateVariantError": (jaxport.RegistryError, ValueError),
         "SchemaVersionError": (jaxport.RegistryError,),
+        "PermissionDeniedError": (jaxport.RegistryError, PermissionError),
+        "AuthenticationError": (jaxport.PermissionDeniedError,),
+        "ServerUnavailableError": (jaxport.RegistryError,),
         "WrongKindError": (jaxport.RegistryError, TypeError),
     }
     defined = {

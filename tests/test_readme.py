@@ -1,5 +1,7 @@
 """The README's Python blocks run top to bottom as written (in a fresh directory, with the
-embedded registry in a temporary home)."""
+embedded registry in a temporary home). The one block fenced ``py``, a client of a registry
+server at a made-up address, is what tests/test_client_backends.py and tests/test_server.py
+run against a real server."""
 
 from __future__ import annotations
 
