@@ -521,19 +521,30 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
 
 
 @main.command("inspect")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("source", metavar="FILE|REFERENCE")
+@click.option("--platform", help="With a registry reference: the variant's platform.")
 @json_option
-def inspect_cmd(file: Path, as_json: bool) -> None:
-    """Inspect an archive's header (no registry).
+@pass_ctx
+def inspect_cmd(ctx: _Context, source: str, platform: str | None, as_json: bool) -> None:
+    """Inspect an archive's header: FILE|REFERENCE is a file, or a registry reference (only
+    its header is read, through a registry server too).
 
-    FILE's signature, shardings, platforms, versions, custom calls and section sizes; of a
+    The signature, shardings, platforms, versions, custom calls and section sizes; of a
     model archive, its methods (signature, platforms, devices, VJP order) and parameters; and
     where it stands in jax's 6-month compatibility window, for the jax installed here.
     """
     from jaxport import inspect
     from jaxport._cli_render import info_tables
 
-    info = inspect(file)
+    path = Path(source)
+    if path.exists() or (platform is None and ("/" in source or source.endswith(".jaxport"))):
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise click.BadParameter(f"Path {source!r} {what}.", param_hint="'FILE|REFERENCE'")
+        info = inspect(path)
+    else:
+        with ctx.registry() as reg:
+            info = reg.inspect(source, platform=platform)
     _emit(as_json, info, info_tables)
 
 

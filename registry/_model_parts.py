@@ -56,6 +56,7 @@ __all__ = [
     "joined_archive",
     "open_model",
     "parts_of",
+    "ranged_info",
     "split_model",
     "validated_model",
 ]
@@ -241,6 +242,20 @@ def header_info(blobs: BlobStore, skeleton: str, total: int) -> ArchiveInfo:
         raise IntegrityError(
             f"blob {skeleton} is missing from {blobs.url}", expected=skeleton
         ) from None
+
+
+def ranged_info(read_range: Callable[[int, int], bytes], total: int) -> ArchiveInfo:
+    """``jaxport.inspect`` of an archive of ``total`` bytes read by ``read_range(start, end)``
+    (a blob stream, an HTTP range request): its preamble and header only, bounded as any
+    header read. Raises: as ``header_info``."""
+    position = 0
+
+    def read(n: int) -> bytes:
+        nonlocal position
+        start, position = position, min(total, position + n)
+        return read_range(start, position) if position > start else b""
+
+    return _head_info(read, total)
 
 
 def chunks_info(archive: ArchiveChunks) -> ArchiveInfo:

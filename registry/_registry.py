@@ -29,6 +29,7 @@ from jaxport.registry._config import RegistryConfig, default_home, safe_url
 from jaxport.registry._events import Event, EventLog
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
+from jaxport.registry._model_parts import ranged_info
 from jaxport.registry._names import (
     check_digest,
     check_name,
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from jax.export import Exported
 
     from jaxport.audit import Change, Example, Finding, UpgradeRow
-    from jaxport.export import Model
+    from jaxport.export import ArchiveInfo, Model
 
 __all__ = ["Registry"]
 
@@ -599,6 +600,29 @@ class Registry:
             InvalidNameError: ``digest`` is not 64 lowercase hex digits.
         """
         return self._pulls.blob(digest)
+
+    def inspect(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = _LOCAL,
+        nr_devices: int | None = None,
+    ) -> ArchiveInfo:
+        """``jaxport.inspect`` of the archive ``resolve`` chooses, from its preamble and header
+        alone (a registry server sends those bytes only: HTTP range requests).
+
+        Raises:
+            NotFoundError: nothing matches (see ``pull``).
+            CorruptArchiveError: a malformed header.
+            (and see ``resolve``)
+        """
+        chosen = self._chosen(reference, version, platform, nr_devices)
+        return ranged_info(self._read_range(chosen.digest), chosen.size_bytes)
+
+    def _read_range(self, digest: str) -> Callable[[int, int], bytes]:
+        stream = self.blob_stream(digest)
+        return lambda start, end: b"".join(stream.chunks(start, end))
 
     def blob_stream(self, digest: str) -> BlobStream:
         """A blob, or the archive of a model variant with that digest, as a ``BlobStream``:

@@ -240,6 +240,20 @@ class RemoteRegistry(Registry):
             )  # fmt: skip
         return chunks
 
+    def _read_range(self, digest: str) -> Callable[[int, int], bytes]:
+        def read(start: int, end: int) -> bytes:
+            with self._http.stream(
+                f"/blobs/{_seg(digest)}", headers={"Range": f"bytes={start}-{end - 1}"}
+            ) as r:
+                data = r.read()
+            if r.status_code != 206 or len(data) != end - start:
+                raise IntegrityError(
+                    f"blob {digest}: the server sent another range", expected=digest
+                )
+            return data
+
+        return read
+
     def pull_bytes(
         self, reference: str, *, version: int | None = None, platform: Any = _LOCAL,
         nr_devices: int | None = None,

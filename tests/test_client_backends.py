@@ -200,3 +200,14 @@ def test_the_server_runs_on_postgresql_and_s3(request):
     if not os.environ.get(POSTGRES_URL_ENV):
         pytest.skip(f"{POSTGRES_URL_ENV} is not set: the server ran on SQLite")
     assert s.db_url.startswith("postgresql") and s.on_s3 and s.blobs.startswith("s3://")
+
+
+def test_inspect_reads_the_header_only(client):
+    name = _name()
+    model = _model(n=3)
+    client.push(model, name)
+    info = client.inspect(name)
+    assert info.kind == "model" and [t.path for t in info.tensors] == ["['l0']", "['l1']", "['l2']"]
+    assert info == jaxport.inspect(model.dumps())
+    client.push(_exported(jnp.cos), f"{name}-f")
+    assert client.inspect(f"{name}-f").fun_name == "cos"
