@@ -212,13 +212,16 @@ def test_fine_tune_uploads_one_tensor(served):
     assert len(sent) == 2  # the new skeleton and the one tensor
 
 
-def test_two_server_processes_eight_clients(db_url, tmp_path):
+def test_two_server_processes_eight_clients(db_url, tmp_path, request, monkeypatch):
     if not db_url.startswith("postgresql"):
         pytest.skip("two server processes share a PostgreSQL database (SQLite: one writer)")
-    blobs = str(tmp_path / "blobs")
+    s3 = request.getfixturevalue("s3")  # one S3 store (tests/_s3.py: moto's server)
+    blobs = s3.url()
+    env = {"JAXPORT_BLOBS_OPTIONS": json.dumps(s3.storage_options())}
+    monkeypatch.setenv("JAXPORT_BLOBS_OPTIONS", env["JAXPORT_BLOBS_OPTIONS"])
     token = admin_token(db_url, blobs)
-    with serving(db_url, blobs, tmp_path / "a.log") as a, \
-         serving(db_url, blobs, tmp_path / "b.log") as b:  # fmt: skip
+    with serving(db_url, blobs, tmp_path / "a.log", env=env) as a, \
+         serving(db_url, blobs, tmp_path / "b.log", env=env) as b:  # fmt: skip
         archives = [jaxport.dumps(_exported(f)) for f in (jnp.sin, jnp.cos, jnp.tanh, jnp.exp)]
 
         def work(i: int) -> list[int]:
