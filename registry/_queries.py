@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, select, union_all
+from sqlalchemy import Connection, Engine, func, literal, select, union_all
 
 from jaxport._errors import InvalidNameError, NotFoundError
 from jaxport.registry import _db
@@ -143,13 +143,10 @@ class Queries:
             InvalidNameError: a bad limit, or ``after`` is not a (name, version) pair.
         """
         size = check_limit(limit)
-        versions = _versions()
-        if name is not None:
-            versions = versions.where(Model.name == name)
         if after is None:
-            page = versions.order_by(Model.name, Version.version).limit(size)
+            page = _in_order(_versions(name), name).limit(size)
         else:
-            page = _after(versions, *_check_after(after), size)
+            page = _after(name, *_check_after(after), size)
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             refs = _refs(conn.execute(_with_variants(page)))
             if not refs and name is not None:
@@ -205,7 +202,9 @@ class Queries:
         if poly is not None:
             q = q.where(Variant.shape_polymorphic == poly)
         if after is not None:
-            q = q.where(key > after)
+            q = q.where(Variant.id > after)
+            if key is not Variant.id:  # PostgreSQL does not carry it across the join
+                q = q.where(key > after)
         q = q.order_by(key).limit(size)
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             found = [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
@@ -358,7 +357,7 @@ def alias_version(conn: Connection, model_id: int, name: str, alias: str) -> int
 
 def ref_on(conn: Connection, name: str, version: int) -> Ref:
     """The ``Ref`` of ``name:version`` (which exists), in one statement."""
-    versions = _versions().where(Model.name == name, Version.version == version)
+    versions = _versions(name).where(Version.version == version)
     (ref,) = _refs(conn.execute(_with_variants(versions)))
     return ref
 
@@ -387,49 +386,83 @@ def _variants_select() -> Any:
     )
 
 
-def _versions() -> Any:
-    """Versions with their names, labelled as ``_with_variants`` reads them."""
-    return select(
-        Version.id.label("v_id"),
-        Model.name.label("m_name"),
-        Version.version.label("v_number"),
-        Version.metadata_json.label("v_metadata_json"),
-        Version.created_at.label("v_created_at"),
-    ).join(Model, Model.id == Version.model_id)
+def _model_id(name: str, *conditions: Any) -> Any:
+    """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
+    a query of one name's versions then reads its ``(model_id, version)`` index in version
+    order (PostgreSQL does not, across a join to ``models``)."""
+    return select(Model.id).where(Model.name == name, *conditions).scalar_subquery()
+
+
+def _versions(name: str | None = None, *conditions: Any) -> Any:
+    """Versions with their names, labelled as ``_with_variants`` reads them: every name's, or
+    only ``name``'s (if ``conditions`` on its ``models`` row hold). Only columns that the
+    indexes hold, so that SQLite walks them in order rather than sort the table."""
+    columns = (Version.id.label("v_id"), Version.version.label("v_number"))
+    if name is None:
+        named = select(Model.name.label("m_name"), *columns)
+        return named.join(Model, Model.id == Version.model_id).where(*conditions)
+    m_name = literal(name, Model.name.type).label("m_name")
+    return select(m_name, *columns).where(Version.model_id == _model_id(name, *conditions))
+
+
+def _in_order(versions: Any, name: str | None) -> Any:
+    """``_versions(name)`` in ``(name, version)`` order, by the columns that have indexes
+    (SQLite sorts anew for the label of a constant name)."""
+    if name is None:
+        return versions.order_by(Model.name, Version.version)
+    return versions.order_by(Version.version)
+
+
+def _aliased(name: str, alias: str) -> Any:
+    """The version ``name@alias`` points at, as a scalar subquery."""
+    return (
+        select(Alias.version)
+        .where(Alias.model_id == _model_id(name), Alias.alias == alias)
+        .scalar_subquery()
+    )
 
 
 def _version_of(ref: Reference) -> Any:
     """The version a name, ``name:N`` or ``name@alias`` reference names (a bare name: its
     newest), as ``_versions`` rows."""
-    q = _versions().where(Model.name == ref.name)
+    assert ref.name is not None
+    q = _versions(ref.name)
     if ref.alias is not None:
-        on = and_(Alias.model_id == Model.id, Alias.version == Version.version)
-        q = q.join(Alias, on).where(Alias.alias == ref.alias)
+        q = q.where(Version.version == _aliased(ref.name, ref.alias))
     elif ref.version is not None:
         q = q.where(Version.version == ref.version)
     return q.order_by(Version.version.desc()).limit(1)
 
 
-def _after(versions: Any, name: str, version: int, size: int) -> Any:
-    """The ``size`` versions after ``(name, version)``: the rest of ``name`` and the names
-    after it, two ranges that each have an index (an OR of the two would have none)."""
-    same = versions.where(Model.name == name, Version.version > version)
-    later = versions.where(Model.name > name)
-    parts = [
-        select(same.order_by(Version.version).limit(size).subquery()),
-        select(later.order_by(Model.name, Version.version).limit(size).subquery()),
-    ]
+def _after(name: str | None, after_name: str, after_version: int, size: int) -> Any:
+    """The ``size`` versions after ``(after_name, after_version)`` (only ``name``'s, if
+    given): the rest of ``after_name`` and the names after it, two ranges that each have an
+    index (an OR of the two would have none)."""
+    later = _in_order(_versions(name, Model.name > after_name), name)
+    parts = [select(later.limit(size).subquery())]
+    if name is None or name == after_name:
+        same = _in_order(_versions(after_name).where(Version.version > after_version), after_name)
+        parts.append(select(same.limit(size).subquery()))
     both = union_all(*parts).subquery()
     return select(both).order_by(both.c.m_name, both.c.v_number).limit(size)
 
 
 def _with_variants(versions: Any) -> Any:
-    """``versions`` (``_versions`` rows) with their variants, in ``(name, version, variant)``
-    order; a version without variants gives one row with a NULL ``id``."""
+    """``versions`` (``_versions`` rows) with their metadata and variants, in ``(name,
+    version, variant)`` order; a version without variants gives one row with a NULL ``id``."""
     page = versions.subquery("page")
     return (
-        select(page, Variant.__table__)
-        .select_from(page.outerjoin(Variant, Variant.version_id == page.c.v_id))
+        select(
+            page,
+            Version.metadata_json.label("v_metadata_json"),
+            Version.created_at.label("v_created_at"),
+            Variant.__table__,
+        )
+        .select_from(
+            page.join(Version, Version.id == page.c.v_id).outerjoin(
+                Variant, Variant.version_id == page.c.v_id
+            )
+        )
         .order_by(page.c.m_name, page.c.v_number, Variant.id)
     )
 
@@ -453,11 +486,10 @@ def _window(ref: Reference) -> Any:
     then by id), from the newest ``_WINDOW`` versions that the reference names (or the one it
     names); a version without variants gives one row with a NULL ``id``, so fewer rows than
     ``_WINDOW`` means every candidate is there."""
-    versions = select(Version.id, Version.version).join(Model, Model.id == Version.model_id)
-    versions = versions.where(Model.name == ref.name)
+    assert ref.name is not None
+    versions = select(Version.id, Version.version).where(Version.model_id == _model_id(ref.name))
     if ref.alias is not None:
-        on = and_(Alias.model_id == Model.id, Alias.version == Version.version)
-        versions = versions.join(Alias, on).where(Alias.alias == ref.alias)
+        versions = versions.where(Version.version == _aliased(ref.name, ref.alias))
     elif ref.version is not None:
         versions = versions.where(Version.version == ref.version)
     newest = versions.order_by(Version.version.desc()).limit(_WINDOW).subquery()
