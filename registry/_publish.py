@@ -104,7 +104,9 @@ CONVERTED_KEY = "jaxport.converted_from"
 Source = Any
 
 _INSERT_VERSION = insert(Version).returning(Version.id)
-_INSERT_VARIANTS = insert(Variant).returning(Variant.id, sort_by_parameter_order=True)
+#: A push's variants have distinct digests (``_check_distinct``): they tell the ids returned
+#: apart (SQLite inserts row by row when asked for them in parameter order).
+_INSERT_VARIANTS = insert(Variant).returning(Variant.digest, Variant.id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,7 +496,8 @@ def _insert_variants(
     """Inserts the variants (their platforms and parts too) in three statements at most, and
     returns them as a read would."""
     rows = [variant_row(version_id, i.digest, i.size, i.info, now) for i in items]
-    ids = conn.execute(_INSERT_VARIANTS, rows).scalars().all()
+    id_of = {digest: variant_id for digest, variant_id in conn.execute(_INSERT_VARIANTS, rows)}
+    ids = [id_of[i.digest] for i in items]
     platforms = [
         {"variant_id": variant_id, "platform": p}
         for variant_id, item in zip(ids, items, strict=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, literal, select, union_all
@@ -502,7 +502,7 @@ def _window(ref: Reference) -> Any:
 
 
 def _pick(
-    name: str, window: list[Any], platform: str | None, nr_devices: int | None
+    name: str, window: Sequence[Any], platform: str | None, nr_devices: int | None
 ) -> tuple[VariantInfo | None, tuple[Rejection, ...]] | None:
     """``(chosen, rejected)`` as ``_best_variant`` and ``_rejections`` would answer, from the
     ``_window`` rows alone; None where they do not tell (nothing named; the answer may lie
