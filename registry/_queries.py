@@ -510,24 +510,26 @@ def _pick(
     if not window:
         return None
     complete = len(window) < _WINDOW
-    variants = [VariantInfo.from_row(name, r.v_number, r) for r in window if r.id is not None]
-    running = [v for v in variants if v.runs_on(platform, nr_devices) is None]
+    rows = [r for r in window if r.id is not None]
+    reasons = [VariantInfo.row_runs_on(r, platform, nr_devices) for r in rows]
+    running = [r for r, reason in zip(rows, reasons, strict=True) if reason is None]
     chosen = None
     if running:
-        newest = [v for v in running if v.version == running[0].version]
-        exact = [v for v in newest if v.nr_devices == nr_devices]
+        newest = [r for r in running if r.v_number == running[0].v_number]
+        exact = [r for r in newest if r.nr_devices == nr_devices]
         chosen = (exact or newest)[0]
-        if not complete and window[-1].v_number == chosen.version:
+        if not complete and window[-1].v_number == chosen.v_number:
             return None  # the chosen version's variants may go on past the window
-        variants = [v for v in variants if v.version >= chosen.version and v is not chosen]
     elif not complete:
         return None
     rejected = tuple(
-        Rejection(v, v.runs_on(platform, nr_devices) or "an earlier variant of the same "
-                  "version matched first")
-        for v in variants[:_MAX_REJECTIONS]
-    )  # fmt: skip
-    return chosen, rejected
+        Rejection(VariantInfo.from_row(name, r.v_number, r),
+                  reason or "an earlier variant of the same version matched first")
+        for r, reason in zip(rows, reasons, strict=True)
+        if chosen is None or (r.v_number >= chosen.v_number and r is not chosen)
+    )[:_MAX_REJECTIONS]  # fmt: skip
+    found = None if chosen is None else VariantInfo.from_row(name, chosen.v_number, chosen)
+    return found, rejected
 
 
 def _unindexed(column: Any) -> Any:
