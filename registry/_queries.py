@@ -10,8 +10,9 @@ WHERE and ORDER BY:
 
 - ``get``, ``resolve``: the version (or the newest ones) and its variants, joined from the name
   (and alias) through the unique indexes; ``resolve`` picks in Python, by ``_rules``' reasons,
-  among the newest ``_WINDOW`` variants, and asks again in SQL only when the answer lies past
-  them. A reference that names nothing takes more statements, to say why.
+  among the variants of the newest ``_WINDOW_VERSIONS`` versions, and asks again in SQL (three
+  more statements) only when the answer lies past them. A reference that names nothing takes
+  more statements, to say why.
 - ``list``: a page of versions in ``(name, version)`` order, their variants joined; the key
   ``after`` is two index ranges (the rest of its name, then the names after it).
 - ``search``: one filter drives, through its index, in ``variant_id`` order: the name (its
@@ -58,8 +59,11 @@ from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 __all__ = ["Queries", "check_limit", "live_names", "nothing_matches"]
 
 _MAX_REJECTIONS = 100
-#: Variants ``resolve`` reads at once: the rejections it lists, and the one it chooses.
+#: Variants ``resolve`` reads at once, at most (the rejections it lists, and the one it
+#: chooses), of the newest ``_WINDOW_VERSIONS`` versions: enough where the newest versions have
+#: a variant that runs; past them, ``resolve`` asks again.
 _WINDOW = _MAX_REJECTIONS + 1
+_WINDOW_VERSIONS = 10
 _MAX_AMBIGUOUS = 5
 #: Names a not-found message lists.
 _LISTED_NAMES = 20
@@ -483,16 +487,16 @@ def _refs(rows: Iterable[Any]) -> list[Ref]:
 
 def _window(ref: Reference) -> Any:
     """The first ``_WINDOW`` candidates of ``resolve`` in its order (newest version first,
-    then by id), from the newest ``_WINDOW`` versions that the reference names (or the one it
-    names); a version without variants gives one row with a NULL ``id``, so fewer rows than
-    ``_WINDOW`` means every candidate is there."""
+    then by id) among the variants of the newest ``_WINDOW_VERSIONS`` versions that the
+    reference names (or of the one it names); a version without variants gives one row with
+    a NULL ``id``, so every version read has a row."""
     assert ref.name is not None
     versions = select(Version.id, Version.version).where(Version.model_id == _model_id(ref.name))
     if ref.alias is not None:
         versions = versions.where(Version.version == _aliased(ref.name, ref.alias))
     elif ref.version is not None:
         versions = versions.where(Version.version == ref.version)
-    newest = versions.order_by(Version.version.desc()).limit(_WINDOW).subquery()
+    newest = versions.order_by(Version.version.desc()).limit(_WINDOW_VERSIONS).subquery()
     return (
         select(Variant.__table__, newest.c.version.label("v_number"))
         .select_from(newest.outerjoin(Variant, Variant.version_id == newest.c.id))
@@ -509,7 +513,8 @@ def _pick(
     past the window)."""
     if not window:
         return None
-    complete = len(window) < _WINDOW
+    cut = len(window) == _WINDOW  # rows past the window's last may be of its last version
+    every_version = len({r.v_number for r in window}) < _WINDOW_VERSIONS
     rows = [r for r in window if r.id is not None]
     reasons = [VariantInfo.row_runs_on(r, platform, nr_devices) for r in rows]
     running = [r for r, reason in zip(rows, reasons, strict=True) if reason is None]
@@ -518,10 +523,10 @@ def _pick(
         newest = [r for r in running if r.v_number == running[0].v_number]
         exact = [r for r in newest if r.nr_devices == nr_devices]
         chosen = (exact or newest)[0]
-        if not complete and window[-1].v_number == chosen.v_number:
+        if cut and window[-1].v_number == chosen.v_number:
             return None  # the chosen version's variants may go on past the window
-    elif not complete:
-        return None
+    elif cut or not every_version:
+        return None  # an older version may have one that runs
     rejected = tuple(
         Rejection(VariantInfo.from_row(name, r.v_number, r),
                   reason or "an earlier variant of the same version matched first")

@@ -40,7 +40,8 @@ def _sharded():
 def many(registry):
     """``w``: version 1 (cpu; tpu and cuda; 8-device cpu), then 60 tpu versions, 40 cuda
     versions of 3 variants, one of 150 cpu variants, one without variants, 5 tpu versions;
-    ``w@a`` -> 1; ``a`` and ``z``: a version each."""
+    ``w@a`` -> 1; ``x``: a cpu version, then 4 tpu ones; ``y``: the same with 12 tpu ones;
+    ``a`` and ``z``: a version each."""
     registry.push([_exp(jnp.sin, ("cpu",)), _exp(jnp.cos, ("tpu", "cuda")), _sharded()], "w")
     add_versions(registry, "w", 60, platforms=("tpu",))
     add_versions(registry, "w", 40, platforms=("cuda",), variants=3)
@@ -56,6 +57,9 @@ def many(registry):
         conn.execute(sa.update(Model).where(Model.id == model_id).values(last_version=last + 1))
     add_versions(registry, "w", 5, platforms=("tpu",))
     registry.alias("w", "a", 1)
+    for name, newer in (("x", 4), ("y", 12)):
+        registry.push(_exp(jnp.sin, ("cpu",)), name)
+        add_versions(registry, name, newer, platforms=("tpu",))
     registry.push(_exp(jnp.tan), "a")
     registry.push(_exp(jnp.exp), "z")
     return registry
@@ -76,7 +80,7 @@ def _fallback(registry, reference, platform, nr_devices):
 
 def test_resolve_picks_as_the_sql_rules_do(many):
     last = many.get("w").version  # the newest: 5 tpu versions after the empty one
-    references = ["w", "w:1", "w@a", "w:30", "w:80", f"w:{last - 6}", f"w:{last - 5}"]
+    references = ["w", "w:1", "w@a", "w:30", "w:80", f"w:{last - 6}", f"w:{last - 5}", "x", "y"]
     for reference, platform, devices in itertools.product(references, PLATFORMS, DEVICES):
         resolution = many.resolve(reference, platform=platform, nr_devices=devices)
         expected = _fallback(many, reference, platform, devices)
@@ -93,8 +97,10 @@ def test_get_of_a_version_without_variants(many):
 @pytest.mark.parametrize("limit", [1, 7, 50])
 def test_list_pages_are_the_whole_listing(many, limit):
     whole = [(r.name, r.version, r.digests) for r in many.list(limit=1_000_000)]
-    assert [n for n, _, _ in whole] == ["a"] + ["w"] * (len(whole) - 2) + ["z"]
-    for name in (None, "w", "z"):
+    assert [n for n, _, _ in whole] == ["a"] + ["w"] * (len(whole) - 20) + ["x"] * 5 + [
+        "y"
+    ] * 13 + ["z"]
+    for name in (None, "w", "y", "z"):
         expected = [x for x in whole if name is None or x[0] == name]
         pages, after = [], None
         while page := many.list(name, limit=limit, after=after):
@@ -103,6 +109,7 @@ def test_list_pages_are_the_whole_listing(many, limit):
         assert pages == expected, name
     # after a key that is no version: from the next one on
     assert [r.name for r in many.list(limit=2, after=("b", 1))] == ["w", "w"]
+    assert [(r.name, r.version) for r in many.list(limit=2, after=("x", 5))] == [("y", 1), ("y", 2)]
     assert [r.version for r in many.list("w", limit=2, after=("a", 9))] == [1, 2]
     assert many.list("a", limit=2, after=("b", 1)) == []
 
