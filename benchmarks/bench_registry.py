@@ -1,20 +1,29 @@
-"""Registry benchmark: jaxport against MLflow's Model Registry, in one run, on SQLite.
+"""Registry benchmark: jaxport's operations at several registry sizes, the SQL statements each
+sends, and MLflow's Model Registry beside them, in one run.
 
-    python benchmarks/bench_registry.py [--variants 100000] [--repeat 200]
+    python benchmarks/bench_registry.py [--variants 1000,100000] [--repeat 200]
+        [--url postgresql+psycopg://host/db]   # default: SQLite in a temporary directory
         [--mlflow-python PATH]   # an interpreter with mlflow installed (default: this one)
 
-jaxport: a registry pre-filled with ``--variants`` variants (10 versions per name, platforms
-and device counts mixed; rows bulk-inserted, all pointing at one real archive), then p50 of
-``push`` of a small artifact (dumps + blob write with fsync + one transaction) and of
-``resolve``. MLflow: ``create_model_version`` and ``search_model_versions`` on a model with
-200 versions, its SQLite store in the same temporary directory. Prints p50s and ratios
-(the machine is noisy: a ratio holds, a time does not). Targets (issue #3): resolve p50 under
-2 ms and push p50 under 10 ms with 100,000 variants, both ahead of MLflow.
+jaxport: for each size, a registry pre-filled with that many variants (10 versions per name,
+platforms and device counts mixed; rows bulk-inserted, all pointing at one real archive), then
+p50 of ``push`` of a small artifact (dumps + blob write with fsync + its transactions), of the
+reads (``get``, ``resolve`` by name and by alias, a page of ``list`` and of ``search`` with and
+without matches) and of ``pull``; each with the statements it sends (``before_cursor_execute``
+on the registry's engine; SQLite's ``BEGIN`` left out, as ``tests/test_sql_counts.py`` counts)
+and how its p50 grows from the smallest size to the largest (1.0x: flat). With ``--url``, a
+PostgreSQL database: each size gets a schema of its own, dropped afterwards. MLflow:
+``create_model_version`` and ``search_model_versions`` on a model with 200 versions, its SQLite
+store in the same temporary directory (skipped, saying why, where MLflow is not installed).
+Prints p50s and ratios (the machine is noisy: a ratio holds, a time does not). Targets (issue
+#3): resolve p50 under 2 ms and push p50 under 10 ms with 100,000 variants, both ahead of
+MLflow; (issue #18) no read's statements or p50 growing with the registry's size.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -22,18 +31,23 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.export  # older jax releases do not import it with jax
 import jax.numpy as jnp
-from sqlalchemy import insert
+import sqlalchemy as sa
+from sqlalchemy import event, insert
 
 import jaxport
 from jaxport.registry import _db
 from jaxport.registry._models import Model, Variant, VariantPlatform, Version
 
 _PLATFORMS = [("cpu",), ("cuda",), ("tpu",), ("cpu", "cuda", "tpu")]
+_FIRST_ID = 1000
 
 
 def _p50_ms(samples: list[float]) -> float:
@@ -49,7 +63,7 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
         conn.execute(
             insert(Model),
             [
-                {"id": 1000 + i, "name": f"m{i}", "last_version": 10, "created_at": now}
+                {"id": _FIRST_ID + i, "name": f"m{i}", "last_version": 10, "created_at": now}
                 for i in range(n_names)
             ],
         )
@@ -57,11 +71,12 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
             insert(Version),
             [
                 {
-                    "id": 1000 + i,
-                    "model_id": 1000 + i // 10,
+                    "id": _FIRST_ID + i,
+                    "model_id": _FIRST_ID + i // 10,
                     "version": i % 10 + 1,
                     "created_at": now,
                     "metadata_json": "{}",
+                    "content_key": uuid.uuid4().hex,
                 }
                 for i in range(n_variants)
             ],
@@ -71,8 +86,8 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
             plats = _PLATFORMS[i % len(_PLATFORMS)]
             rows.append(
                 {
-                    "id": 1000 + i,
-                    "version_id": 1000 + i,
+                    "id": _FIRST_ID + i,
+                    "version_id": _FIRST_ID + i,
                     "digest": template.digest,
                     "fun_name": "f",
                     "platforms": ",".join(plats),
@@ -92,45 +107,105 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
                     "metadata_json": "{}",
                 }
             )
-            platforms += [{"variant_id": 1000 + i, "platform": p} for p in plats]
+            platforms += [{"variant_id": _FIRST_ID + i, "platform": p} for p in plats]
         conn.execute(insert(Variant), rows)
         conn.execute(insert(VariantPlatform), platforms)
+        if conn.dialect.name == "postgresql":  # explicit ids: move the sequences past them
+            for table in ("models", "versions", "variants"):
+                conn.execute(
+                    sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                            f"(SELECT max(id) FROM {table}))")
+                )  # fmt: skip
+            conn.execute(sa.text("ANALYZE"))
 
 
-def bench_jaxport(tmp: Path, n_variants: int, repeat: int) -> dict[str, float]:
-    reg = jaxport.Registry(f"sqlite:///{tmp / 'jaxport.db'}", blobs=tmp / "blobs")
+class Statements:
+    """Counts the statements an engine sends (SQLite's ``BEGIN`` left out)."""
+
+    def __init__(self, engine: sa.Engine):
+        self.count = 0
+        event.listen(engine, "before_cursor_execute", self._on_statement)
+
+    def _on_statement(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            self.count += 1
+
+    def of(self, fn: Callable[[], Any]) -> int:
+        before = self.count
+        fn()
+        return self.count - before
+
+
+@contextlib.contextmanager
+def _database(url: str | None, tmp: Path, n_variants: int) -> Iterator[str]:
+    """A fresh database for one size: SQLite in ``tmp``, or a schema of its own in ``url``."""
+    if url is None:
+        yield f"sqlite:///{tmp / f'jaxport-{n_variants}.db'}"
+        return
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(url)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def bench_jaxport(
+    url: str, blobs: Path, n_variants: int, repeat: int
+) -> dict[str, tuple[float, int]]:
+    """``{operation: (p50 in ms, statements)}`` on a registry of ``n_variants`` variants."""
+    reg = jaxport.Registry(url, blobs=blobs)
     t = time.perf_counter()
     prefill(reg, n_variants)
     print(f"prefilled {n_variants:,} variants in {time.perf_counter() - t:.1f} s")
+    statements = Statements(reg._engine)
+    n_names = n_variants // 10
     exports = [
         jax.export.export(jax.jit(lambda x, s=float(i): x * s))(jnp.zeros(4)) for i in range(repeat)
     ]
-    pushes, pushes_alias = [], []
+    samples: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+
+    def measure(op: str, fn: Callable[[], Any]) -> None:
+        t = time.perf_counter()
+        counts[op] = statements.of(fn)
+        samples.setdefault(op, []).append(time.perf_counter() - t)
+
     for i, exp in enumerate(exports):
-        t = time.perf_counter()
-        reg.push(exp, "target", aliases=["prod"] if i % 2 else ())
-        (pushes_alias if i % 2 else pushes).append(time.perf_counter() - t)
-    resolves, resolves_big = [], []
-    for i in range(repeat):
-        t = time.perf_counter()
-        reg.resolve("target", platform="cpu")
-        resolves.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        reg.resolve(f"m{(i * 7919) % (n_variants // 10)}", platform="tpu", nr_devices=8)
-        resolves_big.append(time.perf_counter() - t)
-    pulls = []
-    for _ in range(min(repeat, 50)):
-        t = time.perf_counter()
-        reg.pull("target@prod", platform="cpu")
-        pulls.append(time.perf_counter() - t)
-    reg.close()
-    return {
-        "push": _p50_ms(pushes),
-        "push + move alias": _p50_ms(pushes_alias),
-        "resolve (name with many versions)": _p50_ms(resolves),
-        "resolve (random name)": _p50_ms(resolves_big),
-        "pull": _p50_ms(pulls),
+        if i % 2:
+            measure("push + move alias", lambda e=exp: reg.push(e, "target", aliases=["prod"]))
+        else:
+            measure("push", lambda e=exp: reg.push(e, "target"))
+    middle = f"m{n_names // 2}"
+    reads: dict[str, Callable[[int], Any]] = {
+        "get (name with many versions)": lambda i: reg.get("target"),
+        "resolve (name with many versions)": lambda i: reg.resolve("target", platform="cpu"),
+        "resolve by alias": lambda i: reg.resolve("target@prod", platform="cpu"),
+        "resolve (random name)": lambda i: reg.resolve(
+            f"m{(i * 7919) % n_names}", platform="tpu", nr_devices=8
+        ),
+        "list: a page of 50 of one name": lambda i: reg.list(
+            "target", limit=50, after=("target", 1 + i % (repeat // 2))
+        ),
+        "list: a page of 50 after a name": lambda i: reg.list(limit=50, after=(middle, 5)),
+        "search: a page of 50 (platform)": lambda i: reg.search(
+            platform="tpu", limit=50, after=_FIRST_ID + (i * 7919) % n_variants
+        ),
+        "search: nothing matches (platform)": lambda i: reg.search(platform="rocm", limit=50),
+        "search: nothing matches (fun_name)": lambda i: reg.search(fun_name="none", limit=50),
     }
+    for i in range(repeat):
+        for op, read in reads.items():
+            measure(op, lambda read=read, i=i: read(i))
+    for _ in range(min(repeat, 50)):
+        measure("pull", lambda: reg.pull("target@prod", platform="cpu"))
+    reg.close()
+    return {op: (_p50_ms(s), counts[op]) for op, s in samples.items()}
 
 
 _MLFLOW = textwrap.dedent(
@@ -171,33 +246,51 @@ def bench_mlflow(python: str, tmp: Path, repeat: int) -> dict[str, float] | None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+_PEERS = {
+    "push": "create_model_version",
+    "push + move alias": "create_model_version",
+    "resolve (name with many versions)": "search_model_versions",
+    "resolve by alias": "search_model_versions",
+    "resolve (random name)": "search_model_versions",
+}
+
+
+def report(
+    sizes: list[int], ours: dict[int, dict[str, tuple[float, int]]], theirs: dict[str, Any] | None
+) -> None:
+    small, large = sizes[0], sizes[-1]
+    head = " | ".join(f"{n:,} variants" for n in sizes)
+    print(f"\njaxport {jaxport.__version__}; p50 in ms (statements)")
+    print(f"| operation | {head} | growth | MLflow (200 versions) |")
+    print("|---|" + "---|" * len(sizes) + "---|---|")
+    for op in ours[small]:
+        cells = " | ".join(f"{ours[n][op][0]:.2f} ({ours[n][op][1]})" for n in sizes)
+        growth = ours[large][op][0] / ours[small][op][0]
+        peer = _PEERS.get(op)
+        mlflow = "-"
+        if theirs and peer:
+            ratio = ours[large][op][0] / theirs[peer]
+            mlflow = f"{peer}: {theirs[peer]:.2f} ({ratio:.2f}x)"
+        print(f"| {op} | {cells} | {growth:.2f}x | {mlflow} |")
+    if theirs:
+        print(f"(MLflow {theirs['version']}; ratio: jaxport at {large:,} variants / MLflow)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", type=int, default=100_000)
+    parser.add_argument("--variants", default="1000,100000", help="sizes, comma-separated")
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--url", default=None, help="a PostgreSQL URL (default: SQLite)")
     parser.add_argument("--mlflow-python", default=sys.executable)
     args = parser.parse_args()
+    sizes = sorted(int(n) for n in args.variants.split(","))
+    ours = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ours = bench_jaxport(Path(tmp), args.variants, args.repeat)
+        for n in sizes:
+            with _database(args.url, Path(tmp), n) as url:
+                ours[n] = bench_jaxport(url, Path(tmp) / f"blobs-{n}", n, args.repeat)
         theirs = bench_mlflow(args.mlflow_python, Path(tmp), args.repeat)
-    print(f"\njaxport {jaxport.__version__}, {args.variants:,} variants; p50 in ms")
-    print("| operation | jaxport | MLflow (200 versions) | ratio |")
-    print("|---|---|---|---|")
-    peers = {
-        "push": "create_model_version",
-        "push + move alias": "create_model_version",
-        "resolve (name with many versions)": "search_model_versions",
-        "resolve (random name)": "search_model_versions",
-        "pull": None,
-    }
-    for op, ms in ours.items():
-        peer = peers[op]
-        if theirs and peer:
-            print(f"| {op} | {ms:.2f} | {peer}: {theirs[peer]:.2f} | {ms / theirs[peer]:.2f}x |")
-        else:
-            print(f"| {op} | {ms:.2f} | - | - |")
-    if theirs:
-        print(f"(MLflow {theirs['version']})")
+    report(sizes, ours, theirs)
 
 
 if __name__ == "__main__":

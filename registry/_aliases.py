@@ -7,7 +7,7 @@ import time
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from jaxport.registry import _db
-from jaxport.registry._models import Alias, AliasMove
+from jaxport.registry._models import Alias, AliasMove, Version
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._queries import alias_version, model_id_of, version_id_of
 from jaxport.registry._types import AliasMove as AliasMoveInfo
@@ -67,24 +67,34 @@ class Aliases:
 
 def move_alias(conn: Connection, name: str, alias: str, version: int | None) -> None:
     """In ``conn``'s write transaction: points ``name@alias`` at ``version`` (None: removes
-    it) and records the move, unless it already points there.
+    it) and records the move, unless it already points there (four statements).
 
     Raises:
         NotFoundError: no such name or version.
     """
     model_id = model_id_of(conn, name, lock=True)  # alias moves of a name queue here
-    if version is not None:
-        version_id_of(conn, model_id, name, version)
-    old = conn.execute(
-        select(Alias.version).where(Alias.model_id == model_id, Alias.alias == alias)
-    ).scalar_one_or_none()
+    where = (Alias.model_id == model_id, Alias.alias == alias)
+    current = select(Alias.version).where(*where).scalar_subquery().label("old")
+    if version is None:
+        old = conn.execute(select(current)).scalar()
+    else:
+        there = select(Version.id).where(Version.model_id == model_id, Version.version == version)
+        found = conn.execute(select(current, there.exists().label("found"))).one()
+        if not found.found:
+            version_id_of(conn, model_id, name, version)  # NotFoundError, listing versions
+        old = found.old
     if old == version:
         return
     now = time.time()
-    conn.execute(delete(Alias).where(Alias.model_id == model_id, Alias.alias == alias))
-    if version is not None:
+    if version is None:
+        conn.execute(delete(Alias).where(*where))
+    else:
+        row = {"model_id": model_id, "alias": alias, "version": version, "updated_at": now}
+        upsert = _db.insert_on_conflict(conn, Alias.__table__).values(row)
         conn.execute(
-            insert(Alias).values(model_id=model_id, alias=alias, version=version, updated_at=now)
+            upsert.on_conflict_do_update(
+                index_elements=["model_id", "alias"], set_={"version": version, "updated_at": now}
+            )
         )
     conn.execute(
         insert(AliasMove).values(

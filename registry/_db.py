@@ -6,17 +6,30 @@
 - PostgreSQL (psycopg 3): version numbers are allocated under the ``models`` row's lock;
   schema creation is serialized with an advisory lock; ``gc`` takes an exclusive advisory lock
   that pushes take shared (``blob_lock``), so gc never deletes a blob between a push's check
-  and its commit. On SQLite every write transaction already excludes the others.
+  and its commit. On SQLite every write transaction already excludes the others. Reads run in
+  autocommit (``read_connection``): no BEGIN and ROLLBACK around a one-statement read, whose
+  snapshot is the statement's, as in a READ COMMITTED transaction.
+
+Stale pooled connections (PostgreSQL): a connection is pinged at check-out only when it has
+sat idle in the pool for more than ``IDLE_PING`` seconds, and replaced if the ping fails (the
+pool takes another). SQLAlchemy's ``pool_pre_ping`` pings at every check-out: a round trip
+before each operation of a busy registry. ``pool_recycle`` alone would not notice a server
+restart, and retrying an operation after a disconnect cannot be done safely for writes (a
+COMMIT whose answer was lost may have happened). What is left: a server restart less than
+``IDLE_PING`` seconds after a connection's last use fails the next operation on that
+connection once (``RegistryError``); SQLAlchemy then discards every pooled connection made
+before the error, so later operations connect afresh.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from jaxport._errors import RegistryError, SchemaVersionError
 from jaxport._version import __version__
@@ -26,23 +39,30 @@ from jaxport.registry._models import Base
 from jaxport.registry._queue_schema import install_queue_schema
 
 __all__ = [
+    "IDLE_PING",
     "blob_lock",
     "create_registry_engine",
     "current_revision",
     "ensure_schema",
     "insert_ignoring_duplicates",
+    "insert_on_conflict",
+    "read_connection",
     "safe_url",
     "schema_revision",
     "schema_writer",
     "translating_db_errors",
     "upgrade",
     "upgrade_database",
+    "write_connection",
     "write_transaction",
 ]
 
 _WRITE = "jaxport_write"
 _PG_SCHEMA_LOCK = 0x6A78706F  # "jxpo"
 _PG_BLOB_LOCK = 0x6A78626C  # "jxbl"
+#: Seconds a pooled PostgreSQL connection may sit idle and still be used without a ping.
+IDLE_PING = 30.0
+_IDLE_SINCE = "jaxport_idle_since"
 
 
 def create_registry_engine(url: str) -> Engine:
@@ -69,7 +89,31 @@ def _create_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Pings a pooled connection at check-out if it sat idle over ``IDLE_PING`` seconds; a
+    failed ping makes the pool take another connection (see the module docstring)."""
+
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop(_IDLE_SINCE, None)
+        if since is None or time.monotonic() - since <= IDLE_PING:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as e:
+            raise DisconnectionError(f"idle connection lost: {type(e).__name__}") from e
+        if not alive:
+            raise DisconnectionError("idle connection lost")
+
+    event.listen(engine, "checkin", checkin)
+    event.listen(engine, "checkout", checkout)
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -90,7 +134,27 @@ def _sqlite_on_begin(connection: Connection) -> None:
 @contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """A connection in a write transaction: committed on success, rolled back on any error."""
-    with engine.connect().execution_options(**{_WRITE: True}) as conn, conn.begin():
+    with write_connection(engine) as conn, conn.begin():
+        yield conn
+
+
+@contextlib.contextmanager
+def write_connection(engine: Engine) -> Iterator[Connection]:
+    """One connection (one check-out) for several write transactions, each ``conn.begin()``
+    (SQLite: ``BEGIN IMMEDIATE``)."""
+    with engine.connect().execution_options(**{_WRITE: True}) as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads: autocommit on PostgreSQL (each statement its own snapshot, as
+    in READ COMMITTED, without BEGIN and ROLLBACK round trips); on SQLite a read transaction
+    (one snapshot for all its statements)."""
+    conn = engine.connect()
+    with conn:
+        if conn.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
 
 
@@ -122,18 +186,31 @@ def insert_ignoring_duplicates(
     """INSERT ``rows``, skipping those whose ``keys`` already exist (per-backend syntax)."""
     if not rows:
         return
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        conn.execute(pg_insert(table).on_conflict_do_nothing(index_elements=keys), rows)
-    elif conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        conn.execute(sqlite_insert(table).on_conflict_do_nothing(index_elements=keys), rows)
+    if conn.dialect.name in ("postgresql", "sqlite"):
+        ignoring = insert_on_conflict(conn, table).on_conflict_do_nothing(index_elements=keys)
+        conn.execute(ignoring, rows)
     else:
         from sqlalchemy import insert
 
         conn.execute(insert(table).prefix_with("IGNORE"), rows)
+
+
+def insert_on_conflict(conn: Connection, table: Any) -> Any:
+    """The backend's INSERT into ``table``, with ``on_conflict_do_nothing`` and
+    ``on_conflict_do_update`` (PostgreSQL, SQLite).
+
+    Raises:
+        RegistryError: another database.
+    """
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table)
+    raise RegistryError(f"jaxport supports SQLite and PostgreSQL, not {conn.dialect.name}")
 
 
 def current_revision(conn: Connection) -> str | None:

@@ -135,6 +135,8 @@ class Variant(Base):
     __table_args__ = (
         Index("ix_variants_version_id", "version_id"),
         Index("ix_variants_digest", "digest"),
+        # search(fun_name=...): hash on PostgreSQL (unbounded text; see revision 0011).
+        Index("ix_variants_fun_name", "fun_name", postgresql_using="hash"),
         # No index on nr_devices: it has few distinct values, and SQLite would pick it (an
         # OR over two device counts) over the selective model -> versions -> variants path.
     )

@@ -17,11 +17,16 @@ The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
 2. write each blob, or check the one already stored (hash it) and write it again if it is
    missing or corrupt (a repair);
 3. in one transaction (shared blob lock): insert the version, its variants and blob rows, and
-   delete the pending rows. A version's ``content_key`` (its variant digests and golden
-   examples) is unique per name: of several pushes of one content at the same moment, one
-   inserts and the others hit the unique index (rolled back to a savepoint, consuming no
-   version number) and return that version.
-On failure the pending rows are deleted; a killed push's rows are dropped by gc once its
+   delete the pending rows. The name's row is locked first, by the upsert that allocates the
+   version number, so pushes to one name queue there; a version's ``content_key`` (its variant
+   digests and golden examples) is unique per name: a push that finds its content already a
+   version (a concurrent push of the same content committed it) gives the number back and
+   returns that version.
+The push holds one pooled connection from step 1 to step 3 (two transactions: gc must see the
+pending rows while the blobs are written, and must be able to run meanwhile); its statements
+do not grow with the number of variants or parts (multi-row INSERTs), and the version it
+returns is built from the rows it inserted, not read back. On failure the pending rows are
+deleted; a killed push's rows are dropped by gc once its
 process is gone (rows name the process: ``pid_scope`` and pid), and expire after
 ``PENDING_TTL`` seconds where gc cannot tell (another host's). A blob's temporary file is named
 after its digest (``_blobs``), so gc never removes one of a push in flight, whatever its age.
@@ -38,16 +43,15 @@ import json
 import os
 import socket
 import time
+import types
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from jaxport._errors import (
-    ConflictError,
     DuplicateVariantError,
     InvalidNameError,
     NotFoundError,
@@ -78,7 +82,7 @@ from jaxport.registry._models import (
 )
 from jaxport.registry._names import check_metadata, check_name, check_names
 from jaxport.registry._queries import ref_on
-from jaxport.registry._types import PushResult, Ref
+from jaxport.registry._types import PushResult, Ref, VariantInfo
 from jaxport.registry._verdicts import RegistryVerdicts, push_verdicts
 
 if TYPE_CHECKING:
@@ -95,21 +99,14 @@ PENDING_TTL = 24 * 3600.0
 UNKNOWN = "unknown"
 #: Metadata key marking an archive converted from jax-native bytes (``export._native``).
 CONVERTED_KEY = "jaxport.converted_from"
-#: Attempts to insert a version when a concurrent push of the same content wins and a
-#: concurrent delete removes it before this push can return it.
-_INSERT_TRIES = 3
 
 #: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
 
-_NEXT_VERSION = (
-    update(Model)
-    .where(Model.name == bindparam("model_name"))
-    .values(last_version=Model.last_version + 1)
-    .returning(Model.id, Model.last_version)
-)
 _INSERT_VERSION = insert(Version).returning(Version.id)
-_INSERT_VARIANT = insert(Variant).returning(Variant.id)
+#: A push's variants have distinct digests (``_check_distinct``): they tell the ids returned
+#: apart (SQLite inserts row by row when asked for them in parameter order).
+_INSERT_VARIANTS = insert(Variant).returning(Variant.digest, Variant.id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,19 +169,19 @@ class Publisher:
             blobs[golden[0]] = golden[1]
         notes = tuple(n for i in items for n in i.notes)
         token = uuid.uuid4().hex
-        with _db.translating_db_errors():
-            self._register_pending(token, blobs)
+        with _db.translating_db_errors(), _db.write_connection(self._engine) as conn:
+            known = _register_pending(conn, token, blobs)
             try:
-                repaired = self._write_blobs(blobs)
-                with _db.write_transaction(self._engine) as conn:
+                repaired = self._write_blobs(blobs, known)
+                with conn.begin():
                     _db.blob_lock(conn, exclusive=False)
-                    ref, created = self._commit(conn, name, items, meta, golden, examples)
+                    ref, created = _commit(conn, name, items, meta, golden, examples)
                     verdicts.record(conn)
                     for alias in alias_names:
                         move_alias(conn, name, alias, ref.version)
                     conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
             except BaseException:
-                self._forget_pending(token)
+                _forget_pending(conn, token)
                 raise
         if not created and ref.metadata != meta and meta:
             notes += ("identical archives are already this version: its metadata is kept",)
@@ -193,30 +190,11 @@ class Publisher:
             created=created, notes=notes, repaired=repaired,
         )  # fmt: skip
 
-    def _register_pending(self, token: str, blobs: Mapping[str, bytes | memoryview]) -> None:
-        now, host, pid = time.time(), pid_scope(), os.getpid()
-        rows = [
-            {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now}
-            for d in blobs
-        ]
-        with _db.write_transaction(self._engine) as conn:
-            _db.blob_lock(conn, exclusive=False)
-            conn.execute(insert(PendingBlob), rows)
-
-    def _forget_pending(self, token: str) -> None:
-        try:
-            with _db.write_transaction(self._engine) as conn:
-                conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
-        except Exception:  # the rows expire after PENDING_TTL; the push's own error matters
-            pass
-
-    def _write_blobs(self, blobs: Mapping[str, bytes | memoryview]) -> tuple[str, ...]:
+    def _write_blobs(
+        self, blobs: Mapping[str, bytes | memoryview], known: set[str]
+    ) -> tuple[str, ...]:
         """Writes each blob that is missing or corrupt; returns the digests of those that the
-        database already knew (repairs)."""
-        with self._engine.connect() as conn:
-            known = set(
-                conn.execute(select(Blob.digest).where(Blob.digest.in_(list(blobs)))).scalars()
-            )
+        database already knew (``known``: repairs)."""
         repaired = []
         for digest, data in blobs.items():
             if self._blobs.exists(digest) and _intact(self._blobs, digest):
@@ -226,46 +204,69 @@ class Publisher:
                 repaired.append(digest)
         return tuple(repaired)
 
-    def _commit(
-        self,
-        conn: Connection,
-        name: str,
-        items: Sequence[_Item],
-        meta: dict[str, str],
-        golden: tuple[str, bytes] | None,
-        examples: Sequence[Any] | None,
-    ) -> tuple[Ref, bool]:
-        key = content_key([i.digest for i in items], golden[0] if golden else None)
-        for _ in range(_INSERT_TRIES):
-            existing = _version_with(conn, name, key)
-            if existing is not None:
-                return ref_on(conn, name, existing), False
-            try:
-                with conn.begin_nested():
-                    version, version_id = _insert_version(conn, name, meta, key)
-                break
-            except sa_exc.IntegrityError:
-                continue  # another push of this content committed first: return its version
-        else:
-            raise ConflictError(
-                f"pushes of the same content to {name!r} kept racing with deletes: try again"
-            )
-        now = time.time()
-        # A model archive's own digest gets a row too (the variants' foreign key), no file.
-        sizes = {i.digest: i.size for i in items}
-        sizes |= {p.digest: p.size for i in items for p in i.parts}
-        blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
-        if golden is not None:
-            blob_rows.append({"digest": golden[0], "size": len(golden[1]), "created_at": now})
-        _db.insert_ignoring_duplicates(conn, Blob.__table__, blob_rows, ["digest"])
-        for item in items:
-            _insert_variant(conn, version_id, item, now)
-        if golden is not None:
-            conn.execute(
-                insert(VersionExamples),
-                {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
-            )
-        return ref_on(conn, name, version), True
+
+def _register_pending(
+    conn: Connection, token: str, blobs: Mapping[str, bytes | memoryview]
+) -> set[str]:
+    """Step 1 of the blob protocol, in a transaction of its own (committed, so gc sees it);
+    returns the digests that already have a ``blobs`` row."""
+    now, host, pid = time.time(), pid_scope(), os.getpid()
+    rows = [
+        {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now} for d in blobs
+    ]
+    with conn.begin():
+        _db.blob_lock(conn, exclusive=False)
+        conn.execute(insert(PendingBlob), rows)
+        known = conn.execute(select(Blob.digest).where(Blob.digest.in_(list(blobs)))).scalars()
+        return set(known)
+
+
+def _forget_pending(conn: Connection, token: str) -> None:
+    try:
+        with conn.begin():
+            conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+    except Exception:  # the rows expire after PENDING_TTL; the push's own error matters
+        pass
+
+
+def _commit(
+    conn: Connection,
+    name: str,
+    items: Sequence[_Item],
+    meta: dict[str, str],
+    golden: tuple[str, bytes] | None,
+    examples: Sequence[Any] | None,
+) -> tuple[Ref, bool]:
+    """Step 3, in ``conn``'s transaction: the version of this content (made now, or already
+    there) and whether it was made."""
+    key = content_key([i.digest for i in items], golden[0] if golden else None)
+    now = time.time()
+    model_id, version = _next_version(conn, name, now)  # the name's row stays locked
+    existing = _version_with(conn, model_id, key)
+    if existing is not None:  # give the number back: nobody else saw it
+        back = update(Model).where(Model.id == model_id)
+        conn.execute(back.values(last_version=Model.last_version - 1))
+        return ref_on(conn, name, existing), False
+    metadata_json = json.dumps(meta, sort_keys=True)
+    version_id = conn.execute(
+        _INSERT_VERSION,
+        {"model_id": model_id, "version": version, "created_at": now,
+         "metadata_json": metadata_json, "content_key": key},
+    ).scalar_one()  # fmt: skip
+    # A model archive's own digest gets a row too (the variants' foreign key), no file.
+    sizes = {i.digest: i.size for i in items}
+    sizes |= {p.digest: p.size for i in items for p in i.parts}
+    if golden is not None:
+        sizes[golden[0]] = len(golden[1])
+    blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
+    _db.insert_ignoring_duplicates(conn, Blob.__table__, blob_rows, ["digest"])
+    variants = _insert_variants(conn, name, version, version_id, items, now)
+    if golden is not None:
+        conn.execute(
+            insert(VersionExamples),
+            {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
+        )
+    return Ref(name, version, variants, json.loads(metadata_json), now), True
 
 
 def content_key(digests: Sequence[str], examples: str | None) -> str:
@@ -465,61 +466,57 @@ def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -
 # -- rows ---------------------------------------------------------------------------------
 
 
-def _version_with(conn: Connection, name: str, key: str) -> int | None:
-    """The version of ``name`` whose ``content_key`` is ``key``; its row is locked
+def _next_version(conn: Connection, name: str, now: float) -> tuple[int, int]:
+    """Allocates the next version number of ``name`` (its ``models`` row made if need be),
+    in one upsert whose row lock queues concurrent pushes to the name until commit:
+    ``(model id, version)``."""
+    row = {"name": name, "last_version": 1, "created_at": now}
+    upsert = _db.insert_on_conflict(conn, Model.__table__).values(row)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=["name"], set_={"last_version": Model.last_version + 1}
+    )
+    model_id, version = conn.execute(upsert.returning(Model.id, Model.last_version)).one()
+    return int(model_id), int(version)
+
+
+def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
+    """The version of the name whose ``content_key`` is ``key``; its row is locked
     (PostgreSQL), so a concurrent delete waits for this push to commit."""
     found = conn.execute(
         select(Version.version)
-        .join(Model, Model.id == Version.model_id)
-        .where(Model.name == name, Version.content_key == key)
-        .with_for_update(of=Version)
+        .where(Version.model_id == model_id, Version.content_key == key)
+        .with_for_update()
     ).scalar_one_or_none()
     return None if found is None else int(found)
 
 
-def _insert_version(conn: Connection, name: str, meta: dict[str, str], key: str) -> tuple[int, int]:
-    """Allocates the next version of ``name``: ``(version, version id)``.
-
-    Raises:
-        sqlalchemy.exc.IntegrityError: ``name`` has a version with content ``key`` already
-            (committed by a concurrent push).
-    """
-    now = time.time()
-    _db.insert_ignoring_duplicates(
-        conn, Model.__table__, [{"name": name, "last_version": 0, "created_at": now}], ["name"]
-    )
-    # The row lock taken here queues concurrent pushes to one name until commit.
-    model_id, version = conn.execute(_NEXT_VERSION, {"model_name": name}).one()
-    version_id = conn.execute(
-        _INSERT_VERSION,
-        {
-            "model_id": model_id,
-            "version": version,
-            "created_at": now,
-            "metadata_json": json.dumps(meta, sort_keys=True),
-            "content_key": key,
-        },
-    ).scalar_one()
-    return int(version), int(version_id)
-
-
-def _insert_variant(conn: Connection, version_id: int, item: _Item, now: float) -> None:
-    row = variant_row(version_id, item.digest, item.size, item.info, now)
-    variant_id = conn.execute(_INSERT_VARIANT, row).scalar_one()
+def _insert_variants(
+    conn: Connection, name: str, version: int, version_id: int, items: Sequence[_Item], now: float
+) -> tuple[VariantInfo, ...]:
+    """Inserts the variants (their platforms and parts too) in three statements at most, and
+    returns them as a read would."""
+    rows = [variant_row(version_id, i.digest, i.size, i.info, now) for i in items]
+    id_of = {digest: variant_id for digest, variant_id in conn.execute(_INSERT_VARIANTS, rows)}
+    ids = [id_of[i.digest] for i in items]
     platforms = [
-        {"variant_id": variant_id, "platform": p} for p in dict.fromkeys(item.info.platforms)
+        {"variant_id": variant_id, "platform": p}
+        for variant_id, item in zip(ids, items, strict=True)
+        for p in dict.fromkeys(item.info.platforms)
     ]
     if platforms:
         conn.execute(insert(VariantPlatform), platforms)
-    if item.parts:
-        conn.execute(
-            insert(VariantPart),
-            [
-                {"variant_id": variant_id, "position": p.position, "digest": p.digest,
-                 "offset": p.offset, "size": p.size}
-                for p in item.parts
-            ],
-        )  # fmt: skip
+    parts = [
+        {"variant_id": variant_id, "position": p.position, "digest": p.digest,
+         "offset": p.offset, "size": p.size}
+        for variant_id, item in zip(ids, items, strict=True)
+        for p in item.parts
+    ]  # fmt: skip
+    if parts:
+        conn.execute(insert(VariantPart), parts)
+    return tuple(
+        VariantInfo.from_row(name, version, types.SimpleNamespace(**row, id=variant_id))
+        for variant_id, row in zip(ids, rows, strict=True)
+    )
 
 
 def variant_row(

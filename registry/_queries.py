@@ -3,19 +3,47 @@
 ``resolve`` picks the variant ``pull`` returns: the newest version (or the one a reference
 names) with a variant that runs on the platform and device count asked for (``_rules``); within
 a version an exact device count beats a 1-device unsharded export.
+
+Each answer is one SQL statement (``tests/test_sql_counts.py`` holds the counts), and each
+page of ``list`` and ``search`` costs O(log n) in the registry's size, an index serving its
+WHERE and ORDER BY:
+
+- ``get``, ``resolve``: the version (or the newest ones) and its variants, joined from the name
+  (and alias) through the unique indexes; ``resolve`` picks in Python, by ``_rules``' reasons,
+  among the variants of the newest ``_WINDOW_VERSIONS`` versions, and asks again in SQL (three
+  more statements) only when the answer lies past them. A reference that names nothing takes
+  more statements, to say why.
+- ``list``: a page of versions in ``(name, version)`` order, their variants joined; the key
+  ``after`` is two index ranges (the rest of its name, then the names after it).
+- ``search``: one filter drives, through its index, in ``variant_id`` order: the name (its
+  versions: a page costs O(its variants)), else ``fun_name``, else the platform
+  (``variant_platforms``), else the primary key; every other filter is checked on the rows it
+  yields, written so that SQLite (which keeps no statistics) cannot pick its index instead.
+  ``jax_version``, ``nr_devices``, ``calling_convention_version`` and ``shape_polymorphic``
+  have no index: alone, a search on them that matches little reads many rows.
+- An unknown name is told apart from an empty answer only when the answer is empty.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select
+from sqlalchemy import Connection, Engine, func, literal, select, union_all
 
 from jaxport._errors import InvalidNameError, NotFoundError
 from jaxport.registry import _db
-from jaxport.registry._models import Alias, Model, Variant, Version, VersionExamples
+from jaxport.registry._models import (
+    Alias,
+    Model,
+    Variant,
+    VariantPlatform,
+    Version,
+    VersionExamples,
+)
 from jaxport.registry._names import (
     Reference,
     check_count,
@@ -25,12 +53,17 @@ from jaxport.registry._names import (
     normalize_platform,
     parse_reference,
 )
-from jaxport.registry._rules import devices_predicate, platform_predicate
+from jaxport.registry._rules import devices_predicate, platform_join, platform_predicate
 from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 
 __all__ = ["Queries", "check_limit", "live_names", "nothing_matches"]
 
 _MAX_REJECTIONS = 100
+#: Variants ``resolve`` reads at once, at most (the rejections it lists, and the one it
+#: chooses), of the newest ``_WINDOW_VERSIONS`` versions: enough where the newest versions have
+#: a variant that runs; past them, ``resolve`` asks again.
+_WINDOW = _MAX_REJECTIONS + 1
+_WINDOW_VERSIONS = 10
 _MAX_AMBIGUOUS = 5
 #: Names a not-found message lists.
 _LISTED_NAMES = 20
@@ -47,12 +80,23 @@ class Queries:
     def get(self, reference: str) -> Ref:
         """The version a reference names (the newest for a bare name)."""
         ref = parse_reference(reference)
-        with _db.translating_db_errors(), self._engine.connect() as conn:
-            name, version = self.locate(conn, ref)
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
+            if ref.digest_prefix is not None:
+                variant = self.variant_by_digest(conn, ref.digest_prefix)
+                return ref_on(conn, variant.name, variant.version)
+            found = _refs(conn.execute(_with_variants(_version_of(ref))))
+            if found:
+                return found[0]
+            name, version = self.locate(conn, ref)  # NotFoundError, saying what is missing
             return ref_on(conn, name, version)
 
     def locate(self, conn: Connection, ref: Reference) -> tuple[str, int]:
-        """``(name, version)`` of a reference; a bare name: its newest version."""
+        """``(name, version)`` of a reference; a bare name: its newest version.
+
+        Raises:
+            NotFoundError: no such name, alias, version or digest (the message lists what
+                exists).
+        """
         if ref.digest_prefix is not None:
             variant = self.variant_by_digest(conn, ref.digest_prefix)
             return variant.name, variant.version
@@ -95,61 +139,86 @@ class Queries:
         return VariantInfo.from_row(rows[0].m_name, rows[0].v_number, rows[0])
 
     def page(self, name: str | None, *, limit: int, after: tuple[str, int] | None) -> list[Ref]:
-        """Versions in ``(name, version)`` order, one page (keyset pagination)."""
-        q = (
-            select(Model.name, Version.version)
-            .join(Version, Version.model_id == Model.id)
-            .order_by(Model.name, Version.version)
-            .limit(check_limit(limit))
-        )
-        if after is not None:
-            a_name, a_version = _check_after(after)
-            q = q.where(
-                or_(Model.name > a_name, and_(Model.name == a_name, Version.version > a_version))
-            )
-        with _db.translating_db_errors(), self._engine.connect() as conn:
-            if name is not None:
+        """Versions in ``(name, version)`` order, one page (keyset pagination), in one
+        statement.
+
+        Raises:
+            NotFoundError: ``name`` does not exist (or has no versions).
+            InvalidNameError: a bad limit, or ``after`` is not a (name, version) pair.
+        """
+        size = check_limit(limit)
+        if after is None:
+            page = _in_order(_versions(name), name).limit(size)
+        else:
+            page = _after(name, *_check_after(after), size)
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
+            refs = _refs(conn.execute(_with_variants(page)))
+            if not refs and name is not None:
                 model_id_of(conn, name)  # NotFoundError for an unknown name
-                q = q.where(Model.name == name)
-            pairs = conn.execute(q).all()
-            return [ref_on(conn, n, v) for n, v in pairs]
+            return refs
 
     def search(
         self, filters: dict[str, Any], *, limit: int, after: int | None
     ) -> list[VariantInfo]:
-        """Variants matching every filter given, oldest first (see ``Registry.search``)."""
-        q = _variants_select().order_by(Variant.id).limit(check_limit(limit))
-        if filters.get("platform") is not None:
-            q = q.where(platform_predicate(normalize_platform(filters["platform"])))
-        if filters.get("nr_devices") is not None:
-            q = q.where(devices_predicate(_check_count(filters["nr_devices"])))
+        """Variants matching every filter given, oldest first (see ``Registry.search``), in
+        one statement; the filter that drives it is chosen as the module docstring says."""
+        size = check_limit(limit)
+        platform = filters.get("platform")
+        if platform is not None:
+            platform = normalize_platform(platform)
+        nr_devices = filters.get("nr_devices")
+        if nr_devices is not None:
+            nr_devices = _check_count(nr_devices)
         if (prefix := filters.get("jax_version")) is not None:
             check_text(prefix, "jax_version")
-            q = q.where(
-                or_(
-                    Variant.jax_version == prefix,
-                    Variant.jax_version.startswith(f"{prefix}.", autoescape=True),
-                )
-            )
         if (cc := filters.get("calling_convention_version")) is not None:
-            q = q.where(Variant.calling_convention_version == check_count(cc, "calling convention"))
+            cc = check_count(cc, "calling convention")
         if (fun_name := filters.get("fun_name")) is not None:
-            q = q.where(Variant.fun_name == check_text(fun_name, "fun_name"))
-        if (poly := filters.get("shape_polymorphic")) is not None:
-            if not isinstance(poly, bool):
-                raise InvalidNameError(f"shape_polymorphic must be a bool, got {poly!r:.40}")
+            check_text(fun_name, "fun_name")
+        if (poly := filters.get("shape_polymorphic")) is not None and not isinstance(poly, bool):
+            raise InvalidNameError(f"shape_polymorphic must be a bool, got {poly!r:.40}")
+        if after is not None:
+            after = check_count(after, "after (a variant_id)", 2**63 - 1)
+        if (name := filters.get("name")) is not None:
+            check_name(name)
+        q = _variants_select()
+        key: Any = Variant.id
+        if name is not None:
+            q = q.where(Model.name == name)
+        if fun_name is not None:  # drives unless the name does
+            column = Variant.fun_name if name is None else _unindexed(Variant.fun_name)
+            q = q.where(column == fun_name)
+        if platform is not None:
+            if name is None and fun_name is None:  # drives, in variant_id order
+                q = q.join(VariantPlatform, platform_join(platform))
+                key = VariantPlatform.variant_id
+            else:
+                q = q.where(platform_predicate(platform))
+        if nr_devices is not None:
+            q = q.where(devices_predicate(nr_devices))
+        if prefix is not None:
+            q = q.where(
+                (Variant.jax_version == prefix)
+                | Variant.jax_version.startswith(f"{prefix}.", autoescape=True)
+            )
+        if cc is not None:
+            q = q.where(Variant.calling_convention_version == cc)
+        if poly is not None:
             q = q.where(Variant.shape_polymorphic == poly)
         if after is not None:
-            q = q.where(Variant.id > check_count(after, "after (a variant_id)", 2**63 - 1))
-        with _db.translating_db_errors(), self._engine.connect() as conn:
-            if (name := filters.get("name")) is not None:
+            q = q.where(Variant.id > after)
+            if key is not Variant.id:  # PostgreSQL does not carry it across the join
+                q = q.where(key > after)
+        q = q.order_by(key).limit(size)
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
+            found = [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
+            if not found and name is not None:
                 model_id_of(conn, name)  # NotFoundError for an unknown name
-                q = q.where(Model.name == name)
-            return [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
+            return found
 
     def names(self) -> list[str]:
         """Every name that has a version, sorted (a deleted name is not listed)."""
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             return live_names(conn)
 
     def resolve(self, reference: str, platform: str | None, nr_devices: int | None) -> Resolution:
@@ -157,7 +226,7 @@ class Queries:
         ref = parse_reference(reference)
         if nr_devices is not None:
             nr_devices = _check_count(nr_devices)
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             if ref.digest_prefix is not None:
                 variant = self.variant_by_digest(conn, ref.digest_prefix)
                 reason = variant.runs_on(platform, nr_devices)
@@ -166,6 +235,10 @@ class Queries:
                 refused = (Rejection(variant, reason),)
                 return Resolution(variant.name, platform, nr_devices, None, refused)
             assert ref.name is not None
+            window = conn.execute(_window(ref)).all()
+            picked = _pick(ref.name, window, platform, nr_devices)
+            if picked is not None:
+                return Resolution(ref.name, platform, nr_devices, *picked)
             model_id = model_id_of(conn, ref.name)
             version = ref.version
             if ref.alias is not None:
@@ -179,13 +252,13 @@ class Queries:
 
     def has_variant(self, variant_id: int) -> bool:
         """Whether the variant still exists (a delete may have removed it meanwhile)."""
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             found = conn.execute(select(Variant.id).where(Variant.id == variant_id)).first()
             return found is not None
 
     def model_variant(self, digest: str) -> VariantInfo | None:
         """The (oldest) model variant whose archive has exactly this digest, if any."""
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             row = conn.execute(
                 _variants_select()
                 .where(Variant.digest == digest, Variant.kind == "model")
@@ -196,7 +269,7 @@ class Queries:
 
     def examples_digest(self, name: str, version: int) -> str | None:
         """The digest of a version's golden examples blob, if it has one."""
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             return conn.execute(
                 select(VersionExamples.digest)
                 .join(Version, Version.id == VersionExamples.version_id)
@@ -220,8 +293,8 @@ def _check_after(after: object) -> tuple[str, int]:
 
 
 def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
-    """The id of ``name``, a name with at least one version; ``lock``: FOR UPDATE
-    (PostgreSQL), which queues writers of a name.
+    """The id of ``name``, a name with at least one version (one statement); ``lock``: FOR
+    UPDATE (PostgreSQL), which queues writers of a name.
 
     A deleted name keeps its row (its version numbers are never handed out again) but is
     gone for every reader: it is not found, and no message lists it.
@@ -230,21 +303,17 @@ def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
         NotFoundError: no such name, or every version of it was deleted (the message says
             which names are close, and lists some that exist).
     """
-    q = select(Model.id).where(Model.name == check_name(name))
-    model_id = conn.execute(q.with_for_update() if lock else q).scalar_one_or_none()
-    if model_id is not None and _has_versions(conn, int(model_id)):
-        return int(model_id)
+    live = select(Version.id).where(Version.model_id == Model.id).exists()
+    q = select(Model.id, live.label("live")).where(Model.name == check_name(name))
+    row = conn.execute(q.with_for_update(of=Model) if lock else q).one_or_none()
+    if row is not None and row.live:
+        return int(row.id)
     known = live_names(conn)
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     listed = ", ".join(known[:_LISTED_NAMES]) or "none"
     more = ", ..." if len(known) > _LISTED_NAMES else ""
     raise NotFoundError(f"no artifact named {name!r}; {hint}names: {listed}{more}")
-
-
-def _has_versions(conn: Connection, model_id: int) -> bool:
-    found = conn.execute(select(Version.id).where(Version.model_id == model_id).limit(1))
-    return found.first() is not None
 
 
 def live_names(conn: Connection) -> list[str]:
@@ -291,19 +360,10 @@ def alias_version(conn: Connection, model_id: int, name: str, alias: str) -> int
 
 
 def ref_on(conn: Connection, name: str, version: int) -> Ref:
-    """The ``Ref`` of ``name:version`` (which exists)."""
-    row = conn.execute(
-        select(Version.metadata_json, Version.created_at)
-        .join(Model, Model.id == Version.model_id)
-        .where(Model.name == name, Version.version == version)
-    ).one()
-    rows = conn.execute(
-        _variants_select()
-        .where(Model.name == name, Version.version == version)
-        .order_by(Variant.id)
-    )
-    variants = tuple(VariantInfo.from_row(name, version, r) for r in rows)
-    return Ref(name, version, variants, json.loads(row.metadata_json), row.created_at)
+    """The ``Ref`` of ``name:version`` (which exists), in one statement."""
+    versions = _versions(name).where(Version.version == version)
+    (ref,) = _refs(conn.execute(_with_variants(versions)))
+    return ref
 
 
 def nothing_matches(r: Resolution) -> str:
@@ -328,6 +388,160 @@ def _variants_select() -> Any:
         .join(Version, Variant.version_id == Version.id)
         .join(Model, Model.id == Version.model_id)
     )
+
+
+def _model_id(name: str, *conditions: Any) -> Any:
+    """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
+    a query of one name's versions then reads its ``(model_id, version)`` index in version
+    order (PostgreSQL does not, across a join to ``models``)."""
+    return select(Model.id).where(Model.name == name, *conditions).scalar_subquery()
+
+
+def _versions(name: str | None = None, *conditions: Any) -> Any:
+    """Versions with their names, labelled as ``_with_variants`` reads them: every name's, or
+    only ``name``'s (if ``conditions`` on its ``models`` row hold). Only columns that the
+    indexes hold, so that SQLite walks them in order rather than sort the table."""
+    columns = (Version.id.label("v_id"), Version.version.label("v_number"))
+    if name is None:
+        named = select(Model.name.label("m_name"), *columns)
+        return named.join(Model, Model.id == Version.model_id).where(*conditions)
+    m_name = literal(name, Model.name.type).label("m_name")
+    return select(m_name, *columns).where(Version.model_id == _model_id(name, *conditions))
+
+
+def _in_order(versions: Any, name: str | None) -> Any:
+    """``_versions(name)`` in ``(name, version)`` order, by the columns that have indexes
+    (SQLite sorts anew for the label of a constant name)."""
+    if name is None:
+        return versions.order_by(Model.name, Version.version)
+    return versions.order_by(Version.version)
+
+
+def _aliased(name: str, alias: str) -> Any:
+    """The version ``name@alias`` points at, as a scalar subquery."""
+    return (
+        select(Alias.version)
+        .where(Alias.model_id == _model_id(name), Alias.alias == alias)
+        .scalar_subquery()
+    )
+
+
+def _version_of(ref: Reference) -> Any:
+    """The version a name, ``name:N`` or ``name@alias`` reference names (a bare name: its
+    newest), as ``_versions`` rows."""
+    assert ref.name is not None
+    q = _versions(ref.name)
+    if ref.alias is not None:
+        q = q.where(Version.version == _aliased(ref.name, ref.alias))
+    elif ref.version is not None:
+        q = q.where(Version.version == ref.version)
+    return q.order_by(Version.version.desc()).limit(1)
+
+
+def _after(name: str | None, after_name: str, after_version: int, size: int) -> Any:
+    """The ``size`` versions after ``(after_name, after_version)`` (only ``name``'s, if
+    given): the rest of ``after_name`` and the names after it, two ranges that each have an
+    index (an OR of the two would have none)."""
+    later = _in_order(_versions(name, Model.name > after_name), name)
+    parts = [select(later.limit(size).subquery())]
+    if name is None or name == after_name:
+        same = _in_order(_versions(after_name).where(Version.version > after_version), after_name)
+        parts.append(select(same.limit(size).subquery()))
+    both = union_all(*parts).subquery()
+    return select(both).order_by(both.c.m_name, both.c.v_number).limit(size)
+
+
+def _with_variants(versions: Any) -> Any:
+    """``versions`` (``_versions`` rows) with their metadata and variants, in ``(name,
+    version, variant)`` order; a version without variants gives one row with a NULL ``id``."""
+    page = versions.subquery("page")
+    return (
+        select(
+            page,
+            Version.metadata_json.label("v_metadata_json"),
+            Version.created_at.label("v_created_at"),
+            Variant.__table__,
+        )
+        .select_from(
+            page.join(Version, Version.id == page.c.v_id).outerjoin(
+                Variant, Variant.version_id == page.c.v_id
+            )
+        )
+        .order_by(page.c.m_name, page.c.v_number, Variant.id)
+    )
+
+
+def _refs(rows: Iterable[Any]) -> list[Ref]:
+    """``Ref``s of ``_with_variants`` rows."""
+    refs = []
+    for _, group in itertools.groupby(rows, key=lambda r: r.v_id):
+        first, *rest = group
+        name, version = first.m_name, first.v_number
+        variants = tuple(
+            VariantInfo.from_row(name, version, r) for r in (first, *rest) if r.id is not None
+        )
+        metadata = json.loads(first.v_metadata_json)
+        refs.append(Ref(name, version, variants, metadata, first.v_created_at))
+    return refs
+
+
+def _window(ref: Reference) -> Any:
+    """The first ``_WINDOW`` candidates of ``resolve`` in its order (newest version first,
+    then by id) among the variants of the newest ``_WINDOW_VERSIONS`` versions that the
+    reference names (or of the one it names); a version without variants gives one row with
+    a NULL ``id``, so every version read has a row."""
+    assert ref.name is not None
+    versions = select(Version.id, Version.version).where(Version.model_id == _model_id(ref.name))
+    if ref.alias is not None:
+        versions = versions.where(Version.version == _aliased(ref.name, ref.alias))
+    elif ref.version is not None:
+        versions = versions.where(Version.version == ref.version)
+    newest = versions.order_by(Version.version.desc()).limit(_WINDOW_VERSIONS).subquery()
+    return (
+        select(Variant.__table__, newest.c.version.label("v_number"))
+        .select_from(newest.outerjoin(Variant, Variant.version_id == newest.c.id))
+        .order_by(newest.c.version.desc(), Variant.id)
+        .limit(_WINDOW)
+    )
+
+
+def _pick(
+    name: str, window: Sequence[Any], platform: str | None, nr_devices: int | None
+) -> tuple[VariantInfo | None, tuple[Rejection, ...]] | None:
+    """``(chosen, rejected)`` as ``_best_variant`` and ``_rejections`` would answer, from the
+    ``_window`` rows alone; None where they do not tell (nothing named; the answer may lie
+    past the window)."""
+    if not window:
+        return None
+    cut = len(window) == _WINDOW  # rows past the window's last may be of its last version
+    every_version = len({r.v_number for r in window}) < _WINDOW_VERSIONS
+    rows = [r for r in window if r.id is not None]
+    reasons = [VariantInfo.row_runs_on(r, platform, nr_devices) for r in rows]
+    running = [r for r, reason in zip(rows, reasons, strict=True) if reason is None]
+    chosen = None
+    if running:
+        newest = [r for r in running if r.v_number == running[0].v_number]
+        exact = [r for r in newest if r.nr_devices == nr_devices]
+        chosen = (exact or newest)[0]
+        if cut and window[-1].v_number == chosen.v_number:
+            return None  # the chosen version's variants may go on past the window
+    elif cut or not every_version:
+        return None  # an older version may have one that runs
+    rejected = tuple(
+        Rejection(VariantInfo.from_row(name, r.v_number, r),
+                  reason or "an earlier variant of the same version matched first")
+        for r, reason in zip(rows, reasons, strict=True)
+        if chosen is None or (r.v_number >= chosen.v_number and r is not chosen)
+    )[:_MAX_REJECTIONS]  # fmt: skip
+    found = None if chosen is None else VariantInfo.from_row(name, chosen.v_number, chosen)
+    return found, rejected
+
+
+def _unindexed(column: Any) -> Any:
+    """``column`` as an expression no index serves (``column || ''``), for a filter that must
+    not drive a query: SQLite, which keeps no statistics, would pick its index over a more
+    selective one."""
+    return column.concat("")
 
 
 def _candidates(model_id: int, version: int | None) -> Any:

@@ -14,7 +14,13 @@ from sqlalchemy import and_, exists, or_
 
 from jaxport.registry._models import Variant, VariantPlatform
 
-__all__ = ["device_reason", "devices_predicate", "platform_predicate", "platform_reason"]
+__all__ = [
+    "device_reason",
+    "devices_predicate",
+    "platform_join",
+    "platform_predicate",
+    "platform_reason",
+]
 
 
 def platform_predicate(platform: str) -> Any:
@@ -22,6 +28,13 @@ def platform_predicate(platform: str) -> Any:
     return exists().where(
         VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform
     )
+
+
+def platform_join(platform: str) -> Any:
+    """SQL: ``platform_predicate`` as the condition of a join to ``variant_platforms`` (one
+    row per variant and platform, so the join keeps each variant once), which lets that
+    table's ``(platform, variant_id)`` index drive a query in ``variant_id`` order."""
+    return and_(VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform)
 
 
 def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | None:

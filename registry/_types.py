@@ -79,7 +79,7 @@ class VariantInfo:
             version=version,
             digest=row.digest,
             fun_name=row.fun_name,
-            platforms=tuple(row.platforms.split(",")) if row.platforms else (),
+            platforms=_platforms(row.platforms),
             nr_devices=row.nr_devices,
             sharded=bool(row.sharded),
             calling_convention_version=row.calling_convention_version,
@@ -98,6 +98,13 @@ class VariantInfo:
             kind=row.kind,
         )
 
+    @staticmethod
+    def row_runs_on(row: Any, platform: str | None, nr_devices: int | None) -> str | None:
+        """``runs_on`` of a ``variants`` row, without making its ``VariantInfo``."""
+        return platform_reason(_platforms(row.platforms), platform) or device_reason(
+            row.nr_devices, bool(row.sharded), nr_devices
+        )
+
     @property
     def short_digest(self) -> str:
         """``sha256:`` and the digest's first 12 hex digits: a reference every command takes."""
@@ -109,6 +116,11 @@ class VariantInfo:
         return platform_reason(self.platforms, platform) or device_reason(
             self.nr_devices, self.sharded, nr_devices
         )
+
+
+def _platforms(text: str) -> tuple[str, ...]:
+    """The platforms of a ``variants.platforms`` column (comma-separated)."""
+    return tuple(text.split(",")) if text else ()
 
 
 @dataclasses.dataclass(frozen=True)

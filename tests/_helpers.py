@@ -173,3 +173,61 @@ def from_compat_data(data: dict[str, Any], polymorphic_shapes: Any = None) -> An
         uses_global_constants=any(not core.is_constant_shape(a.shape) for a in in_avals),
         _get_vjp=None,
     )
+
+
+def add_versions(
+    registry: Any,
+    name: str,
+    count: int,
+    *,
+    platforms: tuple[str, ...] | None = None,
+    variants: int = 1,
+) -> None:
+    """Adds ``count`` versions to ``name`` (which has one), each with ``variants`` copies of
+    the first variant of its newest version that has variants (exported for ``platforms``
+    instead, if given), written straight in SQL: what ``count`` pushes of distinct archives
+    would add."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from jaxport.registry._models import Model, Variant, VariantPlatform, Version
+
+    with registry._engine.begin() as conn:
+        model_id, last = conn.execute(
+            sa.select(Model.id, Model.last_version).where(Model.name == name)
+        ).one()
+        first_of_newest = (
+            sa.select(Variant.__table__)
+            .join(Version, Version.id == Variant.version_id)
+            .where(Version.model_id == model_id)
+            .order_by(Version.version.desc(), Variant.id)
+            .limit(1)
+        )
+        row = dict(conn.execute(first_of_newest).mappings().one())
+        row.pop("id")
+        if platforms is not None:
+            row["platforms"] = ",".join(platforms)
+        for version in range(last + 1, last + count + 1):
+            version_id = conn.execute(
+                sa.insert(Version).returning(Version.id),
+                {"model_id": model_id, "version": version, "created_at": float(version),
+                 "metadata_json": "{}", "content_key": uuid.uuid4().hex},
+            ).scalar_one()  # fmt: skip
+            ids = (
+                conn.execute(
+                    sa.insert(Variant).returning(Variant.id, sort_by_parameter_order=True),
+                    [{**row, "version_id": version_id} for _ in range(variants)],
+                )
+                .scalars()
+                .all()
+            )
+            conn.execute(
+                sa.insert(VariantPlatform),
+                [
+                    {"variant_id": i, "platform": p}
+                    for i in ids
+                    for p in row["platforms"].split(",")
+                ],
+            )
+        conn.execute(sa.update(Model).where(Model.id == model_id).values(last_version=last + count))

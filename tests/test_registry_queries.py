@@ -1,0 +1,145 @@
+"""The one-statement queries (``registry/_queries.py``) give the answers of plain ones, on
+SQLite and PostgreSQL: keyset pages of ``list`` and ``search`` put together are the whole
+listing, and ``resolve``'s pick among the newest variants is the one its SQL fallback (the
+rules as predicates, over every variant) makes, also where the answer lies past them."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from _helpers import add_versions
+from jaxport.registry import _queries
+from jaxport.registry._models import Model, Version
+from jaxport.registry._names import parse_reference
+
+PLATFORMS = [None, "cpu", "tpu", "cuda", "rocm"]
+DEVICES = [None, 1, 8]
+
+
+def _exp(fun=jnp.sin, platforms=None):
+    return jax.export.export(jax.jit(fun), platforms=platforms)(
+        jax.ShapeDtypeStruct((8, 2), jnp.float32)
+    )
+
+
+def _sharded():
+    mesh = Mesh(np.array(jax.devices()).reshape(8), ("x",))
+    fun = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("x")))
+    return jax.export.export(fun)(jax.ShapeDtypeStruct((8, 2), jnp.float32))
+
+
+@pytest.fixture
+def many(registry):
+    """``w``: version 1 (cpu; tpu and cuda; 8-device cpu), then 60 tpu versions, 40 cuda
+    versions of 3 variants, one of 150 cpu variants, one without variants, 5 tpu versions;
+    ``w@a`` -> 1; ``x``: a cpu version, then 4 tpu ones; ``y``: the same with 12 tpu ones;
+    ``a`` and ``z``: a version each."""
+    registry.push([_exp(jnp.sin, ("cpu",)), _exp(jnp.cos, ("tpu", "cuda")), _sharded()], "w")
+    add_versions(registry, "w", 60, platforms=("tpu",))
+    add_versions(registry, "w", 40, platforms=("cuda",), variants=3)
+    add_versions(registry, "w", 1, platforms=("cpu",), variants=150)
+    with registry._engine.begin() as conn:  # a version without variants
+        model_id, last = conn.execute(
+            sa.select(Model.id, Model.last_version).where(Model.name == "w")
+        ).one()
+        conn.execute(
+            sa.insert(Version),
+            {"model_id": model_id, "version": last + 1, "created_at": 1.0, "metadata_json": "{}"},
+        )
+        conn.execute(sa.update(Model).where(Model.id == model_id).values(last_version=last + 1))
+    add_versions(registry, "w", 5, platforms=("tpu",))
+    registry.alias("w", "a", 1)
+    for name, newer in (("x", 4), ("y", 12)):
+        registry.push(_exp(jnp.sin, ("cpu",)), name)
+        add_versions(registry, name, newer, platforms=("tpu",))
+    registry.push(_exp(jnp.tan), "a")
+    registry.push(_exp(jnp.exp), "z")
+    return registry
+
+
+def _fallback(registry, reference, platform, nr_devices):
+    """What ``resolve`` answers in SQL alone (its path where the window does not tell)."""
+    ref = parse_reference(reference)
+    with registry._engine.connect() as conn:
+        model_id = _queries.model_id_of(conn, ref.name)
+        version = ref.version
+        if ref.alias is not None:
+            version = _queries.alias_version(conn, model_id, ref.name, ref.alias)
+        args = (conn, model_id, ref.name, version, platform, nr_devices)
+        chosen = _queries._best_variant(*args)
+        return chosen, tuple(_queries._rejections(*args, chosen))
+
+
+def test_resolve_picks_as_the_sql_rules_do(many):
+    last = many.get("w").version  # the newest: 5 tpu versions after the empty one
+    references = ["w", "w:1", "w@a", "w:30", "w:80", f"w:{last - 6}", f"w:{last - 5}", "x", "y"]
+    for reference, platform, devices in itertools.product(references, PLATFORMS, DEVICES):
+        resolution = many.resolve(reference, platform=platform, nr_devices=devices)
+        expected = _fallback(many, reference, platform, devices)
+        assert (resolution.chosen, resolution.rejected) == expected, (reference, platform)
+
+
+def test_get_of_a_version_without_variants(many):
+    empty = many.get("w").version - 5
+    ref = many.get(f"w:{empty}")
+    assert (ref.version, ref.variants, ref.metadata) == (empty, (), {})
+    assert many.resolve(f"w:{empty}", platform=None).chosen is None
+
+
+@pytest.mark.parametrize("limit", [1, 7, 50])
+def test_list_pages_are_the_whole_listing(many, limit):
+    whole = [(r.name, r.version, r.digests) for r in many.list(limit=1_000_000)]
+    assert [n for n, _, _ in whole] == ["a"] + ["w"] * (len(whole) - 20) + ["x"] * 5 + [
+        "y"
+    ] * 13 + ["z"]
+    for name in (None, "w", "y", "z"):
+        expected = [x for x in whole if name is None or x[0] == name]
+        pages, after = [], None
+        while page := many.list(name, limit=limit, after=after):
+            pages += [(r.name, r.version, r.digests) for r in page]
+            after = (page[-1].name, page[-1].version)
+        assert pages == expected, name
+    # after a key that is no version: from the next one on
+    assert [r.name for r in many.list(limit=2, after=("b", 1))] == ["w", "w"]
+    assert [(r.name, r.version) for r in many.list(limit=2, after=("x", 5))] == [("y", 1), ("y", 2)]
+    assert [r.version for r in many.list("w", limit=2, after=("a", 9))] == [1, 2]
+    assert many.list("a", limit=2, after=("b", 1)) == []
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"platform": "cuda"},
+        {"platform": "cpu", "nr_devices": 8},
+        {"name": "w", "platform": "tpu"},
+        {"fun_name": "sin"},
+        {"fun_name": "cos", "platform": "cuda"},
+        {"name": "w", "fun_name": "sin", "platform": "cpu"},
+        {"jax_version": jax.__version__.rsplit(".", 1)[0]},
+    ],
+    ids=str,
+)
+def test_search_pages_are_every_match(many, filters):
+    everything = many.search(limit=1_000_000)
+    by_python = [
+        v.variant_id
+        for v in everything
+        if v.runs_on(filters.get("platform"), filters.get("nr_devices")) is None
+        and filters.get("name", v.name) == v.name
+        and filters.get("fun_name", v.fun_name) == v.fun_name
+    ]
+    assert by_python == sorted(by_python)
+    pages, after = [], None
+    while page := many.search(**filters, limit=7, after=after):
+        pages += [v.variant_id for v in page]
+        after = page[-1].variant_id
+    assert pages == by_python and pages
