@@ -7,6 +7,7 @@ import time
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from jaxport.registry import _db
+from jaxport.registry._events import EventLog
 from jaxport.registry._models import Alias, AliasMove, Version
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._queries import alias_version, model_id_of, version_id_of
@@ -18,8 +19,9 @@ __all__ = ["Aliases", "move_alias"]
 class Aliases:
     """Alias moves and lookups on one registry database."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, events: EventLog):
         self._engine = engine
+        self._events = events
 
     def set(self, name: str, alias: str, version: int | None) -> None:
         """Points ``name@alias`` at ``version`` (None: removes it), in one transaction."""
@@ -31,6 +33,8 @@ class Aliases:
             if version is None:  # removing an alias that does not exist is an error
                 alias_version(conn, model_id_of(conn, name), name, alias)
             move_alias(conn, name, alias, version)
+            event = self._events.insert(conn, "alias", name, version, {"alias": alias})
+        self._events.notify(event)
 
     def of(self, name: str) -> dict[str, int]:
         """``name``'s aliases and the versions they point at."""

@@ -5,8 +5,9 @@ row after it succeeds: ``actor`` (who), ``kind`` (what), the name and version it
 JSON ``detail``. The actor is ``current_actor``: the registry server sets it to the request's
 token name for the request's duration (``acting_as``); a direct client is ``local:USER``.
 
-The row is written after the write's own transaction commits, so a process killed between the
-two loses the event, never the write (the log is an audit trail, not the source of truth).
+A push or an alias move appends its event in its own transaction (both commit or neither);
+delete, gc, signing and token changes append theirs in a transaction right after theirs, so a
+process killed between the two loses that event, never the write.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Connection, Engine, insert, select
 
 from jaxport._errors import InvalidNameError
 from jaxport.registry import _db
@@ -88,17 +89,35 @@ class EventLog:
         version: int | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> Event:
-        """Appends one event by ``current_actor()``; returns it."""
+        """Appends one event by ``current_actor()`` in a transaction of its own; returns it."""
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            event = self.insert(conn, kind, name, version, detail)
+        self.notify(event)
+        return event
+
+    def insert(
+        self,
+        conn: Connection,
+        kind: str,
+        name: str | None = None,
+        version: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """Appends one event in ``conn``'s transaction (the write's own: both commit or
+        neither); ``notify`` it once that transaction committed."""
         row = {
             "at": time.time(), "actor": current_actor(), "kind": kind, "name": name,
             "version": version, "detail": json.dumps(dict(detail or {}), sort_keys=True),
         }  # fmt: skip
-        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
-            event_id = conn.execute(insert(EventRow).returning(EventRow.id), row).scalar_one()
-        event = _event({**row, "id": event_id})
+        event_id = conn.execute(insert(EventRow).returning(EventRow.id), row).scalar_one()
+        return _event({**row, "id": event_id})
+
+    def notify(self, event: Event | None) -> None:
+        """Hands a committed event to the ``listeners``."""
+        if event is None:
+            return
         for listener in self.listeners:
             listener(event)
-        return event
 
     def list(
         self, *, name: str | None = None, limit: int = 100, before: int | None = None

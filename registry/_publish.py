@@ -61,6 +61,7 @@ from jaxport._files import read_regular
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
+from jaxport.registry._events import EventLog
 from jaxport.registry._model_parts import (
     FUNCTION,
     MODEL,
@@ -132,9 +133,10 @@ class _Item:
 class Publisher:
     """``push`` on one registry (database + blob store)."""
 
-    def __init__(self, engine: Engine, blobs: BlobStore):
+    def __init__(self, engine: Engine, blobs: BlobStore, events: EventLog):
         self._engine = engine
         self._blobs = blobs
+        self._events = events
 
     def push(
         self,
@@ -180,9 +182,16 @@ class Publisher:
                     for alias in alias_names:
                         move_alias(conn, name, alias, ref.version)
                     conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+                    event = None
+                    if created or repaired:
+                        event = self._events.insert(conn, "push", name, ref.version, {
+                            "created": created, "aliases": alias_names, "repaired": list(repaired),
+                            "digests": [v.digest for v in ref.variants],
+                        })  # fmt: skip
             except BaseException:
                 _forget_pending(conn, token)
                 raise
+        self._events.notify(event)
         if not created and ref.metadata != meta and meta:
             notes += ("identical archives are already this version: its metadata is kept",)
         return PushResult(

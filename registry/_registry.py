@@ -152,13 +152,13 @@ class Registry:
             self._engine.dispose()
             raise
         self._queries = Queries(self._engine)
-        self._aliases = Aliases(self._engine)
-        self._publisher = Publisher(self._engine, self.blobs)
+        self._events = EventLog(self._engine)
+        self._aliases = Aliases(self._engine, self._events)
+        self._publisher = Publisher(self._engine, self.blobs, self._events)
         self._pulls = Pulls(self._engine, self.blobs, self._queries)
         self._maintenance = Maintenance(self._engine, self.blobs)
         self._findings = Findings(self._engine, self.blobs, self._queries, self._pulls)
         self._signatures = Signatures(self._engine, self.blobs, self._queries)
-        self._events = EventLog(self._engine)
         #: The registry server's bearer tokens (``registry/_tokens.py``).
         self.tokens = Tokens(self._engine, self._events)
 
@@ -257,12 +257,6 @@ class Registry:
             source, name, vjp_order=vjp_order, aliases=aliases, metadata=metadata,
             examples=examples, max_size=max_size, allow_custom_calls=allow_custom_calls,
         )  # fmt: skip
-        if result.created or result.repaired:
-            self._events.record(
-                "push", result.name, result.version,
-                {"created": result.created, "digests": [v.digest for v in result.variants],
-                 "aliases": builtins.list(aliases), "repaired": builtins.list(result.repaired)},
-            )  # fmt: skip
         for alias in ruled:
             self.alias(result.name, alias, result.version)
         return result
@@ -323,7 +317,6 @@ class Registry:
         if rules:
             self._signatures.check_version(self.get(f"{check_name(name)}:{version}"), rules)
         self._aliases.set(name, alias, version)
-        self._events.record("alias", name, version, {"alias": alias})
 
     def sign(
         self,
