@@ -33,7 +33,13 @@ def _seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> fl
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on.",
+)
 @click.option(
     "--workers",
     default=1,
@@ -114,7 +120,7 @@ def token_create(
     ctx: click.Context, name: str, scope: str, prefixes: tuple[str, ...],
     expires_in: float | None, as_json: bool,
 ) -> None:  # fmt: skip
-    """Make a token; its secret is printed this once (stdout), never stored."""
+    """Make a token called NAME; its secret is printed this once (stdout), never stored."""
     with ctx.obj.registry() as reg:
         new = reg.tokens.create(name, scope, prefixes=prefixes, expires_in=expires_in)
     if as_json:
@@ -149,7 +155,7 @@ def token_list(ctx: click.Context, as_json: bool) -> None:
 @click.argument("name")
 @click.pass_context
 def token_revoke(ctx: click.Context, name: str) -> None:
-    """Revoke a token: its requests get 401 from now on."""
+    """Revoke the token NAME: its requests get 401 from now on."""
     with ctx.obj.registry() as reg:
         reg.tokens.revoke(name)
     click.echo(f"token {name!r} revoked")
@@ -157,7 +163,13 @@ def token_revoke(ctx: click.Context, name: str) -> None:
 
 @click.command("log")
 @click.argument("name", required=False)
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Events per page.",
+)
 @click.option(
     "--before",
     type=click.IntRange(min=1),
@@ -169,8 +181,8 @@ def token_revoke(ctx: click.Context, name: str) -> None:
 def log_cmd(
     ctx: click.Context, name: str | None, limit: int, before: int | None, as_json: bool
 ) -> None:
-    """The event log, newest first: pushes, alias moves, deletes, gc, signing and token
-    changes, with who made each (a token's name, or local:USER)."""
+    """The event log (of NAME only, if given), newest first: pushes, alias moves, deletes, gc,
+    signing and token changes, with who made each (a token's name, or local:USER)."""
     with ctx.obj.registry() as reg:
         events = reg.events(name=name, limit=limit, before=before)
     if as_json:

@@ -1,5 +1,9 @@
 """Test set-up: 8 fake CPU devices (set before jax is imported) and shared helpers; the S3
-server fixtures (``s3_server``, ``s3``) come from ``tests/_s3.py``."""
+server fixtures (``s3_server``, ``s3``) come from ``tests/_s3.py``.
+
+The quick set (the README's test command, ``pytest -m "not slow"``, about 2 minutes) leaves out
+the modules in ``SLOW_MODULES`` and tests marked ``slow``; ``.ci/run`` runs every test.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,24 @@ import jax.export  # jax 0.7 does not import it with jax: tests use jax.export.e
 import pytest
 
 from _s3 import s3, s3_server  # noqa: F401  (fixtures)
+
+#: Modules of the full suite only: campaigns, every entry of jax's back-compat data, real
+#: libraries' models, subprocess-heavy CLI and server suites, browser tests.
+SLOW_MODULES = frozenset({
+    "test_audit_scale.py", "test_cli_models.py", "test_examples.py", "test_jax_backcompat.py",
+    "test_libraries.py", "test_reports.py", "test_rescue.py", "test_server.py",
+    "test_server_pages.py", "test_signing.py", "test_window.py", "test_registry_concurrency.py",
+    "test_registry_models.py", "test_hypothesis_roundtrip.py", "test_audit.py",
+    "test_sandbox.py", "test_fuzz.py", "test_bounded_models.py", "test_crash_consistency.py",
+    "test_safety.py",
+})  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 _ENV = (
     "JAXPORT_REGISTRY",
