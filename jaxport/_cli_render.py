@@ -132,7 +132,7 @@ def refs_table(refs: list[Any]) -> Table:
             table,
             _marked(r.name, r.kind),
             str(r.version),
-            " / ".join(",".join(v.platforms) for v in r.variants),
+            " / ".join(", ".join(v.platforms) for v in r.variants),
             " / ".join(str(v.nr_devices) for v in r.variants),
             _size(sum(v.size_bytes for v in r.variants)),
             local_time(r.created_at),
@@ -151,7 +151,7 @@ def variants_table(variants: list[Any]) -> Table:
         _row(
             table,
             _marked(f"{v.name}:{v.version}", v.kind),
-            ",".join(v.platforms),
+            ", ".join(v.platforms),
             str(v.nr_devices),
             v.jax_version,
             v.short_digest,
@@ -177,7 +177,7 @@ def ref_panel(data: dict[str, Any]) -> Group:
     )  # fmt: skip
     for v in ref.variants:
         _row(
-            table, v.short_digest, ",".join(v.platforms), str(v.nr_devices), v.jax_version,
+            table, v.short_digest, ", ".join(v.platforms), str(v.nr_devices), v.jax_version,
             "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
         )  # fmt: skip
     details = [_variant_detail(v) for v in ref.variants]
