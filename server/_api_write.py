@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from jaxport._errors import PermissionDeniedError
 from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
-from jaxport.server._auth import check_name, scope
+from jaxport.server._auth import check_name, check_reference, scope
 from jaxport.server._bridge import iterate_body
 
 __all__ = ["router"]
@@ -118,7 +118,9 @@ def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMo
 
 @router.post("/audits")
 def audit(request: Request, p: Writer, body: AuditBody) -> Any:
-    """``Registry.audit`` on the server (its worker processes), findings recorded."""
+    """``Registry.audit`` on the server (its worker processes), findings recorded; a
+    prefix-limited token audits its names only (a digest reference to another name's archive
+    is not found)."""
     if body.reference is None and p.prefixes:
         names = [n for n in _reg(request).names() if p.allows_name(n)]
         found: list[Any] = []
@@ -129,10 +131,8 @@ def audit(request: Request, p: Writer, body: AuditBody) -> Any:
 
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
-    from jaxport.registry import parse_reference
-
-    if reference is not None and (name := parse_reference(reference).name) is not None:
-        check_name(p, name)
+    if reference is not None:
+        check_reference(_reg(request), p, reference)
     with acting_as(p.name):
         return _reg(request).audit(
             reference, platform=body.platform, force=body.force, level=body.level,
