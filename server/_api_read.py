@@ -39,10 +39,13 @@ def versions(
     request: Request, p: Reader, name: str | None = None, limit: int = 100,
     after_name: str | None = None, after_version: int | None = None,
 ) -> Any:  # fmt: skip
-    """``Registry.list``: one page of versions (of ``name``, or of every name)."""
+    """``Registry.list``: one page of versions (of ``name``, or of every name); the next page
+    is ``after_name`` and ``after_version`` of this one's last (both, or neither)."""
     if name is not None:
         check_name(p, name)
-    after = (after_name, after_version) if after_name and after_version else None
+    after: Any = None  # both, or neither: Registry.list refuses half a pair
+    if after_name is not None or after_version is not None:
+        after = (after_name, after_version)
     refs = _reg(request).list(name, limit=limit, after=after)
     return to_wire([r for r in refs if p.allows_name(r.name)])
 
