@@ -16,11 +16,12 @@ from fastapi.responses import Response, StreamingResponse
 from jaxport._errors import NotFoundError
 from jaxport.registry import Registry, TokenInfo, to_wire
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
+from jaxport.server._errors import RESPONSES
 from jaxport.server._ranges import byte_range
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=RESPONSES)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 
 
@@ -146,7 +147,16 @@ def events(
     return to_wire([e for e in found if p.prefixes == () or (e.name and p.allows_name(e.name))])
 
 
-@router.api_route("/blobs/{digest}", methods=["GET", "HEAD"])
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_BLOB: dict[int | str, dict[str, Any]] = {
+    200: {"content": _BYTES, "description": "The blob"},
+    206: {"content": _BYTES, "description": "The range asked for"},
+    304: {"description": "Not modified (If-None-Match: its digest)"},
+}
+
+
+@router.get("/blobs/{digest}", response_class=Response, responses=_BLOB)
+@router.head("/blobs/{digest}", response_class=Response, responses=_BLOB)  # one id per method
 def blob(request: Request, p: Reader, digest: str) -> Response:
     """A blob, or a model variant's archive, streamed: ``ETag`` is its digest, ``Range:
     bytes=START-END`` gives part of it (206). A whole read is verified as it is sent: a
@@ -167,7 +177,7 @@ def blob(request: Request, p: Reader, digest: str) -> Response:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{stream.size}"
     headers["Content-Length"] = str(end - start)
     if request.method == "HEAD":
-        return Response(status_code=status, headers=headers)
+        return Response(status_code=status, headers=headers, media_type="application/octet-stream")
     return StreamingResponse(
         stream.chunks(start, end), status_code=status, headers=headers,
         media_type="application/octet-stream",

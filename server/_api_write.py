@@ -12,14 +12,15 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport._errors import PermissionDeniedError
+from jaxport._errors import CorruptArchiveError, InvalidNameError, PermissionDeniedError
 from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
 from jaxport.server._auth import check_name, check_reference, scope
 from jaxport.server._bridge import iterate_body
+from jaxport.server._errors import RESPONSES
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=RESPONSES)
 T = TypeVar("T")
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
@@ -105,7 +106,8 @@ async def _heavy(request: Request, work: Callable[[], T]) -> T:
 @router.post("/versions", status_code=201)
 async def commit(request: Request, p: Writer, body: Commit) -> Any:
     """Pushes a version from stored parts (``Registry.push_parts``): every part and archive
-    verified, every module validated in the sandbox; a part not uploaded is 422 naming it."""
+    verified, every module validated in the sandbox; a part not uploaded is 422 naming it, an
+    archive description that does not fit ``ArchiveParts`` 400."""
     if body.name is not None:
         check_name(p, body.name)
     elif p.prefixes:
@@ -114,7 +116,11 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
         )
 
     def push() -> Any:
-        archives = [from_wire(ArchiveParts, a) for a in body.archives]
+        try:
+            archives = [from_wire(ArchiveParts, a, source="a commit's archive")
+                        for a in body.archives]  # fmt: skip
+        except CorruptArchiveError as e:  # the request is malformed, not an archive
+            raise InvalidNameError(str(e)) from None
         with acting_as(p.name):
             result = _reg(request).push_parts(
                 archives, body.name, aliases=body.aliases, metadata=body.metadata,

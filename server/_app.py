@@ -7,7 +7,7 @@ never blocks the event loop; module validation runs in the registry's sandbox wo
 in the process that handles requests. Three kinds do not take those threads: a part upload
 runs in the uploads' own threads, long writes (commits, audits, verify, gc) in theirs
 (``server/_bridge.py``), and the sign-in form is read without one; so slow or many uploads and
-audits never hold up reads.
+audits never hold up reads. Every request passes ``server/_guard.py`` first.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import anyio
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
 
 from jaxport._errors import JaxportError
 from jaxport._files import DEFAULT_MAX_READ
@@ -24,6 +26,7 @@ from jaxport._version import __version__
 from jaxport.registry import Registry
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS
+from jaxport.server._guard import Guard
 from jaxport.server._webhooks import Webhooks
 
 __all__ = ["create_app"]
@@ -77,5 +80,7 @@ def create_app(
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_pages.router)
     app.add_exception_handler(JaxportError, _errors.jaxport_error_handler)
-    app.add_exception_handler(Exception, _errors.unexpected_error_handler)
+    app.add_exception_handler(RequestValidationError, _errors.validation_error_handler)
+    app.add_exception_handler(HTTPException, _errors.http_error_handler)
+    app.add_middleware(Guard)  # auth before a write's body, body limits, other errors: 500
     return app
