@@ -62,11 +62,18 @@ def _seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> fl
     type=click.Path(exists=True, dir_okay=False),
     help="A file holding the HMAC key of the webhooks' X-Jaxport-Signature.",
 )
+@click.option(
+    "--max-upload",
+    type=click.IntRange(min=1),
+    metavar="BYTES",
+    help="The largest part one upload may send (default 64 GiB).",
+)
 @click.option("--upgrade", is_flag=True, help="Upgrade an older database schema first.")
 @click.pass_context
 def serve(
     ctx: click.Context, host: str, port: int, workers: int, open_read: bool,
-    webhooks: tuple[str, ...], webhook_secret_file: str | None, upgrade: bool,
+    webhooks: tuple[str, ...], webhook_secret_file: str | None, max_upload: int | None,
+    upgrade: bool,
 ) -> None:  # fmt: skip
     """Serve the registry over HTTP: the API at /api/v1 (OpenAPI at /api/v1/openapi.json),
     web pages at /. The registry is --registry / --blobs (or their environment variables);
@@ -79,7 +86,9 @@ def serve(
     url, blobs = ctx.obj.url, ctx.obj.blobs
     Registry(url, blobs=blobs, upgrade=upgrade).close()  # fails here, clearly, if it cannot open
     secret = Path(webhook_secret_file).read_text().strip() if webhook_secret_file else None
-    os.environ[ENV_OPTIONS] = options_to_env(url, blobs, open_read, list(webhooks), secret)
+    os.environ[ENV_OPTIONS] = options_to_env(
+        url, blobs, open_read, list(webhooks), secret, max_upload
+    )
     click.echo(f"jaxport registry server on http://{host}:{port} ({workers} process(es))", err=True)
     uvicorn.run(
         "jaxport.server._factory:app_from_env", factory=True, host=host, port=port,

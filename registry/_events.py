@@ -26,8 +26,13 @@ from sqlalchemy import Connection, Engine, insert, select
 from jaxport._errors import InvalidNameError
 from jaxport.registry import _db
 from jaxport.registry._models import Event as EventRow
+from jaxport.registry._names import check_count
 
 __all__ = ["Event", "EventLog", "acting_as", "current_actor"]
+
+#: The largest row id SQLite and PostgreSQL (BIGINT) hold: a larger ``before`` is refused,
+#: never sent to the database (SQLite cannot bind it).
+_MAX_ID = 2**63 - 1
 
 #: Event kinds, in the order a reader meets them in the docs.
 KINDS = ("push", "alias", "delete", "gc", "sign", "token-create", "token-revoke")
@@ -126,7 +131,8 @@ class EventLog:
         ``id`` of the last event of the previous page (keyset pagination).
 
         Raises:
-            InvalidNameError: ``limit`` outside 1..10,000 or ``before`` not a positive int.
+            InvalidNameError: ``limit`` outside 1..10,000 or ``before`` outside 1 .. 2**63 - 1
+                (the largest id a database holds).
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidNameError(f"limit must be an int in 1..10000, got {limit!r:.40}")
@@ -134,9 +140,7 @@ class EventLog:
         if name is not None:
             q = q.where(EventRow.name == name)
         if before is not None:
-            if isinstance(before, bool) or not isinstance(before, int) or before < 1:
-                raise InvalidNameError(f"before must be a positive int, got {before!r:.40}")
-            q = q.where(EventRow.id < before)
+            q = q.where(EventRow.id < check_count(before, "before", _MAX_ID))
         with _db.translating_db_errors(), self._engine.connect() as conn:
             return [_event(dict(r._mapping)) for r in conn.execute(q)]
 

@@ -35,6 +35,7 @@ __all__ = [
     "check_names",
     "check_seconds",
     "check_text",
+    "check_timeout",
     "check_version",
     "normalize_platform",
     "parse_reference",
@@ -123,6 +124,26 @@ def check_seconds(seconds: object, what: str) -> float:
         raise InvalidNameError(f"{what} must be a number of seconds, got {seconds!r:.40}")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidNameError(f"{what} must be finite and >= 0 seconds, got {seconds!r}")
+    return float(seconds)
+
+
+#: The longest time limit a worker job may be given, in seconds (a day; ``select`` and
+#: ``poll`` refuse a wait beyond about 24 days).
+MAX_TIMEOUT = 86400.0
+
+
+def check_timeout(seconds: object, what: str) -> float:
+    """``seconds`` if it is a time limit: a number > 0 and at most ``MAX_TIMEOUT``.
+
+    Raises:
+        InvalidNameError: anything else (NaN, infinity, 0 or less, more than a day).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidNameError(f"{what} must be a number of seconds, got {seconds!r:.40}")
+    if not 0 < seconds <= MAX_TIMEOUT:  # NaN fails this too
+        raise InvalidNameError(
+            f"{what} must be > 0 and at most {MAX_TIMEOUT:.0f} seconds, got {seconds!r}"
+        )
     return float(seconds)
 
 

@@ -256,6 +256,19 @@ class Queries:
             found = conn.execute(select(Variant.id).where(Variant.id == variant_id)).first()
             return found is not None
 
+    def names_holding(self, digest: str) -> list[str]:
+        """The names with a version that holds the archive ``digest`` (exactly), sorted."""
+        q = (
+            select(Model.name)
+            .join(Version, Version.model_id == Model.id)
+            .join(Variant, Variant.version_id == Version.id)
+            .where(Variant.digest == digest)
+            .distinct()
+            .order_by(Model.name)
+        )
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            return list(conn.execute(q).scalars())
+
     def model_variant(self, digest: str) -> VariantInfo | None:
         """The (oldest) model variant whose archive has exactly this digest, if any."""
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:

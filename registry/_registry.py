@@ -34,6 +34,7 @@ from jaxport.registry._names import (
     check_digest,
     check_name,
     check_seconds,
+    check_timeout,
     check_version,
     normalize_platform,
     parse_reference,
@@ -440,9 +441,12 @@ class Registry:
                 (jaxlib may crash on a malformed module): a header whose custom-call targets
                 disagree with its modules, or any other unreadable part, is ``invalid``.
             timeout: with ``deep``, seconds one archive may take before its worker is killed
-                (the archive is then ``invalid``, naming the limit).
+                (the archive is then ``invalid``, naming the limit); > 0, at most a day.
+
+        Raises:
+            InvalidNameError: a ``timeout`` that is not > 0 and at most a day.
         """
-        return self._maintenance.verify(deep=deep, timeout=timeout)
+        return self._maintenance.verify(deep=deep, timeout=check_timeout(timeout, "timeout"))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -786,7 +790,8 @@ class Registry:
                 and another jax release are installed. The archives are handed to it; the
                 database is not (no URL or password leaves this process).
             timeout: seconds one variant's audit may take before it is killed (``crash``);
-                a module that hangs the parser is stopped sooner, by the module sandbox.
+                a module that hangs the parser is stopped sooner, by the module sandbox;
+                > 0, at most a day.
             force: measure again even where a finding with the same key is stored.
             level: ``"full"`` (load, compile, golden examples) or ``"static"`` (the facts
                 recorded at push against the jax's capabilities: nothing parsed or compiled;
@@ -804,8 +809,9 @@ class Registry:
 
         Raises:
             NotFoundError: no such name, version or alias; ``python`` does not exist.
-            InvalidNameError: an unknown platform or level, workers < 1, both ``python`` and
-                ``jax``, a ``jax`` that is not a release number.
+            InvalidNameError: an unknown platform or level, workers < 1, a ``timeout`` that
+                is not > 0 and at most a day, both ``python`` and ``jax``, a ``jax`` that is
+                not a release number.
             AuditError: the worker could not start (e.g. no jaxport in that environment), or
                 the environment for ``jax`` could not be made.
         """
@@ -814,6 +820,7 @@ class Registry:
         wanted = None if platform is None else normalize_platform(platform)
         if level not in ("full", "static"):
             raise InvalidNameError(f"level must be 'full' or 'static', got {level!r:.40}")
+        timeout = check_timeout(timeout, "timeout")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidNameError(f"workers must be a positive int, got {workers!r:.40}")
         if jax is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -34,6 +33,8 @@ __all__ = ["SCOPES", "NewToken", "TokenInfo", "Tokens", "secret_digest"]
 
 #: Scopes from least to most: each includes those before it.
 SCOPES = ("read", "write", "admin")
+#: The longest ``expires_in``, in seconds: 100 years (a date every calendar can show).
+MAX_EXPIRES_IN = 100 * 365 * 86400
 _PREFIX = "jxp_"
 
 
@@ -117,7 +118,7 @@ class Tokens:
             name: the token's name (the registry's name grammar), shown in the event log.
             scope: ``read``, ``write`` or ``admin`` (each includes the ones before it).
             prefixes: limit the token to names starting with one of these.
-            expires_in: seconds until it expires (None: never).
+            expires_in: seconds until it expires, at most 100 years (None: never).
 
         Raises:
             InvalidNameError: a bad name, scope, prefix or ``expires_in``.
@@ -130,11 +131,14 @@ class Tokens:
         expires_at = None
         if expires_in is not None:
             if (
-                not isinstance(expires_in, int | float)
-                or not math.isfinite(expires_in)
-                or expires_in <= 0
+                isinstance(expires_in, bool)
+                or not isinstance(expires_in, int | float)
+                or not 0 < expires_in <= MAX_EXPIRES_IN  # NaN and infinity fail it too
             ):
-                raise InvalidNameError(f"expires_in must be seconds > 0, got {expires_in!r:.40}")
+                raise InvalidNameError(
+                    f"expires_in must be seconds > 0 and at most {MAX_EXPIRES_IN} (100 years), "
+                    f"got {expires_in!r:.40}"
+                )
             expires_at = time.time() + float(expires_in)
         secret = _PREFIX + secrets.token_urlsafe(32)
         info = TokenInfo(name, scope, prefixes, time.time(), expires_at)

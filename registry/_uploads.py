@@ -30,6 +30,9 @@ __all__ = ["ArchiveParts", "assemble", "missing", "receive"]
 
 #: Most parts one archive may name (a model's tensors, plus its skeleton).
 MAX_PARTS = 1_000_000
+#: Most zero bytes before a part: a model archive pads its sections to 64 bytes
+#: (``schema/FORMAT.md``); a larger gap would have a commit write zeros without end.
+MAX_GAP = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +48,9 @@ class ArchiveParts:
         """Refuses parts that cannot make the archive.
 
         Raises:
-            InvalidNameError: a malformed digest, a negative or overlapping part, too many
-                parts, parts that end past ``size``.
+            InvalidNameError: a malformed digest, a negative or overlapping part, more than
+                ``MAX_GAP`` zero bytes before a part, too many parts, parts that end past
+                ``size``.
         """
         check_digest(self.digest)
         if not 1 <= len(self.parts) <= MAX_PARTS:
@@ -56,6 +60,11 @@ class ArchiveParts:
             check_digest(p.digest)
             if p.offset < end or p.size < 0:
                 raise InvalidNameError(f"part {p.position} overlaps the one before or is negative")
+            if p.offset - end > MAX_GAP:
+                raise InvalidNameError(
+                    f"part {p.position} starts {p.offset - end} bytes after the one before: "
+                    f"padding is at most {MAX_GAP}"
+                )
             end = p.offset + p.size
         if end > self.size:
             raise InvalidNameError(f"the parts end at byte {end}, past the archive's {self.size}")

@@ -37,8 +37,9 @@ def to_wire(value: Any) -> Any:
     return value
 
 
-def from_wire(kind: Any, data: Any) -> Any:
-    """``data`` (JSON values) read back as ``kind`` (a dataclass, ``list[...]``, ...).
+def from_wire(kind: Any, data: Any, *, source: str = "a registry server's answer") -> Any:
+    """``data`` (JSON values) read back as ``kind`` (a dataclass, ``list[...]``, ...);
+    ``source`` says where it came from, in the error.
 
     Raises:
         CorruptArchiveError: ``data`` does not fit ``kind`` (the message names the field).
@@ -46,10 +47,14 @@ def from_wire(kind: Any, data: Any) -> Any:
     try:
         return _read(kind, data, "response")
     except (TypeError, ValueError, KeyError) as e:
-        raise CorruptArchiveError(f"a registry server's answer does not fit {kind}: {e}") from None
+        shown = getattr(kind, "__name__", kind)
+        raise CorruptArchiveError(f"{source} does not fit {shown}: {e}") from None
 
 
 def _read(kind: Any, data: Any, where: str) -> Any:
+    if kind is int or kind is str or kind is bool:  # the most common case first
+        _expect(data, kind, where)
+        return data
     if kind is Any:
         return data
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
@@ -76,21 +81,28 @@ def _read(kind: Any, data: Any, where: str) -> Any:
         if isinstance(data, bool) or not isinstance(data, int | float):
             raise TypeError(f"{where}: expected a number, got {type(data).__name__}")
         return float(data)
-    if kind in (int, str, bool):
-        _expect(data, kind, where)
-        return data
     return data
 
 
 def _dataclass(kind: type[T], data: Any, where: str) -> T:
     _expect(data, dict, where)
-    hints = _hints(kind)  # type: ignore[arg-type]
     values = {}
-    for f in dataclasses.fields(kind):  # type: ignore[arg-type]
-        if not f.init or f.name not in data:
-            continue
-        values[f.name] = _read(hints[f.name], data[f.name], f"{kind.__name__}.{f.name}")
+    for name, hint, field_where in _fields(kind):  # type: ignore[arg-type]
+        if name in data:
+            values[name] = _read(hint, data[name], field_where)
     return kind(**values)
+
+
+@functools.cache
+def _fields(kind: type) -> tuple[tuple[str, Any, str], ...]:
+    """``(name, annotation, where)`` of each field the constructor takes (read once a kind:
+    a commit may hold a million parts)."""
+    hints = _hints(kind)
+    return tuple(
+        (f.name, hints[f.name], f"{kind.__name__}.{f.name}")
+        for f in dataclasses.fields(kind)
+        if f.init
+    )
 
 
 @functools.cache

@@ -1,7 +1,10 @@
 """The read routes of ``/api/v1`` (scope ``read``): names, versions, variants, resolve, blobs
 (streamed, ``ETag`` = digest, HTTP ranges), aliases and their history, findings, diff,
 signatures and the event log. Every answer is the ``Registry`` result as JSON (``to_wire``).
-A token limited to name prefixes sees only those names."""
+
+A token limited to name prefixes sees only those names (``server/_auth.py``); its blobs are the
+archives of its names' versions only (blobs are content-addressed: without this, knowing a
+digest would be enough to read it)."""
 
 from __future__ import annotations
 
@@ -10,24 +13,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from jaxport.registry import Registry, TokenInfo, parse_reference, to_wire
-from jaxport.server._auth import check_name, scope
+from jaxport._errors import NotFoundError
+from jaxport.registry import Registry, TokenInfo, to_wire
+from jaxport.server._auth import check_name, check_reached, check_reference, scope
+from jaxport.server._errors import RESPONSES
 from jaxport.server._ranges import byte_range
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=RESPONSES)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 
 
 def _reg(request: Request) -> Registry:
     return request.app.state.registry  # type: ignore[no-any-return]
-
-
-def _named(principal: TokenInfo, reference: str) -> None:
-    name = parse_reference(reference).name
-    if name is not None:
-        check_name(principal, name)
 
 
 @router.get("/names")
@@ -41,10 +40,13 @@ def versions(
     request: Request, p: Reader, name: str | None = None, limit: int = 100,
     after_name: str | None = None, after_version: int | None = None,
 ) -> Any:  # fmt: skip
-    """``Registry.list``: one page of versions (of ``name``, or of every name)."""
+    """``Registry.list``: one page of versions (of ``name``, or of every name); the next page
+    is ``after_name`` and ``after_version`` of this one's last (both, or neither)."""
     if name is not None:
         check_name(p, name)
-    after = (after_name, after_version) if after_name and after_version else None
+    after: Any = None  # both, or neither: Registry.list refuses half a pair
+    if after_name is not None or after_version is not None:
+        after = (after_name, after_version)
     refs = _reg(request).list(name, limit=limit, after=after)
     return to_wire([r for r in refs if p.allows_name(r.name)])
 
@@ -52,9 +54,9 @@ def versions(
 @router.get("/ref")
 def get(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.get``: one version, model variants with their methods and tensors."""
-    _named(p, reference)
+    check_reference(_reg(request), p, reference)
     ref = _reg(request).get(reference)
-    check_name(p, ref.name)
+    check_reached(p, reference, ref.name)
     return to_wire(ref)
 
 
@@ -65,9 +67,9 @@ def resolve(
 ) -> Any:  # fmt: skip
     """``Registry.resolve``: the variant a pull would choose and why the others were not
     (``platform`` absent: any platform)."""
-    _named(p, reference)
+    check_reference(_reg(request), p, reference)
     resolution = _reg(request).resolve(reference, platform=platform, nr_devices=nr_devices)
-    check_name(p, resolution.name)
+    check_reached(p, reference, resolution.name)
     return to_wire(resolution)
 
 
@@ -120,15 +122,15 @@ def findings(
 @router.get("/diff")
 def diff(request: Request, p: Reader, a: str, b: str) -> Any:
     """``Registry.diff``: the changes from version ``a`` to ``b``, breaking or compatible."""
-    _named(p, a)
-    _named(p, b)
+    check_reference(_reg(request), p, a)
+    check_reference(_reg(request), p, b)
     return to_wire(_reg(request).diff(a, b))
 
 
 @router.get("/signatures")
 def signatures(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.signatures``: the signatures stored for a version's variants."""
-    _named(p, reference)
+    check_reference(_reg(request), p, reference)
     return to_wire(_reg(request).signatures(reference))
 
 
@@ -145,12 +147,25 @@ def events(
     return to_wire([e for e in found if p.prefixes == () or (e.name and p.allows_name(e.name))])
 
 
-@router.api_route("/blobs/{digest}", methods=["GET", "HEAD"])
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_BLOB: dict[int | str, dict[str, Any]] = {
+    200: {"content": _BYTES, "description": "The blob"},
+    206: {"content": _BYTES, "description": "The range asked for"},
+    304: {"description": "Not modified (If-None-Match: its digest)"},
+}
+
+
+@router.get("/blobs/{digest}", response_class=Response, responses=_BLOB)
+@router.head("/blobs/{digest}", response_class=Response, responses=_BLOB)  # one id per method
 def blob(request: Request, p: Reader, digest: str) -> Response:
     """A blob, or a model variant's archive, streamed: ``ETag`` is its digest, ``Range:
     bytes=START-END`` gives part of it (206). A whole read is verified as it is sent: a
-    corrupt blob's answer ends early, and the client refuses it."""
-    stream = _reg(request).blob_stream(digest)
+    corrupt blob's answer ends early, and the client refuses it. A prefix-limited token reads
+    the archives of its names' versions only."""
+    reg = _reg(request)
+    stream = reg.blob_stream(digest)
+    if p.prefixes and not any(map(p.allows_name, reg._queries.names_holding(digest))):
+        raise NotFoundError(f"no blob or archive {digest}")
     headers = {"ETag": f'"{digest}"', "Accept-Ranges": "bytes"}
     if request.headers.get("if-none-match") == f'"{digest}"':
         return Response(status_code=304, headers=headers)
@@ -162,7 +177,7 @@ def blob(request: Request, p: Reader, digest: str) -> Response:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{stream.size}"
     headers["Content-Length"] = str(end - start)
     if request.method == "HEAD":
-        return Response(status_code=status, headers=headers)
+        return Response(status_code=status, headers=headers, media_type="application/octet-stream")
     return StreamingResponse(
         stream.chunks(start, end), status_code=status, headers=headers,
         media_type="application/octet-stream",

@@ -5,20 +5,23 @@ event log names the token."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypeVar
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport._errors import PermissionDeniedError
+from jaxport._errors import CorruptArchiveError, InvalidNameError, PermissionDeniedError
 from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
-from jaxport.server._auth import check_name, scope
+from jaxport.server._auth import check_name, check_reference, scope
 from jaxport.server._bridge import iterate_body
+from jaxport.server._errors import RESPONSES
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=RESPONSES)
+T = TypeVar("T")
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
 
@@ -80,32 +83,52 @@ def missing(request: Request, p: Writer, body: Digests) -> dict[str, list[str]]:
 
 
 @router.put("/blobs/{digest}", status_code=201)
-def upload(request: Request, p: Writer, digest: str) -> dict[str, Any]:
+async def upload(request: Request, p: Writer, digest: str) -> dict[str, Any]:
     """One part's bytes (the request body), stored if their sha256 is ``digest`` (422
-    ``IntegrityError`` otherwise: nothing stored)."""
-    chunks: Iterator[bytes] = iterate_body(request)
-    size = _reg(request).receive_blob(digest, chunks, max_size=request.app.state.max_upload)
+    ``IntegrityError`` otherwise: nothing stored). Read in the uploads' own threads
+    (``server/_bridge.py``): slow uploads never hold up other requests."""
+
+    def receive() -> int:
+        chunks: Iterator[bytes] = iterate_body(request)
+        return _reg(request).receive_blob(digest, chunks, max_size=request.app.state.max_upload)
+
+    size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
     return {"digest": digest, "size": size}
 
 
+async def _heavy(request: Request, work: Callable[[], T]) -> T:
+    """``work()`` in the threads of long writes (commits, audits, verify, gc): at most
+    ``HEAVY`` at once per server process, the others waiting without a thread, so that
+    however many a client starts, reads keep their threads."""
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.heavy)
+
+
 @router.post("/versions", status_code=201)
-def commit(request: Request, p: Writer, body: Commit) -> Any:
+async def commit(request: Request, p: Writer, body: Commit) -> Any:
     """Pushes a version from stored parts (``Registry.push_parts``): every part and archive
-    verified, every module validated in the sandbox; a part not uploaded is 422 naming it."""
+    verified, every module validated in the sandbox; a part not uploaded is 422 naming it, an
+    archive description that does not fit ``ArchiveParts`` 400."""
     if body.name is not None:
         check_name(p, body.name)
     elif p.prefixes:
         raise PermissionDeniedError(
             f"token {p.name!r} is limited to name prefixes: push with a name"
         )
-    archives = [from_wire(ArchiveParts, a) for a in body.archives]
-    reg = _reg(request)
-    with acting_as(p.name):
-        result = reg.push_parts(
-            archives, body.name, aliases=body.aliases, metadata=body.metadata,
-            allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
-        )  # fmt: skip
-    return to_wire(result)
+
+    def push() -> Any:
+        try:
+            archives = [from_wire(ArchiveParts, a, source="a commit's archive")
+                        for a in body.archives]  # fmt: skip
+        except CorruptArchiveError as e:  # the request is malformed, not an archive
+            raise InvalidNameError(str(e)) from None
+        with acting_as(p.name):
+            result = _reg(request).push_parts(
+                archives, body.name, aliases=body.aliases, metadata=body.metadata,
+                allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
+            )  # fmt: skip
+        return to_wire(result)
+
+    return await _heavy(request, push)
 
 
 @router.put("/aliases/{name}/{alias}", status_code=204)
@@ -117,22 +140,26 @@ def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMo
 
 
 @router.post("/audits")
-def audit(request: Request, p: Writer, body: AuditBody) -> Any:
-    """``Registry.audit`` on the server (its worker processes), findings recorded."""
-    if body.reference is None and p.prefixes:
-        names = [n for n in _reg(request).names() if p.allows_name(n)]
-        found: list[Any] = []
-        for n in names:
-            found += _audit(request, p, n, body)
-        return to_wire(found)
-    return to_wire(_audit(request, p, body.reference, body))
+async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
+    """``Registry.audit`` on the server (its worker processes), findings recorded; a
+    prefix-limited token audits its names only (a digest reference to another name's archive
+    is not found)."""
+
+    def run() -> Any:
+        if body.reference is None and p.prefixes:
+            names = [n for n in _reg(request).names() if p.allows_name(n)]
+            found: list[Any] = []
+            for n in names:
+                found += _audit(request, p, n, body)
+            return to_wire(found)
+        return to_wire(_audit(request, p, body.reference, body))
+
+    return await _heavy(request, run)
 
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
-    from jaxport.registry import parse_reference
-
-    if reference is not None and (name := parse_reference(reference).name) is not None:
-        check_name(p, name)
+    if reference is not None:
+        check_reference(_reg(request), p, reference)
     with acting_as(p.name):
         return _reg(request).audit(
             reference, platform=body.platform, force=body.force, level=body.level,
@@ -151,18 +178,23 @@ def delete(
 
 
 @router.post("/gc")
-def gc(request: Request, p: Admin, body: GcBody) -> Any:
+async def gc(request: Request, p: Admin, body: GcBody) -> Any:
     """``Registry.gc``."""
-    with acting_as(p.name):
-        return to_wire(
-            _reg(request).gc(dry_run=body.dry_run, min_age=body.min_age, temp_age=body.temp_age)
-        )
+
+    def collect() -> Any:
+        with acting_as(p.name):
+            return _reg(request).gc(
+                dry_run=body.dry_run, min_age=body.min_age, temp_age=body.temp_age
+            )
+
+    return to_wire(await _heavy(request, collect))
 
 
 @router.post("/verify")
-def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
+async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
     """``Registry.verify``: every blob's digest (``deep``: every archive read in full)."""
-    return to_wire(_reg(request).verify(deep=body.deep, timeout=body.timeout))
+    reg = _reg(request)
+    return to_wire(await _heavy(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
 
 
 @router.get("/tokens")

@@ -4,7 +4,10 @@ The app holds one ``jaxport.Registry`` (a SQL engine and a blob store) and no ot
 server processes over one PostgreSQL database and one blob store serve the same registry.
 Routes are plain (sync) functions, run in the server's thread pool, so a slow push or audit
 never blocks the event loop; module validation runs in the registry's sandbox workers, never
-in the process that handles requests.
+in the process that handles requests. Three kinds do not take those threads: a part upload
+runs in the uploads' own threads, long writes (commits, audits, verify, gc) in theirs
+(``server/_bridge.py``), and the sign-in form is read without one; so slow or many uploads and
+audits never hold up reads. Every request passes ``server/_guard.py`` first.
 """
 
 from __future__ import annotations
@@ -12,13 +15,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
+import anyio
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
 
 from jaxport._errors import JaxportError
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport._version import __version__
 from jaxport.registry import Registry
 from jaxport.server import _api_read, _api_write, _errors, _pages
+from jaxport.server._bridge import HEAVY, UPLOADS
+from jaxport.server._guard import Guard
 from jaxport.server._webhooks import Webhooks
 
 __all__ = ["create_app"]
@@ -63,6 +71,8 @@ def create_app(
     app.state.registry = registry
     app.state.open_read = bool(open_read)
     app.state.max_upload = int(max_upload)
+    app.state.uploads = anyio.CapacityLimiter(UPLOADS)
+    app.state.heavy = anyio.CapacityLimiter(HEAVY)
     app.state.webhooks = hooks
     if hooks is not None:
         registry._events.listeners.append(hooks.deliver)
@@ -70,5 +80,7 @@ def create_app(
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_pages.router)
     app.add_exception_handler(JaxportError, _errors.jaxport_error_handler)
-    app.add_exception_handler(Exception, _errors.unexpected_error_handler)
+    app.add_exception_handler(RequestValidationError, _errors.validation_error_handler)
+    app.add_exception_handler(HTTPException, _errors.http_error_handler)
+    app.add_middleware(Guard)  # auth before a write's body, body limits, other errors: 500
     return app

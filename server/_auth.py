@@ -10,6 +10,11 @@ Browsers send no ``Authorization`` header: for reads (the ``read`` scope: API re
 pages), the token may also come from the ``jaxport_token`` cookie that the ``/login`` page sets
 (HttpOnly, SameSite=Strict). The header comes first; writes never take the cookie, so a page
 another site makes a browser load cannot write.
+
+A token limited to name prefixes sees only those names: a name it gives outside them is 403
+(before any lookup), and what it reaches without giving a name is as if it did not exist (404
+with the message of a missing one): a digest reference to another name's archive, a blob that
+is not the archive of one of its names' versions (``server/_api_read.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from jaxport._errors import PermissionDeniedError
-from jaxport.registry import TokenInfo
+from jaxport._errors import NotFoundError, PermissionDeniedError
+from jaxport.registry import Registry, TokenInfo, parse_reference
 
-__all__ = ["ANONYMOUS", "COOKIE", "bearer", "check_name", "scope"]
+__all__ = [
+    "ANONYMOUS",
+    "COOKIE",
+    "bearer",
+    "check_name",
+    "check_reached",
+    "check_reference",
+    "scope",
+]
 
 #: The principal of a read without a token on an ``open_read`` server.
 ANONYMOUS = TokenInfo(name="anonymous", scope="read", prefixes=(), created_at=0.0)
@@ -76,3 +89,31 @@ def check_name(principal: TokenInfo, name: str) -> None:
             f"token {principal.name!r} is limited to names starting with "
             f"{', '.join(map(repr, principal.prefixes))}; {name!r} is not one"
         )
+
+
+def check_reference(registry: Registry, principal: TokenInfo, reference: str) -> None:
+    """Refuses a reference outside the token's prefixes: a name it gives is 403 (before any
+    lookup); a digest reference to another name's archive is 404, as if no archive had that
+    digest (a limited token learns no other name).
+
+    Raises:
+        PermissionDeniedError: the reference names a name outside the prefixes.
+        NotFoundError: a digest reference that reaches such a name (or nothing).
+    """
+    name = parse_reference(reference).name
+    if name is not None:
+        check_name(principal, name)
+    elif principal.prefixes:
+        check_reached(principal, reference, registry.get(reference).name)
+
+
+def check_reached(principal: TokenInfo, reference: str, name: str) -> None:
+    """Refuses the name a digest reference reached outside the token's prefixes, as the
+    registry refuses a digest no archive has (a name reference was checked before).
+
+    Raises:
+        NotFoundError: ``name`` is outside the prefixes.
+    """
+    if not principal.allows_name(name):
+        prefix = parse_reference(reference).digest_prefix
+        raise NotFoundError(f"no archive has a digest starting with {prefix}")

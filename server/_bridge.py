@@ -1,25 +1,53 @@
-"""A request body read from a sync route: the ASGI receive loop driven from the worker thread
-(``anyio.from_thread``), one chunk at a time, so a large upload is never held whole."""
+"""A request body read from a worker thread: the ASGI receive loop driven from that thread
+(``anyio.from_thread``), one chunk at a time, so a large upload is never held whole.
+
+A client that sends nothing for ``BODY_IDLE`` seconds, or goes away, ends the read with a typed
+error, so a stalled body holds its thread for a bounded time. The routes that read a body this
+way run in threads of their own (at most ``UPLOADS`` at once): a client that sends slowly,
+however many there are, never takes the threads that other requests are answered in. Long
+writes have theirs too (``HEAVY``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import anyio.from_thread
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
-__all__ = ["iterate_body"]
+from jaxport._errors import InvalidNameError
+
+__all__ = ["BODY_IDLE", "HEAVY", "UPLOADS", "iterate_body"]
+
+#: Seconds a request body may send nothing before its read ends (``InvalidNameError``).
+BODY_IDLE = 60.0
+#: Uploads read at once by one server process; more wait (asynchronously) for a slot.
+UPLOADS = 16
+#: Long writes (commits, audits, verify, gc) run at once by one server process; more wait
+#: (asynchronously) for a slot, so that however many a client starts, reads keep their threads.
+HEAVY = 4
 
 
 def iterate_body(request: Request) -> Iterator[bytes]:
-    """The request body's chunks, read as the caller (a sync route's thread) asks for them."""
+    """The request body's chunks, read as the caller (a worker thread) asks for them.
+
+    Raises:
+        InvalidNameError: no bytes for ``BODY_IDLE`` seconds, or the client went away.
+    """
     stream: AsyncIterator[bytes] = request.stream().__aiter__()
 
     async def following() -> bytes | None:
         try:
-            return await stream.__anext__()
+            with anyio.fail_after(BODY_IDLE):
+                return await stream.__anext__()
         except StopAsyncIteration:
             return None
+        except TimeoutError:
+            raise InvalidNameError(f"the request body sent nothing for {BODY_IDLE:.0f} s") from None
+        except ClientDisconnect:
+            raise InvalidNameError("the client went away before the end of its body") from None
 
     while (chunk := anyio.from_thread.run(following)) is not None:
         if chunk:

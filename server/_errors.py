@@ -2,24 +2,41 @@
 
 Body: ``{"error": {"type": "NotFoundError", "message": "...", "attrs": {...}}}``; ``attrs`` are
 the error's public attributes (``needed``, ``found``, ...), read back by the client
-(``registry/_remote_errors.py``) into the same class. An error that is not a ``JaxportError``
-is a 500 that says only "internal error" (its text could hold anything); the server logs its
-type, never its message.
+(``registry/_http.py``) into the same class. An error that is not a ``JaxportError`` is a 500
+that says only "internal error" (its text could hold anything): ``server/_guard.py`` answers
+it and logs its type, never its message.
+
+Every other error answer of the API has the same body: a query parameter or body field that
+does not fit the route (FastAPI's validation, 422) is an ``InvalidNameError`` naming the field
+(never echoing its value), an HTTP error of the framework (an unknown path 404, a method not
+allowed 405, a body that is not JSON 400, too large 413) an ``HTTPError`` (a
+``RegistryError`` to the client; 400 and 413 an ``InvalidNameError``). ``RESPONSES`` documents
+them in the OpenAPI document.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from jaxport import _errors as e
 
-__all__ = ["error_body", "jaxport_error_handler", "status_of", "unexpected_error_handler"]
-
-_LOG = logging.getLogger("jaxport.server")
+__all__ = [
+    "RESPONSES",
+    "ErrorBody",
+    "ErrorDetail",
+    "error_body",
+    "http_error_handler",
+    "jaxport_error_handler",
+    "plain_body",
+    "status_of",
+    "validation_error_handler",
+]
 
 #: Most specific first: the first class an error is an instance of gives its status.
 _STATUS: tuple[tuple[type[BaseException], int], ...] = (
@@ -40,6 +57,37 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (e.AuditError, 500),
     (e.JaxportError, 400),
 )
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: the error's class name, its message and its public attributes."""
+
+    type: str
+    message: str
+    attrs: dict[str, Any]
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer of the API."""
+
+    error: ErrorDetail
+
+
+#: The error answers of every API route, for the OpenAPI document.
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Bad request: a malformed name, reference, digest, range or body"),
+        (401, "No token, or an unknown, expired or revoked one"),
+        (403, "The token's scope or name prefixes do not allow this"),
+        (404, "Not found"),
+        (409, "Conflict"),
+        (413, "The request body is too large"),
+        (422, "A parameter or body that does not fit, or an archive that is refused"),
+        (500, "Internal error"),
+        (503, "The server is unavailable; retry"),
+    )
+}
 
 #: Attributes an error may carry (each class's documented ones); JSON values only.
 _ATTRS = ("needed", "found", "expected", "supported", "variants", "targets", "fun_name",
@@ -74,7 +122,26 @@ async def jaxport_error_handler(request: Request, error: Exception) -> JSONRespo
     return JSONResponse(body, status_code=code, headers=headers)
 
 
-async def unexpected_error_handler(request: Request, error: Exception) -> JSONResponse:
-    _LOG.error("internal error %s on %s %s", type(error).__name__, request.method, request.url.path)
-    body = {"error": {"type": "InternalError", "message": "internal error", "attrs": {}}}
-    return JSONResponse(body, status_code=500)
+def plain_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer's body without attributes."""
+    return {"error": {"type": kind, "message": message, "attrs": {}}}
+
+
+async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's 422 for a parameter or body that does not fit, as an ``InvalidNameError``
+    naming the first field that does not (its value is never echoed)."""
+    assert isinstance(error, RequestValidationError)
+    problems = error.errors()
+    first = problems[0] if problems else {}
+    where = ".".join(str(x) for x in first.get("loc", ())) or "the request"
+    message = f"{where}: {first.get('msg', 'not valid')}"[:300]
+    return JSONResponse(plain_body("InvalidNameError", message), status_code=422)
+
+
+async def http_error_handler(request: Request, error: Exception) -> JSONResponse:
+    """An HTTP error of the framework (unknown path, method not allowed, ...) in the body of
+    every error answer."""
+    assert isinstance(error, HTTPException)
+    kind = "InvalidNameError" if error.status_code in (400, 413) else "HTTPError"
+    body = plain_body(kind, str(error.detail))
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)

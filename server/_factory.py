@@ -15,11 +15,13 @@ ENV_OPTIONS = "JAXPORT_SERVE_OPTIONS"
 
 
 def options_to_env(
-    url: str | None, blobs: str | None, open_read: bool, webhooks: list[str], secret: str | None
-) -> str:
+    url: str | None, blobs: str | None, open_read: bool, webhooks: list[str], secret: str | None,
+    max_upload: int | None = None,
+) -> str:  # fmt: skip
     """The options of ``jaxport serve`` as the JSON ``app_from_env`` reads."""
     return json.dumps({"url": url, "blobs": blobs, "open_read": open_read,
-                       "webhooks": webhooks, "webhook_secret": secret})  # fmt: skip
+                       "webhooks": webhooks, "webhook_secret": secret,
+                       "max_upload": max_upload})  # fmt: skip
 
 
 def app_from_env() -> FastAPI:
@@ -29,7 +31,9 @@ def app_from_env() -> FastAPI:
 
     options = json.loads(os.environ.get(ENV_OPTIONS, "{}"))
     registry = Registry(options.get("url"), blobs=options.get("blobs"))
+    limits = {"max_upload": options["max_upload"]} if options.get("max_upload") else {}
     return create_app(
         registry, open_read=bool(options.get("open_read")),
         webhooks=options.get("webhooks") or (), webhook_secret=options.get("webhook_secret"),
+        **limits,
     )  # fmt: skip

@@ -29,13 +29,14 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from jaxport._errors import AuthenticationError, JaxportError
 from jaxport.audit import STATUSES
 from jaxport.registry import Registry, TokenInfo
 from jaxport.server import _views as v
 from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
-from jaxport.server._bridge import iterate_body
 from jaxport.server._errors import status_of
 
 __all__ = ["PageRoute", "router"]
@@ -182,22 +183,30 @@ def login_form(request: Request) -> Response:
 
 
 @router.post("/login")
-def login(request: Request) -> Response:
+async def login(request: Request) -> Response:
     """Checks the form's token and stores it in the ``jaxport_token`` cookie (HttpOnly,
     SameSite=Strict, Secure over HTTPS, until the token expires), then goes to ``/``; a bad
-    token gives the form again (401) with the reason, which never shows the token."""
+    token gives the form again (401) with the reason, which never shows the token. The form
+    is read without a thread (anyone may send one, as slowly as they like); the token is
+    checked in one."""
     body = b""
-    for chunk in iterate_body(request):
-        body += chunk
-        if len(body) > _MAX_FORM:
-            return error_page(request, 413, "the form is too large")
-    form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM:
+                return error_page(request, 413, "the form is too large")
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody reads it
+    try:
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    except ValueError:  # more fields than the form has
+        return error_page(request, 422, "the form has too many fields")
     secret = (form.get("token") or [""])[0].strip()
     open_read = request.app.state.open_read
     if not secret:
         return v.render("login.html", 401, error="no token given", open_read=open_read, who=None)
     try:
-        principal = _reg(request).tokens.authenticate(secret)
+        principal = await run_in_threadpool(_reg(request).tokens.authenticate, secret)
         principal.check("read")
     except AuthenticationError as error:
         return v.render("login.html", 401, error=str(error), open_read=open_read, who=None)

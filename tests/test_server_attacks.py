@@ -1,0 +1,504 @@
+"""The registry server against hostile clients: path traversal, out-of-range numbers, hostile
+``Range`` headers, lying or oversized bodies, commits of parts never sent, deep and large JSON,
+tokens where they must not count, a prefix-limited token probing other names, slow bodies and
+concurrent uploads. Each attack gets a typed 4xx (the body of ``server/_errors.py``), never a
+500 and never a hang; after each test the server still answers, and no secret (a token) nor
+a traceback is in any answer or in the server's log.
+
+One ``jaxport serve`` process (SQLite, ``--max-upload 100000``) serves the whole module: ``sin``
+(versions 1 and 2), ``team-cos`` (version 1 holds the same archive as ``sin:2``) and the model
+``mlp``; tokens ``admin``, ``team`` (write, prefix ``team-``) and ``reader`` (read).
+
+Several of these were found by schemathesis against the same server's OpenAPI document, which
+runs for minutes and is not part of the tests::
+
+    schemathesis run http://127.0.0.1:PORT/api/v1/openapi.json -H "Authorization: Bearer $T" \\
+        -c not_a_server_error,response_schema_conformance,status_code_conformance -n 200
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import socket
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _server import Server, admin_token, serving
+
+import jaxport
+
+MAX_UPLOAD = 100_000
+F32 = jnp.float32
+
+
+@dataclasses.dataclass
+class Target:
+    server: Server
+    admin: str
+    team: str
+    reader: str
+    sin1: str  # the archive of sin:1 (hidden from team)
+    shared: str  # the archive of sin:2 and team-cos:1
+    mlp: str  # the model's archive
+    parts: list[str]  # the model's part digests
+
+    @property
+    def api(self) -> str:
+        return f"{self.server.url}/api/v1"
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.admin}"}
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self.admin, self.team, self.reader)
+
+
+def _exported(fn):
+    return jax.export.export(jax.jit(fn))(jax.ShapeDtypeStruct((3,), F32))
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("attacks")
+    db, blobs = f"sqlite:///{tmp / 'registry.db'}", str(tmp / "blobs")
+    rng = np.random.default_rng(0)
+    params = {f"l{i}": rng.standard_normal((8, 8)).astype(np.float32) for i in range(3)}
+    model = jaxport.Model(params, {"f": lambda p, x: x @ p["l0"]},
+                          {"f": [jax.ShapeDtypeStruct((2, 8), F32)]})  # fmt: skip
+    with jaxport.Registry(db, blobs=blobs, upgrade=True) as reg:
+        sin1 = reg.push(_exported(jnp.sin), "sin", aliases=["prod"]).variants[0].digest
+        shared = reg.push(_exported(jnp.cos), "sin").variants[0].digest
+        reg.push(_exported(jnp.cos), "team-cos")
+        mlp = reg.push(model, "mlp").variants[0].digest
+        with reg._engine.connect() as conn:  # the model's part digests, straight from the rows
+            from jaxport.registry._model_parts import parts_of
+
+            variant = reg.get("mlp:1").variants[0]
+            parts = [p.digest for p in parts_of(conn, variant.variant_id)]
+    admin = admin_token(db, blobs)
+    team = admin_token(db, blobs, "team", "write", prefixes=["team-"])
+    reader = admin_token(db, blobs, "reader", "read")
+    extra = ("--max-upload", str(MAX_UPLOAD))
+    with serving(db, blobs, tmp / "serve.log", extra=extra) as server:
+        yield Target(server, admin, team, reader, sin1, shared, mlp, parts)
+
+
+@pytest.fixture
+def t(target):
+    """The module's server; afterwards it must still answer, with a clean log."""
+    start = target.server.log.stat().st_size
+    yield target
+    r = httpx.get(f"{target.api}/names", headers=target.auth(), timeout=10)
+    assert r.status_code == 200 and "sin" in r.json()["names"]
+    log = target.server.log.read_bytes()[start:].decode("utf-8", "replace")
+    assert "Traceback" not in log and "internal error" not in log, log[-3000:]
+    assert not any(secret in log for secret in target.secrets)
+
+
+def _typed(r: httpx.Response, *statuses: int) -> dict:
+    """The error of a typed 4xx answer (one of ``statuses``)."""
+    assert r.status_code in statuses, (r.status_code, r.text[:500])
+    error = r.json()["error"]
+    assert set(error) == {"type", "message", "attrs"}
+    return error
+
+
+def _raw(t: Target, request: bytes, *, hang_up: bool = True, wait: float = 10.0) -> bytes:
+    """What the server answers to hand-written request bytes within ``wait`` seconds;
+    ``hang_up``: the client closes its side after them (else it sends nothing more)."""
+    port = int(t.server.url.rsplit(":", 1)[1])
+    out = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
+        s.sendall(request)
+        if hang_up:
+            s.shutdown(socket.SHUT_WR)
+        try:
+            while not _complete(out) and (chunk := s.recv(65536)):
+                out += chunk
+        except TimeoutError:
+            pass
+    return out
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole answer: its head and ``Content-Length`` bytes."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    return bool(sep) and length is not None and len(body) >= int(length.group(1))
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+# -- paths and parameters -------------------------------------------------------------------
+
+TRAVERSALS = [
+    "/blobs/..%2F..%2Fregistry.db", "/blobs/%2e%2e%2f%2e%2e%2fregistry.db", "/blobs/..",
+    "/blobs/sha256%2F..%2F..%2Fregistry.db", "/blobs/" + "%D9%A0" * 64,  # Arabic-Indic zeros
+    "/blobs/" + "\uff10" * 64, "/blobs/" + "A" * 64, "/blobs/" + "0" * 63 + "%00",
+    "/blobs/" + "0" * 65, "/aliases/..%2F..%2Fetc", "/aliases/%2e%2e/history",
+    "/aliases/sin%00", "/aliases/s%D1%96n", "/aliases/" + "a" * 5000,
+    "/ref?reference=..%2F..%2Fetc%2Fpasswd", "/ref?reference=sha256:..%2F..%2F",
+    "/ref?reference=sin%3A1%00", "/ref?reference=%EF%BC%B3in", "/resolve?reference=sin@..%2F",
+    "/versions?name=..%2Fsin", "/signatures?reference=sin:1/../2", "/diff?a=sin:1&b=..",
+    "/events?name=%2e%2e", "/findings?name=sin%2F..%2Fmlp",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", TRAVERSALS)
+def test_path_traversal_in_digests_and_names(t, path):
+    for method in ("GET", "HEAD"):
+        r = httpx.request(method, t.api + path, headers=t.auth())
+        assert 400 <= r.status_code < 500, (method, path, r.status_code, r.text[:300])
+        if method == "GET":
+            _typed(r, r.status_code)
+            assert b"SQLite format" not in r.content
+    r = httpx.put(t.api + "/blobs/..%2F..%2Fregistry.db", content=b"x", headers=t.auth())
+    _typed(r, 400, 404)
+
+
+NUMBERS = [
+    ("/versions", {"limit": 10**12}), ("/versions", {"limit": 0}), ("/versions", {"limit": -1}),
+    ("/versions", {"after_name": "sin", "after_version": 0}), ("/versions", {"after_name": "sin"}),
+    ("/versions", {"after_version": 1}),
+    ("/versions", {"after_name": "sin", "after_version": 2**40}),
+    ("/events", {"before": -1}), ("/events", {"before": 0}), ("/events", {"before": 2**64}),
+    ("/events", {"limit": 10**6}), ("/search", {"after": 2**64}), ("/search", {"after": -1}),
+    ("/search", {"limit": 10**12}), ("/search", {"nr_devices": 2**40}),
+    ("/search", {"calling_convention_version": 2**70}), ("/findings", {"limit": 10**12}),
+    ("/resolve", {"reference": "sin", "nr_devices": -1}), ("/ref", {"reference": "sin:0"}),
+    ("/ref", {"reference": "sin:99999999999999999999"}), ("/ref", {"reference": "sin:-1"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "params"), NUMBERS, ids=lambda x: str(x)[:40])
+def test_huge_and_negative_numbers(t, path, params):
+    _typed(httpx.get(t.api + path, params=params, headers=t.auth()), 400, 404, 422)
+
+
+@pytest.mark.parametrize("path", ["/events?before=18446744073709551616", "/events?before=-1",
+                                  "/names/sin/99999999999999999999", "/names/sin/-1",
+                                  "/?page=10000000", "/names/sin?page=0"])  # fmt: skip
+def test_pages_refuse_numbers_out_of_range(t, path):
+    r = httpx.get(t.server.url + path, cookies={"jaxport_token": t.reader})
+    assert 400 <= r.status_code < 500 and "<html" in r.text
+
+
+# -- ranges ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("header", "status", "span"), [
+    ("bytes=-0", 400, None), ("bytes=5-1", 400, None), ("bytes=-", 400, None),
+    ("bytes=0-0", 206, (0, 1)), ("bytes=-1", 206, (-1, None)), ("items=0-1", 400, None),
+    ("bytes=" + ",".join(["0-1"] * 1000), 200, (0, None)), ("bytes=0-1,2-3", 200, (0, None)),
+    ("bytes=99999999999999999999999999999-", 400, None),
+    ("bytes=" + "9" * 5000 + "-", 400, None), ("bytes=0-" + "9" * 5000, 206, (0, None)),
+    ("bytes=-" + "9" * 5000, 206, (0, None)), ("bytes=" + "0" * 5000 + "1-2", 206, (1, 3)),
+])  # fmt: skip
+@pytest.mark.parametrize("which", ["function", "model"])
+def test_ranges(t, header, status, span, which):
+    digest = t.sin1 if which == "function" else t.mlp
+    whole = httpx.get(f"{t.api}/blobs/{digest}", headers=t.auth()).content
+    r = httpx.get(f"{t.api}/blobs/{digest}", headers={**t.auth(), "Range": header})
+    if status >= 400:
+        _typed(r, status)
+        return
+    assert r.status_code == status
+    assert r.content == whole[span[0] : span[1]]
+    head = httpx.head(f"{t.api}/blobs/{digest}", headers={**t.auth(), "Range": header})
+    assert head.status_code == status and int(head.headers["content-length"]) == len(r.content)
+
+
+# -- uploads and commits --------------------------------------------------------------------
+
+
+def test_upload_whose_content_length_lies(t):
+    data = b"eleven byte"
+    digest = hashlib.sha256(data).hexdigest()
+    head = f"PUT /api/v1/blobs/{digest} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t.admin}\r\n"
+    request = f"{head}Content-Length: 5\r\nConnection: close\r\n\r\n".encode() + data
+    short = _raw(t, request, hang_up=False)
+    assert _status(short) == 422 and b"IntegrityError" in short  # 5 bytes: another digest
+    cut = _raw(t, f"{head}Content-Length: 100\r\n\r\n".encode() + data)  # then the client hangs up
+    assert cut == b"" or _status(cut) == 400
+    assert _status(_raw(t, f"{head}Content-Length: -5\r\n\r\n".encode() + data)) == 400
+    r = httpx.post(f"{t.api}/blobs/missing", json={"digests": [digest]}, headers=t.auth())
+    assert r.json()["missing"] == [digest]  # nothing stored
+
+
+def test_upload_over_max_upload(t):
+    data = os.urandom(MAX_UPLOAD + 1)
+    digest = hashlib.sha256(data).hexdigest()
+    head = f"PUT /api/v1/blobs/{digest} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t.admin}\r\n"
+    declared = _raw(t, f"{head}Content-Length: {len(data)}\r\n\r\n".encode(), hang_up=False)
+    assert _status(declared) == 413 and b"InvalidNameError" in declared
+
+    def chunked():
+        yield from (data[i : i + 4096] for i in range(0, len(data), 4096))
+
+    r = httpx.put(f"{t.api}/blobs/{digest}", content=chunked(), headers=t.auth())  # no length
+    assert f"at most {MAX_UPLOAD}" in _typed(r, 400)["message"]
+    r = httpx.post(f"{t.api}/blobs/missing", json={"digests": [digest]}, headers=t.auth())
+    assert r.json()["missing"] == [digest]
+
+
+def _commit(t: Target, parts: object, size: int, **kw: object) -> httpx.Response:
+    body = {"name": "team-x", "archives": [{"digest": "1" * 64, "size": size, "parts": parts}]}
+    body.update(kw)
+    return httpx.post(f"{t.api}/versions", json=body, headers=t.auth(), timeout=120)
+
+
+def test_commits_of_hostile_parts(t):
+    data = b"a part"
+    d = hashlib.sha256(data).hexdigest()
+    httpx.put(f"{t.api}/blobs/{d}", content=data, headers=t.auth()).raise_for_status()
+    never = "2" * 64
+    err = _typed(_commit(t, [{"position": 0, "digest": never, "offset": 0, "size": 6}], 6), 422)
+    assert err["type"] == "IntegrityError" and err["attrs"]["expected"] == never
+    overlapping = [{"position": i, "digest": d, "offset": i, "size": 6} for i in range(2)]
+    assert "overlaps" in _typed(_commit(t, overlapping, 7), 400)["message"]
+    negative = [{"position": 0, "digest": d, "offset": -6, "size": 6}]
+    _typed(_commit(t, negative, 0), 400)
+    start = time.monotonic()  # a part 1 TiB in: the zeros before it would be written
+    far = [{"position": 0, "digest": d, "offset": 1 << 40, "size": 6}]
+    assert "padding" in _typed(_commit(t, far, (1 << 40) + 6), 400)["message"]
+    assert time.monotonic() - start < 10
+    for malformed in ([{"digest": d}], [None], "parts", [{"position": "0", "digest": d,
+                                                          "offset": 0, "size": 6}]):  # fmt: skip
+        err = _typed(_commit(t, malformed, 6), 400, 422)
+        assert "server" not in err["message"]  # the request is wrong, not an answer
+    _typed(_commit(t, [{"position": 0, "digest": d, "offset": 0, "size": 6}], 6, vjp_order=-1),
+           400, 422)  # fmt: skip
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        assert "team-x" not in direct.names()
+
+
+def test_commit_of_a_million_parts(t):
+    part = '{"position":0,"digest":"' + "3" * 64 + '","offset":0,"size":0}'
+    body = ('{"name":"team-x","archives":[{"digest":"' + "4" * 64 + '","size":0,"parts":['
+            + ",".join([part] * 10**6) + "]}]}")  # fmt: skip
+    start = time.monotonic()
+    r = httpx.post(f"{t.api}/versions", content=body, timeout=120,
+                   headers={**t.auth(), "Content-Type": "application/json"})  # fmt: skip
+    assert _typed(r, 422)["type"] == "IntegrityError"  # the first part was never uploaded
+    assert time.monotonic() - start < 60
+
+
+def test_deep_and_large_json_bodies(t):
+    json_headers = {**t.auth(), "Content-Type": "application/json"}
+    for path in ("/blobs/missing", "/versions", "/tokens", "/gc"):
+        deep = b"[" * 100_000 + b"]" * 100_000
+        _typed(httpx.post(t.api + path, content=deep, headers=json_headers), 400, 422)
+        nested = b'{"digests": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}"
+        _typed(httpx.post(t.api + path, content=nested, headers=json_headers), 400, 422)
+    fifty = json.dumps({"name": "x" * (50 << 20), "archives": [{}]}).encode()
+    r = httpx.post(f"{t.api}/versions", content=fifty, headers=json_headers, timeout=60)
+    _typed(r, 400, 422)
+    many = json.dumps({"digests": ["0" * 64] * 700_000}).encode()  # ~50 MB, each digest valid
+    r = httpx.post(f"{t.api}/blobs/missing", content=many, headers=json_headers, timeout=60)
+    assert r.status_code == 200 and r.json()["missing"] == ["0" * 64]
+    head = (f"POST /api/v1/versions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t.admin}\r\n"
+            f"Content-Type: application/json\r\n")  # fmt: skip
+    too_large = _raw(t, f"{head}Content-Length: {1 << 30}\r\n\r\n".encode(), hang_up=False)
+    assert _status(too_large) == 413
+
+    def endless():
+        yield b'{"digests": ["'
+        for _ in range(140):
+            yield b"0" * (1 << 20)
+
+    r = httpx.post(f"{t.api}/blobs/missing", content=endless(), headers=json_headers, timeout=60)
+    _typed(r, 413)
+
+
+def test_unauthenticated_writes_are_refused_before_their_body(t):
+    for path in ("/versions", "/blobs/missing", "/blobs/" + "0" * 64, "/gc", "/tokens"):
+        method = "PUT" if path.startswith("/blobs/0") else "POST"
+        for auth in ("", "Authorization: Bearer jxp_unknown\r\n"):
+            request = (f"{method} /api/v1{path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
+                       f"application/json\r\nContent-Length: 1000000000\r\n\r\n{{")  # fmt: skip
+            answer = _raw(t, request.encode(), hang_up=False)  # the 1 GB never comes
+            assert _status(answer) == 401 and b"jxp_unknown" not in answer
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def test_tokens_count_only_in_the_authorization_header(t):
+    for params in ({"token": t.admin}, {"access_token": t.admin}, {"jaxport_token": t.admin}):
+        _typed(httpx.get(f"{t.api}/names", params=params), 401)
+        _typed(httpx.post(f"{t.api}/gc", params=params, json={"dry_run": True}), 401)
+    cookie = {"jaxport_token": t.admin}  # reads only (the pages): never a write
+    for method, path, body in (("POST", "/gc", {"dry_run": True}), ("POST", "/tokens",
+                               {"name": "evil", "scope": "admin"}), ("DELETE", "/names/sin", None),
+                               ("PUT", "/aliases/sin/evil", {"version": 1})):  # fmt: skip
+        r = httpx.request(method, t.api + path, json=body, cookies=cookie)
+        _typed(r, 401)
+    assert httpx.get(f"{t.api}/aliases/sin", headers=t.auth()).json() == {"prod": 1}
+    for header in (f"Basic {t.admin}", f"Token {t.admin}", "Bearer", f"Bearer {t.admin}x",
+                   "Bearer " + "x" * 20_000):  # fmt: skip
+        r = httpx.get(f"{t.api}/names", headers={"Authorization": header})
+        assert t.admin not in _typed(r, 401)["message"]
+
+
+def test_unknown_and_revoked_tokens(t):
+    admin = jaxport.Registry(t.server.url, token=t.admin)
+    made = admin.tokens.create(f"gone-{time.monotonic_ns()}", "read")
+    admin.tokens.revoke(made.info.name)
+    unknown = "jxp_" + "A" * 43
+    times: dict[str, list[float]] = {"revoked": [], "unknown": []}
+    for _ in range(15):
+        for label, secret in (("revoked", made.secret), ("unknown", unknown)):
+            begin = time.perf_counter()
+            r = httpx.get(f"{t.api}/names", headers={"Authorization": f"Bearer {secret}"})
+            times[label].append(time.perf_counter() - begin)
+            assert secret not in r.text and _typed(r, 401)["type"] == "AuthenticationError"
+    # one lookup by the secret's sha256 either way: no oracle worth the name (a loose bound,
+    # the machine is shared)
+    ratio = statistics.median(times["revoked"]) / statistics.median(times["unknown"])
+    assert 0.25 < ratio < 4
+    r = httpx.post(f"{t.server.url}/login", data={"token": made.secret})
+    assert r.status_code == 401 and made.secret not in r.text
+    r = httpx.post(f"{t.server.url}/login", data={"token": t.reader})  # read without a thread
+    assert r.status_code == 303 and "httponly" in r.headers["set-cookie"].lower()
+    assert t.reader not in r.headers["location"]
+    for bad in ("&".join(f"f{i}=1" for i in range(50)), "token=" + "x" * 9000, "token=%ff%00"):
+        r = httpx.post(f"{t.server.url}/login", content=bad,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        assert 400 <= r.status_code < 500
+
+
+def test_limits_of_time_and_expiry(t):
+    for path, body in (("/verify", '{"deep": true, "timeout": %s}'),
+                       ("/audits", '{"reference": "sin:1", "timeout": %s}'),
+                       ("/tokens", '{"name": "far", "expires_in": %s}')):  # fmt: skip
+        for value in ("NaN", "Infinity", "-1", "0", "1e300"):
+            r = httpx.post(t.api + path, content=body % value, timeout=60,
+                           headers={**t.auth(), "Content-Type": "application/json"})  # fmt: skip
+            _typed(r, 400, 422)
+
+
+# -- a prefix-limited token -----------------------------------------------------------------
+
+HIDDEN = re.compile(r"\b(sin|mlp)\b")  # the names outside the team token's prefix
+
+
+def test_prefix_limited_token_learns_no_other_name(t):
+    team = t.auth(t.team)
+    for ref in ("sin", "sin:1", "sin@prod", "mlp"):  # named: refused before any lookup
+        for path, params in _reference_reads(ref):
+            _typed(httpx.get(t.api + path, params=params, headers=team), 403)
+    for ref in (f"sha256:{t.sin1[:12]}", f"sha256:{t.sin1}", f"sha256:{t.mlp}"):
+        for path, params in _reference_reads(ref):  # reached: as if no archive had it
+            error = _typed(httpx.get(t.api + path, params=params, headers=team), 404)
+            assert not HIDDEN.search(error["message"]), (path, ref, error)
+    for path in ("/versions", "/search", "/findings", "/events", "/names",
+                 "/search?fun_name=sin", "/versions?after_name=a&after_version=1"):  # fmt: skip
+        r = httpx.get(t.api + path, headers=team)
+        assert r.status_code == 200 and not HIDDEN.search(r.text), (path, r.text[:300])
+        assert not any(d in r.text for d in (t.sin1, t.mlp, *t.parts))
+    for name in ("sin", "mlp"):
+        for path in (f"/aliases/{name}", f"/aliases/{name}/history", f"/versions?name={name}",
+                     f"/events?name={name}", f"/findings?name={name}"):  # fmt: skip
+            _typed(httpx.get(t.api + path, headers=team), 403)
+    for digest in (t.sin1, t.mlp, *t.parts):  # content-addressed, and still not readable
+        for method in ("GET", "HEAD"):
+            r = httpx.request(method, f"{t.api}/blobs/{digest}", headers=team)
+            assert r.status_code == 404 and not HIDDEN.search(r.text), method
+    r = httpx.get(f"{t.api}/blobs/{t.shared}", headers=team)  # team-cos:1 holds it too
+    assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == t.shared
+    audit = {"reference": f"sha256:{t.sin1[:12]}", "level": "static"}
+    _typed(httpx.post(f"{t.api}/audits", json=audit, headers=team, timeout=120), 404)
+    client = jaxport.Registry(t.server.url, token=t.team)
+    assert hashlib.sha256(client.pull_bytes("team-cos")).hexdigest() == t.shared
+
+
+def _reference_reads(ref: str) -> list[tuple[str, dict[str, str]]]:
+    return [("/ref", {"reference": ref}), ("/resolve", {"reference": ref}),
+            ("/signatures", {"reference": ref}), ("/diff", {"a": ref, "b": "team-cos:1"}),
+            ("/diff", {"a": "team-cos:1", "b": ref})]  # fmt: skip
+
+
+# -- slow and concurrent clients ------------------------------------------------------------
+
+
+def test_slow_bodies_do_not_starve_other_clients(t):
+    """More stalled bodies than the server has threads: uploads (a write token), sign-in forms
+    and unauthenticated writes (none), each sending a few bytes of what it announced."""
+    port = int(t.server.url.rsplit(":", 1)[1])
+    digest = "5" * 64
+    stalled = [
+        f"PUT /api/v1/blobs/{digest} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t.team}\r\n"
+        "Content-Length: 1000\r\n\r\nxxxxx",
+        "POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        "Content-Length: 1000\r\n\r\ntoken=",
+        "POST /api/v1/versions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000\r\n\r\n{",
+    ]
+    sockets = []
+    try:
+        for i in range(150):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(stalled[i % 3].encode())
+            sockets.append(s)
+        time.sleep(1.0)
+        begin = time.monotonic()
+        assert httpx.get(f"{t.api}/names", headers=t.auth(), timeout=10).status_code == 200
+        assert httpx.get(t.server.url + "/", cookies={"jaxport_token": t.reader},
+                         timeout=10).status_code == 200  # fmt: skip
+        assert httpx.get(f"{t.api}/blobs/{t.mlp}", headers=t.auth(), timeout=10).is_success
+        assert time.monotonic() - begin < 10
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_many_concurrent_uploads_of_one_part(t):
+    data = os.urandom(MAX_UPLOAD // 2)
+    digest = hashlib.sha256(data).hexdigest()
+
+    def upload(_: int) -> int:
+        r = httpx.put(f"{t.api}/blobs/{digest}", content=data, headers=t.auth(), timeout=60)
+        return r.status_code
+
+    with ThreadPoolExecutor(24) as pool:
+        assert set(pool.map(upload, range(48))) == {201}
+    r = httpx.get(f"{t.api}/blobs/{digest}", headers=t.auth())
+    assert r.content == data
+    shard = Path(t.server.blobs) / "sha256" / digest[:2]
+    assert [p.name for p in shard.iterdir()] == [digest]  # no temporary file left beside it
+
+
+def test_an_error_after_the_answer_started_cuts_it_short_quietly(t):
+    admin = jaxport.Registry(t.server.url, token=t.admin)
+    data = jaxport.dumps(_exported(jnp.tanh))
+    digest = admin.push(data, "victim").variants[0].digest
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        path = Path(direct.blobs.path(digest))
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    start = t.server.log.stat().st_size
+    with pytest.raises(jaxport.IntegrityError):
+        admin.pull_bytes("victim")
+    with httpx.stream("GET", f"{t.api}/blobs/{digest}", headers=t.auth()) as r:
+        assert r.status_code == 200
+        with pytest.raises(httpx.HTTPError):  # fewer bytes than announced
+            r.read()
+    time.sleep(0.2)
+    log = t.server.log.read_bytes()[start:].decode()
+    assert "cut short: IntegrityError" in log and str(t.server.blobs) not in log
+    admin.delete("victim", force=True)
