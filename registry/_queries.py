@@ -266,7 +266,7 @@ class Queries:
             .distinct()
             .order_by(Model.name)
         )
-        with _db.translating_db_errors(), self._engine.connect() as conn:
+        with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             return list(conn.execute(q).scalars())
 
     def model_variant(self, digest: str) -> VariantInfo | None:
