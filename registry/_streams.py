@@ -1,7 +1,8 @@
 """A stored archive or blob as a stream of chunks, for serving it (``jaxport serve``).
 
 ``BlobStream`` gives a blob's size, then its bytes (or a byte range) a chunk at a time. A whole
-read is verified as it goes: its last chunk is yielded only after the sha256 of everything
+read is verified as it goes (a local file once, while it stays the same file: ``_VERIFIED``):
+its last chunk is yielded only after the sha256 of everything
 before it matches the digest, so a reader that stops at a mismatch never holds a corrupt blob
 (a server's client sees the response end early). A model archive's digest (stored as parts)
 reads its parts in order, each verified before it is yielded. A range read is not verified
@@ -10,7 +11,9 @@ reads its parts in order, each verified before it is yielded. A range read is no
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -21,7 +24,7 @@ from jaxport.registry._model_parts import Part, archive_chunks
 __all__ = ["CHUNK", "BlobStream", "open_stream"]
 
 #: Bytes read and yielded at a time.
-CHUNK = 1 << 20
+CHUNK = 4 << 20
 
 
 class BlobStream:
@@ -44,6 +47,10 @@ class BlobStream:
         if not whole or self._parts is not None:  # a model's parts are each verified
             yield from source
             return
+        identity = _identity(self.blobs, self.digest)
+        if identity is not None and _VERIFIED.get(self.digest) == identity:
+            yield from source  # this very file matched its digest when read before
+            return
         digest = hashlib.sha256()
         held: bytes | None = None
         for chunk in source:
@@ -56,6 +63,10 @@ class BlobStream:
                 f"blob {self.digest} in {self.blobs.url} does not match its digest",
                 expected=self.digest, found=digest.hexdigest(),
             )  # fmt: skip
+        if identity is not None:
+            _VERIFIED[self.digest] = identity
+            while len(_VERIFIED) > _VERIFIED_MAX:
+                _VERIFIED.popitem(last=False)
         if held is not None:
             yield held
 
@@ -82,6 +93,25 @@ class BlobStream:
             position = stop
             if position >= end:
                 return
+
+
+#: Local blob files read whole that matched their digest: digest -> (device, inode, size,
+#: mtime in ns) of the file then. Blobs are written once, by rename, so an unchanged identity
+#: is the same bytes: a whole read of it is not hashed again (a client still checks what it
+#: receives). Corruption that keeps a file's identity (bit rot) is then caught by the reader
+#: and by ``Registry.verify``, not here.
+_VERIFIED: collections.OrderedDict[str, tuple[int, int, int, int]] = collections.OrderedDict()
+_VERIFIED_MAX = 4096
+
+
+def _identity(blobs: BlobStore, digest: str) -> tuple[int, int, int, int] | None:
+    if not isinstance(blobs, LocalBlobStore):
+        return None
+    try:
+        st = os.stat(blobs.path(digest))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _open(blobs: BlobStore, digest: str) -> BinaryIO:
