@@ -299,6 +299,8 @@ class Registry:
             (and see ``push``)
         """
         self._check_writable()
+        for archive in archives:
+            archive.check()  # before a temporary file is made
         with tempfile.TemporaryDirectory(prefix="jaxport-commit-") as tmp:
             paths = [_uploads.assemble(self.blobs, a, tmp) for a in archives]
             return self.push(paths, name, **push)

@@ -46,7 +46,8 @@ import jax.numpy as jnp
 import pytest
 
 import jaxport
-from jaxport.registry import FsspecBlobStore, LocalBlobStore, Stray
+from jaxport.registry import ArchiveParts, FsspecBlobStore, LocalBlobStore, Stray
+from jaxport.registry._uploads import Part
 
 # -- watching the file system -----------------------------------------------------------------
 
@@ -247,6 +248,7 @@ NAME_CALLS: dict[str, Call] = {
     "alias_history(name)": lambda r, s: r.alias_history(s),
     "alias_history(alias)": lambda r, s: r.alias_history("ok", s),
     "audit_results(name)": lambda r, s: r.audit_results(name=s),
+    "events(name)": lambda r, s: r.events(name=s),
 }
 REFERENCE_CALLS: dict[str, Call] = {
     "resolve": lambda r, s: r.resolve(s),
@@ -255,6 +257,7 @@ REFERENCE_CALLS: dict[str, Call] = {
     "pull_model": lambda r, s: r.pull_model(s),
     "pull_file": lambda r, s: r.pull_file(s, os.devnull),  # must raise before writing
     "get": lambda r, s: r.get(s),
+    "inspect": lambda r, s: r.inspect(s),
     "diff(a)": lambda r, s: r.diff(s, "ok:1"),
     "diff(b)": lambda r, s: r.diff("ok:1", s),
     "audit": lambda r, s: r.audit(s, store=False),
@@ -321,7 +324,15 @@ FREE_TEXT_CALLS: dict[str, Call] = {
     "upgrade_report(target)": lambda r, s: r.upgrade_report(s),
     "windows(expiring_before)": lambda r, s: r.windows(expiring_before=s),
 }
-DIGEST_CALLS: dict[str, Call] = {"read_blob": lambda r, s: r.read_blob(s)}
+DIGEST_CALLS: dict[str, Call] = {
+    "read_blob": lambda r, s: r.read_blob(s),
+    "blob_stream": lambda r, s: list(r.blob_stream(s).chunks()),
+    "receive_blob": lambda r, s: r.receive_blob(s, [b"not these bytes"]),
+    "push_parts": lambda r, s: r.push_parts([ArchiveParts(s, 1, (Part(0, s, 0, 1),))], "ok"),
+}
+#: Digests as a question (which of these are missing?): a well-formed one is an answer, not an
+#: error; a malformed one must raise; none may touch a file.
+DIGEST_QUERY_CALLS: dict[str, Call] = {"missing_blobs": lambda r, s: r.missing_blobs([s])}
 #: Every public method of Registry that takes no input an attacker controls as a string.
 NO_STRING_INPUT = {"check_audit_queue", "close", "gc", "names", "verify"}
 
@@ -329,7 +340,14 @@ NO_STRING_INPUT = {"check_audit_queue", "close", "gc", "names", "verify"}
 def test_every_public_registry_method_is_exercised():
     covered = {
         key.split("(")[0]
-        for calls in (NAME_CALLS, REFERENCE_CALLS, PLATFORM_CALLS, FREE_TEXT_CALLS, DIGEST_CALLS)
+        for calls in (
+            NAME_CALLS,
+            REFERENCE_CALLS,
+            PLATFORM_CALLS,
+            FREE_TEXT_CALLS,
+            DIGEST_CALLS,
+            DIGEST_QUERY_CALLS,
+        )
         for key in calls
     }
     public = {n for n in dir(jaxport.Registry) if not n.startswith("_")}
@@ -370,6 +388,8 @@ def _exercise(reg: Any, arena: Arena, real: str) -> list[str]:
         (VERSION_CALLS, names, True),
         (PLATFORM_CALLS, names, True),
         (DIGEST_CALLS, digests, True),
+        (DIGEST_QUERY_CALLS, [d for d in digests if re.fullmatch("[0-9a-f]{64}", d)], False),
+        (DIGEST_QUERY_CALLS, [d for d in digests if not re.fullmatch("[0-9a-f]{64}", d)], True),
         (FREE_TEXT_CALLS, names, False),
     ]
     failures = []
