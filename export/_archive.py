@@ -14,7 +14,15 @@ import flatbuffers
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport._io import atomic_write
 from jaxport._version import __version__
-from jaxport.export import _compat, _container, _custom_calls, _fb, _modules, _vetting
+from jaxport.export import (
+    _compat,
+    _container,
+    _custom_calls,
+    _fb,
+    _modules,
+    _streamed,
+    _vetting,
+)
 from jaxport.export._avals import AvalTables
 from jaxport.export._compress import PARALLEL_BYTES
 from jaxport.export._exported import (
@@ -85,15 +93,28 @@ def dump_chunks(
     exported: Exported, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
 ) -> list[bytes | memoryview]:
     """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
+    chain, first = _planned(exported, vjp_order, metadata)
+    chunks, section, refs = module_section(chain, "the Exported")
+    return [first(refs, section), *chunks]
+
+
+def _planned(
+    exported: Exported, vjp_order: int, metadata: Mapping[str, str] | None
+) -> tuple[list[Any], _streamed.FirstChunk]:
+    """The VJP chain to store and the function that gives the preamble and header for its
+    modules' references and section. Raises: as ``dumps``."""
     if not isinstance(vjp_order, int) or vjp_order < 0:
         raise ValueError(f"vjp_order must be a non-negative int, got {vjp_order!r}")
     entries = metadata_entries(metadata)
     chain = vjp_chain(exported, vjp_order)
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
-    chunks, section, refs = module_section(chain, "the Exported")
-    header = _encode_header(chain, refs, [section], vjp_order, entries)
-    return [_container.encode_preamble(header, FUNCTION_FORMAT_VERSION), header, *chunks]
+
+    def first(refs: list[_modules.ModuleRef], section: _container.Section) -> bytes:
+        header = _encode_header(chain, refs, [section], vjp_order, entries)
+        return _container.encode_preamble(header, FUNCTION_FORMAT_VERSION) + header
+
+    return chain, first
 
 
 def module_section(
@@ -108,25 +129,14 @@ def module_section(
     """
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
     if sum(len(m) for m in modules) < PARALLEL_BYTES:
-        all_targets = _listed_targets(modules, what)  # refused before anything is compressed
+        targets = _modules.writable_targets(modules, what)  # refused before compressing
         chunks, section = _container.compress_section(modules)
     else:
         with ThreadPoolExecutor(1, "jaxport-targets") as pool:
-            listed = pool.submit(_listed_targets, modules, what)
+            listed = pool.submit(_modules.writable_targets, modules, what)
             chunks, section = _container.compress_section(modules)
-            all_targets = listed.result()
-    refs, offset = [], 0
-    for m, targets in zip(modules, all_targets, strict=True):
-        refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
-        offset += len(m)
-    return chunks, section, refs
-
-
-def _listed_targets(modules: list[bytes], what: str) -> list[tuple[str, ...]]:
-    try:
-        return _modules.custom_call_targets(modules)
-    except CorruptArchiveError as e:
-        raise UnsupportedFeatureError(f"cannot write {what}: {e}") from None
+            targets = listed.result()
+    return chunks, section, _modules.module_refs(modules, targets)
 
 
 def metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:
@@ -448,12 +458,19 @@ def save(
 
     The bytes go to a unique temporary file in the same directory, which is flushed, fsynced
     and renamed over ``path``: a reader sees the old file or the whole new one, never a part.
+    Modules of 8 MiB or more are written as zstd compresses them (``_streamed``).
 
     Raises:
         OSError: the directory is missing or not writable.
         UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
     """
-    atomic_write(path, dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
+    chain, first = _planned(exported, vjp_order, metadata)
+    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    if sum(len(m) for m in modules) < PARALLEL_BYTES:
+        chunks, section, refs = module_section(chain, "the Exported")
+        atomic_write(path, [first(refs, section), *chunks])
+    else:
+        _streamed.save_streamed(path, modules, "the Exported", first)
 
 
 def load(

@@ -8,7 +8,11 @@ copied by jaxport. zstd's streaming multi-threaded output does not depend on the
 threads (facebook/zstd#2238, #2327), so the same input gives the same archive on any machine.
 A section whose frame would keep more than ``RAW_ABOVE`` of its bytes (400 MB of random
 constants without their VJP, say) is stored raw (``none``): a reader then copies it instead of
-decompressing it.
+decompressing it. That is known for sure only once the frame has grown past that size, so a
+section of one module (no VJP to repeat its constants) of ``SAMPLED_BYTES`` or more is first
+judged on samples: ``_SAMPLES`` pieces of ``_SAMPLE`` bytes spread across it, each compressed
+alone on one thread (deterministic), whose frames keep more than ``RAW_ABOVE`` of them make it
+raw at once; a 2.5 GiB module of random constants is then written without being compressed.
 
 Tensor sections: ``compress_tensor`` (``Model.save(path, compress=True)``,
 ``_tensor_payloads``).
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import zstandard
 
@@ -28,12 +33,24 @@ from jaxport.export._sections import Section
 from jaxport.export._tensors import THREADS
 from jaxport.schema import fb
 
-__all__ = ["PARALLEL_BYTES", "RAW_ABOVE", "compress_section", "compress_tensor"]
+__all__ = [
+    "PARALLEL_BYTES",
+    "RAW_ABOVE",
+    "SAMPLED_BYTES",
+    "DoesNotPay",
+    "compress_section",
+    "compress_tensor",
+    "frame_chunks",
+    "raw_section",
+]
 
 #: A section whose zstd frame would be more than this fraction of its bytes is stored raw.
 RAW_ABOVE = 0.9
 #: Sections of at least this many bytes (8 MiB) are compressed by zstd's worker threads.
 PARALLEL_BYTES = 8 << 20
+#: A one-module section of at least this many bytes (64 MiB) is first judged on samples.
+SAMPLED_BYTES = 64 << 20
+_SAMPLES, _SAMPLE = 4, 8 << 20
 #: The input is fed to zstd in pieces of this size (views of the modules, not copies).
 _PIECE = 16 << 20
 #: Long-distance matching of large sections: a candidate every 2^10 bytes, matches of at least
@@ -43,6 +60,10 @@ _LDM_HASH_RATE_LOG = 10
 _LDM_MIN_MATCH = 256
 #: The largest zstd window of a tensor section (16 MiB), see ``compress_tensor``.
 _TENSOR_WINDOW_LOG = 24
+
+
+class DoesNotPay(Exception):
+    """A section's zstd frame would keep more than ``RAW_ABOVE`` of its bytes: store it raw."""
 
 
 def compress_section(
@@ -56,26 +77,48 @@ def compress_section(
     caller to place).
     """
     total = sum(len(p) for p in parts)
+    with Sha256Beside(threaded=total >= PARALLEL_BYTES) as digest:
+        try:
+            chunks: list[bytes | memoryview] = list(frame_chunks(parts, digest))
+        except DoesNotPay:
+            return raw_section(parts)
+        stored = sum(len(c) for c in chunks)
+        return chunks, Section(0, stored, fb.Compression.zstd, total, digest.digest())
+
+
+def frame_chunks(parts: Sequence[bytes | memoryview], digest: Sha256Beside) -> Iterator[bytes]:
+    """The zstd frame of ``parts`` (``compress_section``'s), chunk by chunk as zstd makes
+    them, each given to ``digest`` first.
+
+    Raises:
+        DoesNotPay: as soon as the frame has grown past ``RAW_ABOVE`` of the parts' bytes (it
+            can only grow), or at once for one large part whose samples do not compress.
+    """
+    total = sum(len(p) for p in parts)
+    if len(parts) == 1 and total >= SAMPLED_BYTES and not _samples_pay(parts[0]):
+        raise DoesNotPay
     compressor = zstandard.ZstdCompressor(compression_params=_section_parameters(total))
     stream = compressor.compressobj(size=total)
-    chunks: list[bytes | memoryview] = []
     produced, most = 0, RAW_ABOVE * total
-    with Sha256Beside(threaded=total >= PARALLEL_BYTES) as digest:
-        for piece in _pieces(parts):
-            chunk = stream.compress(piece)
-            produced += len(chunk)
-            if produced > most:  # the frame can only grow: it will not pay
-                return _raw_section(parts, total)
-            if chunk:
-                chunks.append(chunk)
-                digest.update(chunk)
-        chunk = stream.flush()
+    for chunk in _outputs(stream, parts):
         produced += len(chunk)
         if produced > most:
-            return _raw_section(parts, total)
-        chunks.append(chunk)
-        digest.update(chunk)
-        return chunks, Section(0, produced, fb.Compression.zstd, total, digest.digest())
+            raise DoesNotPay
+        if chunk:
+            digest.update(chunk)
+            yield chunk
+
+
+def _samples_pay(part: bytes | memoryview) -> bool:
+    """Whether ``_SAMPLES`` pieces of ``part``, spread across it and each compressed alone at
+    the section's level, keep at most ``RAW_ABOVE`` of their bytes."""
+    view = memoryview(part).cast("B")
+    step = len(view) // _SAMPLES
+    compressor = zstandard.ZstdCompressor(level=_level_for(len(view)))
+    stored = sum(
+        len(compressor.compress(view[i * step : i * step + _SAMPLE])) for i in range(_SAMPLES)
+    )
+    return stored <= RAW_ABOVE * _SAMPLES * _SAMPLE
 
 
 def _section_parameters(total: int) -> zstandard.ZstdCompressionParameters:
@@ -92,6 +135,14 @@ def _section_parameters(total: int) -> zstandard.ZstdCompressionParameters:
     )
 
 
+def _outputs(stream: Any, parts: Sequence[bytes | memoryview]) -> Iterator[bytes]:
+    """What ``stream`` (a ``ZstdCompressionObj``) gives for each piece of ``parts``, then for
+    its flush."""
+    for piece in _pieces(parts):
+        yield stream.compress(piece)
+    yield stream.flush()
+
+
 def _pieces(parts: Sequence[bytes | memoryview]) -> Iterator[memoryview]:
     """``parts`` in order, as views of at most ``_PIECE`` bytes."""
     for part in parts:
@@ -100,12 +151,14 @@ def _pieces(parts: Sequence[bytes | memoryview]) -> Iterator[memoryview]:
             yield view[i : i + _PIECE]
 
 
-def _raw_section(
-    parts: Sequence[bytes | memoryview], total: int
+def raw_section(
+    parts: Sequence[bytes | memoryview],
 ) -> tuple[list[bytes | memoryview], Section]:
+    """``parts`` as a raw (``none``) section: the parts themselves and their Section."""
     digest = hashlib.sha256()
     for p in parts:
         digest.update(p)
+    total = sum(len(p) for p in parts)
     return list(parts), Section(0, total, fb.Compression.none, total, digest.digest())
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError
+from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb
 from jaxport.schema import fb
 
@@ -29,8 +29,10 @@ __all__ = [
     "custom_call_targets",
     "decode_module",
     "encode_module",
+    "module_refs",
     "stablehlo_version",
     "without_locations",
+    "writable_targets",
 ]
 
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -89,6 +91,28 @@ def custom_call_targets(
             with _CONTEXT.use(len(m)):
                 results[i] = _targets_of(ir, _parse(ir, m, path), path)
     return results
+
+
+def writable_targets(modules: Sequence[bytes], what: str) -> list[tuple[str, ...]]:
+    """``custom_call_targets(modules)`` for a writer of ``what`` ("the Exported", "the model").
+
+    Raises:
+        UnsupportedFeatureError: a module MLIR cannot parse (where its custom calls must be
+            read).
+    """
+    try:
+        return custom_call_targets(modules)
+    except CorruptArchiveError as e:
+        raise UnsupportedFeatureError(f"cannot write {what}: {e}") from None
+
+
+def module_refs(modules: Sequence[bytes], targets: Sequence[tuple[str, ...]]) -> list[ModuleRef]:
+    """Each module's reference into section 0, where they lie one after the other."""
+    refs, offset = [], 0
+    for m, listed in zip(modules, targets, strict=True):
+        refs.append(ModuleRef(0, offset, len(m), stablehlo_version(m), listed))
+        offset += len(m)
+    return refs
 
 
 def check_readable(data: bytes, *, path: str | None = None) -> None:

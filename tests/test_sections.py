@@ -167,3 +167,26 @@ def test_large_random_constants_are_raw_alone_and_stored_once_with_their_vjp(tmp
             grad = jax.grad(lambda x, f=back.call: jnp.sum(f(x)))(x)
             np.testing.assert_array_equal(grad, exp.call(np.ones_like(x)))  # w
         assert jaxport.dumps(back, vjp_order=order) == path.read_bytes()
+
+
+def test_a_streamed_save_that_cannot_list_custom_calls_leaves_nothing(tmp_path):
+    from jaxport.export import _streamed
+
+    modules = [b"module {" + b" " * (9 * _MB)]  # MLIR text, not MLIR that jaxlib reads
+    with pytest.raises(jaxport.UnsupportedFeatureError, match="cannot write the Exported"):
+        _streamed.save_streamed(tmp_path / "f.jaxport", modules, "the Exported", lambda r, s: b"")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_large_module_is_judged_on_samples():
+    size = _compress.SAMPLED_BYTES + 8 * _MB
+    rng = np.random.default_rng(2)
+    random = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    assert not _compress._samples_pay(random)
+    chunks, section = _compress.compress_section([random])
+    assert section.compression == fb.Compression.none and chunks == [random]
+    mostly_zeros = random[: 4 * _MB] + bytes(size - 4 * _MB)
+    assert _compress._samples_pay(mostly_zeros)
+    chunks, section = _compress.compress_section([mostly_zeros])
+    assert section.compression == fb.Compression.zstd and section.length < 5 * _MB
+    assert _reader(chunks, section).read(0, 0, size) == mostly_zeros
