@@ -62,18 +62,24 @@ def describe(nbytes: int = 256 << 20) -> str:
 
 
 def interleaved(
-    sides: dict[str, tuple[Callable[[], object], Callable[[], object]]], repeat: int
+    sides: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+    repeat: int,
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds of each side's ``fn`` in each of ``repeat`` rounds (after one warm-up round),
     the sides taking turns, each run after its ``before`` (untimed): a slow moment of the
-    machine falls on every side alike."""
+    machine falls on every side alike. ``cpu``, when given, gets each run's CPU seconds (this
+    process's, all its threads: what a side costs when the machine's cores are taken)."""
     times: dict[str, list[float]] = {name: [] for name in sides}
     for round_ in range(repeat + 1):
         for name, (fn, before) in sides.items():
             before()
+            used = time.process_time()
             seconds = _seconds(fn)
             if round_:
                 times[name].append(seconds)
+                if cpu is not None:
+                    cpu.setdefault(name, []).append(time.process_time() - used)
     return times
 
 

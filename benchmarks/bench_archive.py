@@ -7,10 +7,11 @@ weights baked into the module; each VJP module repeats them) and a small MLP who
 arguments. Both sides start from the same Exported (jax-native deserialized, so neither pays
 for re-exporting the VJP) and write to / read from the same directory; the sides take turns
 in every round, each save after its file is removed and every dirty page written out
-(untimed). Prints the best and the median of ``--repeat`` rounds and the ratios jaxport / jax
-of both (the machine is shared and noisy: a ratio holds, a time does not), after a line with
-the machine's load average and its memcpy, zstd, sha256 and blake3 throughput measured in the
-same run.
+(untimed). Prints the best and the median of ``--repeat`` rounds, the ratios jaxport / jax of
+both (the machine is shared and noisy: a ratio holds, a time does not) and the CPU seconds
+each side used (all its threads: what counts when other work takes the cores), after a line
+with the machine's load average and its memcpy, zstd, sha256 and blake3 throughput measured in
+the same run.
 
 - save: ``jaxport.save`` (compress, hash, write, fsync, atomic rename) vs
   ``path.write_bytes(exp.serialize(vjp_order=1))``; "jax + fsync" adds the fsync jaxport does.
@@ -106,6 +107,8 @@ def bench(name: str, live: jax.export.Exported, repeat: int, tmp: Path) -> list[
     def jax_load() -> jax.export.Exported:
         return jax.export.deserialize(bytearray(theirs.read_bytes()))
 
+    cpu_save: dict[str, list[float]] = {}
+    cpu_load: dict[str, list[float]] = {}
     saves = interleaved(
         {
             "jax": (lambda: theirs.write_bytes(exp.serialize(vjp_order=1)), _fresh(theirs)),
@@ -113,6 +116,7 @@ def bench(name: str, live: jax.export.Exported, repeat: int, tmp: Path) -> list[
             "ours": (lambda: jaxport.save(exp, ours, vjp_order=1), _fresh(ours)),
         },
         repeat,
+        cpu_save,
     )
     loads = interleaved(
         {
@@ -122,6 +126,7 @@ def bench(name: str, live: jax.export.Exported, repeat: int, tmp: Path) -> list[
             "ours vjp": (lambda: jaxport.load(ours).vjp(), nothing),
         },
         repeat,
+        cpu_load,
     )
     inspect = interleaved({"ours": (lambda: jaxport.inspect(ours), nothing)}, max(repeat, 50))
     _check_same(exp, jaxport.load(ours), jax_load())
@@ -129,18 +134,31 @@ def bench(name: str, live: jax.export.Exported, repeat: int, tmp: Path) -> list[
     rows = [
         (name, "size (kB)", f"{size_j / 1e3:,.1f}", f"{size_o / 1e3:,.1f}", *_ratio(size_o, size_j))
     ]
-    rows.append(_row(name, "save (s)", saves["jax"], saves["ours"]))
-    rows.append(_row(name, "save vs jax + fsync (s)", saves["jax+fsync"], saves["ours"]))
-    rows.append(_row(name, "load (s)", loads["jax"], loads["ours"]))
-    rows.append(_row(name, "load + vjp() (s)", loads["jax vjp"], loads["ours vjp"]))
+    for measure, times, cpu, theirs_key, ours_key in [
+        ("save (s)", saves, cpu_save, "jax", "ours"),
+        ("save vs jax + fsync (s)", saves, cpu_save, "jax+fsync", "ours"),
+        ("load (s)", loads, cpu_load, "jax", "ours"),
+        ("load + vjp() (s)", loads, cpu_load, "jax vjp", "ours vjp"),
+    ]:
+        rows.append(
+            _row(name, measure, times[theirs_key], times[ours_key])
+            + _cpu(cpu[theirs_key], cpu[ours_key])
+        )
     t_in = best_and_median(inspect["ours"])
-    rows.append((name, "inspect (ms)", "-", f"{t_in[0] * 1e3:.3f} / {t_in[1] * 1e3:.3f}", "-", "-"))
+    inspected = f"{t_in[0] * 1e3:.3f} / {t_in[1] * 1e3:.3f}"
+    rows.append((name, "inspect (ms)", "-", inspected, "-", "-", "-"))
     rows.append(_digests(name, ours))
     return rows
 
 
-def _ratio(ours: float, theirs: float) -> tuple[str, str]:
-    return f"**{ours / theirs:.2f}x**", "-"
+def _ratio(ours: float, theirs: float) -> tuple[str, str, str]:
+    return f"**{ours / theirs:.2f}x**", "-", "-"
+
+
+def _cpu(theirs: list[float], ours: list[float]) -> Row:
+    """The median CPU seconds (all threads) of each side, and their ratio."""
+    t, o = best_and_median(theirs)[1], best_and_median(ours)[1]
+    return (f"{t:.3f} / {o:.3f} ({o / t:.2f}x)",)
 
 
 def _row(name: str, measure: str, theirs: list[float], ours: list[float]) -> Row:
@@ -160,17 +178,17 @@ def _digests(name: str, path: Path) -> Row:
     """sha256 (one thread, the format's) and blake3 (one thread; all CPUs) of the archive's
     stored modules section, the digest ``load`` checks (ms, best of 5)."""
     data = memoryview(path.read_bytes())
-    cells = [f"sha256 {_best_ms(lambda: hashlib.sha256(data).digest()):.1f}"]
+    cells = [f"sha256 {_best_ms(lambda: hashlib.sha256(data).digest()):.3f}"]
     try:
         import blake3
 
-        cells.append(f"blake3 {_best_ms(lambda: blake3.blake3(data).digest()):.1f}")
+        cells.append(f"blake3 {_best_ms(lambda: blake3.blake3(data).digest()):.3f}")
         auto = blake3.blake3.AUTO
         all_cpus = _best_ms(lambda: blake3.blake3(data, max_threads=auto).digest())
-        cells.append(f"blake3 (all CPUs) {all_cpus:.1f}")
+        cells.append(f"blake3 (all CPUs) {all_cpus:.3f}")
     except ImportError:
         cells.append("blake3 not installed")
-    return (name, "digest of the archive (ms)", "-", ", ".join(cells), "-", "-")
+    return (name, "digest of the archive (ms)", "-", ", ".join(cells), "-", "-", "-")
 
 
 def _best_ms(fn: Callable[[], object]) -> float:
@@ -207,10 +225,10 @@ def big(tmp: Path) -> list[Row]:
     t_load = _seconds(lambda: jaxport.load(path, trusted=True))
     size = path.stat().st_size
     return [
-        (name, "jax serialize", said, "-", "-", "-"),
-        (name, "save (s)", "-", f"{t_save:.2f}", "-", "-"),
-        (name, "load(trusted=True) (s)", "-", f"{t_load:.2f}", "-", "-"),
-        (name, "size (MB)", "-", f"{size / 1e6:.1f}", "-", "-"),
+        (name, "jax serialize", said, "-", "-", "-", "-"),
+        (name, "save (s)", "-", f"{t_save:.2f}", "-", "-", "-"),
+        (name, "load(trusted=True) (s)", "-", f"{t_load:.2f}", "-", "-", "-"),
+        (name, "size (MB)", "-", f"{size / 1e6:.1f}", "-", "-", "-"),
     ]
 
 
@@ -240,9 +258,9 @@ def main() -> None:
     print(f"end: {load_average()}")
     print(
         "| input | measure | jax.export (best / median) | jaxport (best / median) "
-        "| ratio of bests | ratio of medians |"
+        "| ratio of bests | ratio of medians | CPU s, jax / jaxport (medians) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 

@@ -16,19 +16,22 @@ round (saves each after its file is removed and every dirty page written out, un
   ``PyTreeCheckpointer().save`` (a new directory each time; fsyncs), when installed.
 - save vs safetensors + fsync: ``save_file`` then an fsync of the file, the durability
   ``Model.save`` gives.
-- sha256 alone: every tensor's sha256 in threads, nothing written: what any writer of the
-  format computes, the floor of a save that records digests on this machine.
-- save after update_params: a model loaded from a file (every tensor verified) with one of its
-  16 big tensors replaced; its 15 verified tensors are not hashed again.
+- sha256 alone (against safetensors + fsync): every tensor's sha256 in threads, nothing
+  written: what any writer of the format computes, the floor of a save that records digests
+  on this machine.
+- save after update_params (against safetensors + fsync): a model loaded from a file (every
+  tensor verified) with one of its 16 big tensors replaced; its 15 verified tensors are not
+  hashed again.
 - load: ``load_model(p).params`` (every tensor's sha256 checked in threads; arrays are views of
   the map) vs safetensors ``load_file`` (copies, checks nothing) vs Orbax ``restore`` as numpy
   arrays.
 - first tensor: ``load_model(p).tensor(path)`` of the small tensor (header, methods and one
   tensor read) vs safetensors ``safe_open(p, "np").get_tensor(key)``.
 
-Prints the best and the median of each, and the ratios jaxport / peer of both (the machine is
-shared and noisy: a ratio holds, a time does not), after a line with the load average and the
-machine's memcpy, zstd, sha256 and blake3 throughput measured in the same run.
+Prints the best and the median of each, the ratios jaxport / peer of both (the machine is
+shared and noisy: a ratio holds, a time does not) and the CPU seconds each side used (all its
+threads: what counts when other work takes the cores), after a line with the load average and
+the machine's memcpy, zstd, sha256 and blake3 throughput measured in the same run.
 Targets (issue 18): save <= 1.0x safetensors + fsync, load with every digest checked <= 0.5x
 safetensors' load, at 1 GB.
 """
@@ -147,8 +150,10 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
     if orbax is not None:
         save_sides["orbax"] = (orbax.save, orbax.next_directory)
         load_sides["orbax"] = (orbax.restore, nothing)
-    saves = interleaved(save_sides, repeat)
-    loads = interleaved(load_sides, repeat)
+    cpu_save: dict[str, Times] = {}
+    cpu_load: dict[str, Times] = {}
+    saves = interleaved(save_sides, repeat, cpu_save)
+    loads = interleaved(load_sides, repeat, cpu_load)
     firsts = interleaved(
         {
             "ours": (lambda: jaxport.load_model(ours).tensor(path), nothing),
@@ -161,25 +166,41 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
     sizes = [ours.stat().st_size, theirs.stat().st_size]
     sizes.append(_tree_size(orbax.directory) if orbax is not None else 0)
     mb = [[s / 2**20] for s in sizes]
+    ms = [[t * 1e3 for t in firsts[k]] for k in ("ours", "st")]
     return [
-        _row("size (MB)", mb[0], mb[1], mb[2] if orbax else None, "{:.1f}"),
-        _row("save (s)", saves["ours"], saves["st"], saves.get("orbax")),
-        _row("save; safetensors + fsync (s)", saves["ours"], saves["st_fsync"], None),
-        _row("sha256 of every tensor alone (s)", saves["sha256"], saves["st"], None),
-        _row("save after update_params of 1 tensor (s)", saves["resave"], saves["st_fsync"], None),
+        _row("size (MB)", mb[0], mb[1], mb[2] if orbax else None, fmt="{:.1f}"),
+        _row("save (s)", saves["ours"], saves["st"], saves.get("orbax"), cpu=(cpu_save, "st")),
+        _row(
+            "save; safetensors + fsync (s)",
+            saves["ours"],
+            saves["st_fsync"],
+            None,
+            cpu=(cpu_save, "st_fsync"),
+        ),
+        _row(
+            "sha256 of every tensor alone (s)",
+            saves["sha256"],
+            saves["st_fsync"],
+            None,
+            cpu=(cpu_save, "st_fsync"),
+            ours_key="sha256",
+        ),
+        _row(
+            "save after update_params of 1 tensor (s)",
+            saves["resave"],
+            saves["st_fsync"],
+            None,
+            cpu=(cpu_save, "st_fsync"),
+            ours_key="resave",
+        ),
         _row(
             "load, jaxport verifies every sha256 (s)",
             loads["ours"],
             loads["st"],
             loads.get("orbax"),
+            cpu=(cpu_load, "st"),
         ),
-        _row(
-            "first tensor, mapped (ms)",
-            [t * 1e3 for t in firsts["ours"]],
-            [t * 1e3 for t in firsts["st"]],
-            None,
-            "{:.2f}",
-        ),
+        _row("first tensor, mapped (ms)", ms[0], ms[1], None, fmt="{:.2f}"),
     ]
 
 
@@ -211,17 +232,30 @@ def _updated(model: jaxport.Model, path: Path) -> jaxport.Model:
 
 
 def _row(
-    measure: str, ours: Times, st: Times, orbax: Times | None, fmt: str = "{:.3f}"
+    measure: str,
+    ours: Times,
+    st: Times,
+    orbax: Times | None,
+    *,
+    fmt: str = "{:.3f}",
+    cpu: tuple[dict[str, Times], str] | None = None,
+    ours_key: str = "ours",
 ) -> tuple[str, ...]:
     """A table row: best / median of the three, jaxport / safetensors of the bests (and of
-    the medians), jaxport / Orbax of the bests."""
+    the medians), jaxport / Orbax of the bests, and from ``cpu`` (CPU seconds by side, and
+    the safetensors side's key) the median CPU seconds of jaxport and safetensors."""
     (ob, om), (sb, sm) = best_and_median(ours), best_and_median(st)
-    cells = [f"{fmt.format(b)} / {fmt.format(m)}" for b, m in (best_and_median(ours), (sb, sm))]
+    cells = [f"{fmt.format(b)} / {fmt.format(m)}" for b, m in ((ob, om), (sb, sm))]
     cells.append(
         "-" if orbax is None else " / ".join(fmt.format(v) for v in best_and_median(orbax))
     )
     ratio_orbax = f"{ob / min(orbax):.2f}x" if orbax is not None else "-"
-    return (measure, *cells, f"**{ob / sb:.2f}x** ({om / sm:.2f}x)", ratio_orbax)
+    used = "-"
+    if cpu is not None:
+        times, peer = cpu
+        o, t = best_and_median(times[ours_key])[1], best_and_median(times[peer])[1]
+        used = f"{o:.3f} / {t:.3f} ({o / t:.2f}x)"
+    return (measure, *cells, f"**{ob / sb:.2f}x** ({om / sm:.2f}x)", ratio_orbax, used)
 
 
 def _check_same(params: dict[str, np.ndarray], *loaded: dict[str, np.ndarray]) -> None:
@@ -256,9 +290,10 @@ def main() -> None:
     print(f"end: {load_average()}")
     print(
         "| measure | jaxport (best / median) | safetensors | Orbax "
-        "| jaxport / safetensors, bests (medians) | jaxport / Orbax, bests |"
+        "| jaxport / safetensors, bests (medians) | jaxport / Orbax, bests "
+        "| CPU s, jaxport / safetensors (medians) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
 
