@@ -5,7 +5,8 @@ and the primal module decompressed from the page cache, with no copy of the file
 process (400 MB: 0.2 s of memcpy saved), and the VJP modules are decompressed from the same map
 when ``.vjp()`` asks for them. The file must therefore not be changed in place while the
 function is in use (as for ``load_model``); ``jaxport.save`` replaces a file by renaming a new
-one over it, which leaves a mapped one intact.
+one over it, which leaves a mapped one intact. On Windows, where a mapped file cannot be
+replaced, the file is read.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ MAP_BYTES = 1 << 20
 
 def read_archive_file(path: str | os.PathLike[str]) -> bytes | Any:
     """The bytes of the regular file ``path``: a read-only ``mmap.mmap`` of it from
-    ``MAP_BYTES`` on (typed ``Any``: numpy's and typeshed's buffer types disagree), else
-    ``bytes``.
+    ``MAP_BYTES`` on, on POSIX systems (typed ``Any``: numpy's and typeshed's buffer types
+    disagree), else ``bytes``.
 
     Raises:
         OSError: the file cannot be opened, read or mapped.
@@ -34,6 +35,6 @@ def read_archive_file(path: str | os.PathLike[str]) -> bytes | Any:
             before anything is read.
     """
     with open_regular(path, CorruptArchiveError, max_size=DEFAULT_MAX_READ) as f:
-        if os.fstat(f.fileno()).st_size >= MAP_BYTES:
+        if os.name == "posix" and os.fstat(f.fileno()).st_size >= MAP_BYTES:
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return read_regular(path, CorruptArchiveError)

@@ -190,3 +190,14 @@ def test_one_large_module_is_judged_on_samples():
     chunks, section = _compress.compress_section([mostly_zeros])
     assert section.compression == fb.Compression.zstd and section.length < 5 * _MB
     assert _reader(chunks, section).read(0, 0, size) == mostly_zeros
+
+
+def test_a_mapped_archive_replaced_by_save_still_gives_its_vjp(tmp_path):
+    exp = _constants(2 * _MB)  # over _mapped.MAP_BYTES: load maps the file
+    path = tmp_path / "f.jaxport"
+    jaxport.save(exp, path, vjp_order=1)
+    back = jaxport.load(path)
+    jaxport.save(_constants(2 * _MB + 4), path)  # renamed over the mapped file
+    x = np.ones(exp.in_avals[0].shape, np.float32)
+    grad = jax.grad(lambda x: jnp.sum(back.call(x)))(x)
+    np.testing.assert_array_equal(grad, exp.call(x))
