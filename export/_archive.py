@@ -6,21 +6,31 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import flatbuffers
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
-from jaxport._files import read_regular
 from jaxport._io import atomic_write
 from jaxport._version import __version__
-from jaxport.export import _compat, _container, _custom_calls, _fb, _modules, _vetting
+from jaxport.export import (
+    _compat,
+    _container,
+    _custom_calls,
+    _fb,
+    _modules,
+    _streamed,
+    _vetting,
+)
 from jaxport.export._avals import AvalTables
+from jaxport.export._compress import PARALLEL_BYTES
 from jaxport.export._exported import (
     check_calling_convention_version,
     decode_exported,
     encode_exported,
 )
+from jaxport.export._mapped import read_archive_file
 from jaxport.export._verdicts import VerdictCache
 from jaxport.export._versions import FUNCTION_FORMAT_VERSION
 from jaxport.export._window_check import check_header_window
@@ -81,39 +91,52 @@ def dumps(
 
 def dump_chunks(
     exported: Exported, *, vjp_order: int = 0, metadata: Mapping[str, str] | None = None
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
+    chain, first = _planned(exported, vjp_order, metadata)
+    chunks, section, refs = module_section(chain, "the Exported")
+    return [first(refs, section), *chunks]
+
+
+def _planned(
+    exported: Exported, vjp_order: int, metadata: Mapping[str, str] | None
+) -> tuple[list[Any], _streamed.FirstChunk]:
+    """The VJP chain to store and the function that gives the preamble and header for its
+    modules' references and section. Raises: as ``dumps``."""
     if not isinstance(vjp_order, int) or vjp_order < 0:
         raise ValueError(f"vjp_order must be a non-negative int, got {vjp_order!r}")
     entries = metadata_entries(metadata)
     chain = vjp_chain(exported, vjp_order)
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
-    chunks, section, refs = module_section(chain, "the Exported")
-    header = _encode_header(chain, refs, [section], vjp_order, entries)
-    return [_container.encode_preamble(header, FUNCTION_FORMAT_VERSION), header, *chunks]
+
+    def first(refs: list[_modules.ModuleRef], section: _container.Section) -> bytes:
+        header = _encode_header(chain, refs, [section], vjp_order, entries)
+        return _container.encode_preamble(header, FUNCTION_FORMAT_VERSION) + header
+
+    return chain, first
 
 
 def module_section(
     chain: Sequence[Any], what: str
-) -> tuple[list[bytes], _container.Section, list[_modules.ModuleRef]]:
-    """Section 0: the modules of ``chain`` (Exported, in order) compressed together, the
-    Section (offset 0) and each module's reference into it (custom calls listed from the bytes).
+) -> tuple[list[bytes | memoryview], _container.Section, list[_modules.ModuleRef]]:
+    """Section 0: the modules of ``chain`` (Exported, in order) compressed together (or raw,
+    see ``_compress.compress_section``), the Section (offset 0) and each module's reference
+    into it (custom calls listed from the bytes, in a thread while large modules compress).
 
     Raises:
         UnsupportedFeatureError: a module MLIR cannot parse where its custom calls must be read.
     """
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
-    try:
-        all_targets = _modules.custom_call_targets(modules)
-    except CorruptArchiveError as e:
-        raise UnsupportedFeatureError(f"cannot write {what}: {e}") from None
-    chunks, section = _container.compress_section(modules)
-    refs, offset = [], 0
-    for m, targets in zip(modules, all_targets, strict=True):
-        refs.append(_modules.ModuleRef(0, offset, len(m), _modules.stablehlo_version(m), targets))
-        offset += len(m)
-    return chunks, section, refs
+    if sum(len(m) for m in modules) < PARALLEL_BYTES:
+        targets = _modules.writable_targets(modules, what)  # refused before compressing
+        chunks, section = _container.compress_section(modules)
+    else:
+        with ThreadPoolExecutor(1, "jaxport-targets") as pool:
+            listed = pool.submit(_modules.writable_targets, modules, what)
+            chunks, section = _container.compress_section(modules)
+            targets = listed.result()
+    return chunks, section, _modules.module_refs(modules, targets)
 
 
 def metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]]:
@@ -403,8 +426,14 @@ def checked_module_reader(
                 _custom_calls.check_allowed(
                     r.custom_call_targets, policy.allowed, vjp_order=o, path=path
                 )
-        data = reader.read(ref.section, ref.offset, ref.length)
-        _vetting.vet_module(data, ref, fields, policy, order=order, method=method, path=path)
+        digest = None
+        if policy.trusted:  # no verdict to look up
+            data = reader.read(ref.section, ref.offset, ref.length)
+        else:
+            data, digest = reader.read_hashed(ref.section, ref.offset, ref.length)
+        _vetting.vet_module(
+            data, ref, fields, policy, order=order, method=method, path=path, sha256=digest
+        )
         return data
 
     return read_module
@@ -429,12 +458,19 @@ def save(
 
     The bytes go to a unique temporary file in the same directory, which is flushed, fsynced
     and renamed over ``path``: a reader sees the old file or the whole new one, never a part.
+    Modules of 8 MiB or more are written as zstd compresses them (``_streamed``).
 
     Raises:
         OSError: the directory is missing or not writable.
         UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
     """
-    atomic_write(path, dump_chunks(exported, vjp_order=vjp_order, metadata=metadata))
+    chain, first = _planned(exported, vjp_order, metadata)
+    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    if sum(len(m) for m in modules) < PARALLEL_BYTES:
+        chunks, section, refs = module_section(chain, "the Exported")
+        atomic_write(path, [first(refs, section), *chunks])
+    else:
+        _streamed.save_streamed(path, modules, "the Exported", first)
 
 
 def load(
@@ -449,17 +485,21 @@ def load(
 ) -> Exported:
     """Reads the archive at ``path``; see ``loads`` for the arguments, checks and errors.
 
+    A file of 1 MiB or more is memory-mapped, not read (``_mapped``): the VJP modules are
+    decompressed from the map when ``.vjp()`` asks for them, so the file must not be changed
+    in place meanwhile (``save`` renames a new file over the old one, which is safe).
+
     Raises:
-        OSError: the file cannot be read.
+        OSError: the file cannot be read or mapped.
         CorruptArchiveError: also a path that is not a regular file (a FIFO, a device), or one
             over 64 GiB, refused before anything is read.
         IntegrityError, UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError,
             OutsideJaxWindowError, TypeError, ValueError: see ``loads``; their message names
             the file.
     """
-    data = read_regular(path, CorruptArchiveError)
+    data = read_archive_file(path)
     return loads(
-        data,
+        memoryview(data),
         allow_unsupported_calling_convention=allow_unsupported_calling_convention,
         allow_custom_calls=allow_custom_calls,
         max_compression_ratio=max_compression_ratio,

@@ -13,20 +13,23 @@ The reader checks, in this order: magic, version, flags, header length <= cap an
 input, header digest, (then the FlatBuffer, by the caller), the number of sections and every
 section range, every declared decompressed size against the compression-ratio bound, every
 section digest, and decompression bounded by the declared sizes.
+
+Sections are written by ``_compress`` and read by ``_section_reader`` (``Section``,
+``SectionReader``, ``compress_section`` and ``compress_tensor`` are re-exported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import struct
 from collections.abc import Sequence
 
-import zstandard
-
 from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
 from jaxport.export import _limits
+from jaxport.export._compress import compress_section, compress_tensor
+from jaxport.export._section_reader import SectionReader
+from jaxport.export._sections import Section
 from jaxport.export._versions import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
@@ -67,7 +70,6 @@ MAX_SECTIONS = 1024
 MAX_MODEL_SECTIONS = 2**16
 #: The default bound on a section's declared decompressed size over its stored size.
 MAX_COMPRESSION_RATIO = _limits.MAX_COMPRESSION_RATIO
-_MAX_WINDOW_LOG = 31
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +79,6 @@ class Preamble:
     format_version: int
     header_length: int
     header_sha256: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-    """A payload section: ``offset`` is from the start of the payload; sizes in bytes."""
-
-    offset: int
-    length: int
-    compression: int
-    uncompressed_length: int
-    sha256: bytes
 
 
 def encode_preamble(header: bytes, format_version: int = 1) -> bytes:
@@ -264,249 +255,3 @@ def check_padding(
                 f"non-zero padding before section {i}", offset=payload_start + position, path=path
             )
         position = s.offset + s.length
-
-
-#: The largest zstd window of a tensor section (16 MiB), see ``compress_tensor``.
-_TENSOR_WINDOW_LOG = 24
-
-
-def compress_section(parts: Sequence[bytes | memoryview]) -> tuple[list[bytes], Section]:
-    """zstd-compresses ``parts`` as one frame with long-distance matching.
-
-    Long-distance matching finds the constants that the primal and each VJP module repeat
-    across tens of MB, so they are stored about once. The parameters depend only on the
-    input's size, so the output is deterministic. Returns the stored chunks and the Section
-    (``offset`` 0, for the caller to place).
-    """
-    total = sum(len(p) for p in parts)
-    params = zstandard.ZstdCompressionParameters.from_level(
-        _level_for(total),
-        window_log=_window_log(total, _MAX_WINDOW_LOG),
-        enable_ldm=True,
-        write_content_size=True,
-    )
-    compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=total)
-    chunks = [c for c in (compressor.compress(p) for p in parts) if c]
-    chunks.append(compressor.flush())
-    return chunks, _frame_section(chunks, total)
-
-
-def compress_tensor(data: memoryview, at_most: float = 1.0) -> tuple[list[bytes], Section] | None:
-    """One zstd frame of a tensor's bytes (level 3, content size written), streamed in 4 MiB
-    pieces; None as soon as the frame grows past ``at_most`` times the bytes read so far (and
-    1 MiB, the output's lag): an incompressible tensor costs no frame of its size. The window
-    is at most ``2**_TENSOR_WINDOW_LOG``: a tensor repeats little at long range, and a window
-    the size of a large tensor would cost the writer that much memory per thread. Returns the
-    frame's chunks and its Section (``offset`` 0)."""
-    params = zstandard.ZstdCompressionParameters.from_level(
-        3, window_log=_window_log(len(data), _TENSOR_WINDOW_LOG), write_content_size=True
-    )
-    compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=len(data))
-    piece, produced, chunks = 4 * 2**20, 0, []
-    for i in range(0, len(data), piece):
-        chunk = compressor.compress(data[i : i + piece])
-        produced += len(chunk)
-        if produced > at_most * (i + piece) + 2**20:
-            return None
-        if chunk:
-            chunks.append(chunk)
-    chunks.append(compressor.flush())
-    return chunks, _frame_section(chunks, len(data))
-
-
-def _window_log(total: int, most: int) -> int:
-    """The zstd window for ``total`` input bytes: their next power of two, within 2^10..2^most."""
-    return min(most, max(10, math.ceil(math.log2(max(total, 1)))))
-
-
-def _frame_section(chunks: Sequence[bytes], total: int) -> Section:
-    """The Section (``offset`` 0) of a zstd frame stored as ``chunks``, ``total`` bytes
-    decompressed: its stored length and the sha256 of the stored bytes."""
-    digest = hashlib.sha256()
-    for c in chunks:
-        digest.update(c)
-    stored = sum(len(c) for c in chunks)
-    return Section(0, stored, fb.Compression.zstd, total, digest.digest())
-
-
-def _level_for(total: int) -> int:
-    # Below 1 MiB, modules are mostly code: entropy coding pays and costs little time.
-    # Above, they are mostly constants: fast mode keeps literals raw, so decompression runs at
-    # memory speed, and long-distance matching still removes the repeats.
-    return 3 if total < 2**20 else -1
-
-
-class SectionReader:
-    """Verifies and decompresses sections of one archive, on demand, with bounded output.
-
-    A section's declared decompressed size is believed only up to ``max_compression_ratio``
-    times its stored size (or ``_limits.RATIO_FREE_BYTES``), and so is the total of all zstd
-    sections (``_limits.within_ratio``), checked when the reader is made.
-    A section's digest is checked once, before its bytes reach the decompressor, and the
-    decompressor never writes more than the declared size. A prefix of a section can be
-    decompressed alone, so loading the primal module does not pay for the VJPs.
-
-    Raises:
-        CorruptArchiveError: a section declares more decompressed bytes than the ratio allows.
-    """
-
-    def __init__(
-        self,
-        payload: memoryview,
-        sections: Sequence[Section],
-        *,
-        payload_start: int,
-        path: str | None,
-        max_compression_ratio: float = _limits.MAX_COMPRESSION_RATIO,
-    ):
-        self._payload = payload
-        self._sections = sections
-        self._payload_start = payload_start
-        self._path = path
-        self._verified: set[int] = set()
-        self._decompressed: dict[int, bytes | bytearray] = {}
-        for i, s in enumerate(sections):
-            self._check_ratio(i, s, max_compression_ratio)
-        self._check_total_ratio(max_compression_ratio)
-
-    def _check_ratio(self, index: int, s: Section, ratio: float) -> None:
-        within = _limits.within_ratio(s.uncompressed_length, s.length, ratio)
-        if s.compression == fb.Compression.zstd and not within:
-            raise CorruptArchiveError(
-                f"section {index} declares {s.uncompressed_length} bytes decompressed from "
-                f"{s.length} stored, a ratio over the limit of {ratio:g} (pass a larger "
-                "max_compression_ratio to read an archive known to be this compressible)",
-                offset=self._payload_start + s.offset,
-                path=self._path,
-            )
-
-    def _check_total_ratio(self, ratio: float) -> None:
-        zstd = [s for s in self._sections if s.compression == fb.Compression.zstd]
-        declared, stored = sum(s.uncompressed_length for s in zstd), sum(s.length for s in zstd)
-        if not _limits.within_ratio(declared, stored, ratio):
-            raise CorruptArchiveError(
-                f"{len(zstd)} zstd sections {_which(zstd, self._sections)}declare {declared} bytes "
-                f"decompressed from {stored} "
-                f"stored, a ratio over the limit of {ratio:g} (pass a larger "
-                "max_compression_ratio to read an archive known to be this compressible)",
-                path=self._path,
-            )
-
-    def check(self, index: int, offset: int, length: int) -> None:
-        """Checks that ``[offset, offset + length)`` lies in section ``index`` decompressed.
-
-        Raises:
-            CorruptArchiveError: no such section, or a range outside it.
-        """
-        if not 0 <= index < len(self._sections):
-            raise CorruptArchiveError(
-                f"module refers to section {index}, which does not exist", path=self._path
-            )
-        size = self._sections[index].uncompressed_length
-        if offset + length > size:
-            raise CorruptArchiveError(
-                f"range [{offset}, {offset + length}) outside section {index} of {size} bytes",
-                path=self._path,
-            )
-
-    def read(self, index: int, offset: int, length: int) -> bytes:
-        """Bytes ``[offset, offset + length)`` of section ``index`` after decompression.
-
-        Raises:
-            CorruptArchiveError: no such section, a range outside it, or a zstd frame that does
-                not decompress to exactly its declared size.
-            IntegrityError: the section's stored bytes do not match its digest.
-        """
-        self.check(index, offset, length)
-        s = self._sections[index]
-        stored = self._stored(index)
-        if s.compression == fb.Compression.none:
-            return bytes(stored[offset : offset + length])
-        data = self._decompressed.get(index, b"")
-        if len(data) < offset + length:
-            data = self._decompress(index, stored, offset + length)
-            self._decompressed[index] = data
-        if isinstance(data, bytes) and (offset, length) == (0, len(data)):
-            return data
-        return bytes(data[offset : offset + length])
-
-    def _stored(self, index: int) -> memoryview:
-        s = self._sections[index]
-        stored = self._payload[s.offset : s.offset + s.length]
-        if index not in self._verified:
-            found = hashlib.sha256(stored).digest()
-            if found != s.sha256:
-                raise IntegrityError(
-                    f"section {index} digest mismatch",
-                    expected=s.sha256.hex(),
-                    found=found.hex(),
-                    offset=self._payload_start + s.offset,
-                    path=self._path,
-                )
-            self._verified.add(index)
-        return stored
-
-    def _decompress(self, index: int, stored: memoryview, end: int) -> bytes | bytearray:
-        s = self._sections[index]
-        where = self._payload_start + s.offset
-        try:
-            content_size = zstandard.frame_content_size(stored)
-        except zstandard.ZstdError as e:
-            raise CorruptArchiveError(
-                f"section {index} is not a zstd frame: {e}", offset=where, path=self._path
-            ) from None
-        if content_size != s.uncompressed_length:
-            raise CorruptArchiveError(
-                f"section {index}'s zstd frame holds {content_size} bytes, the header declares "
-                f"{s.uncompressed_length}",
-                offset=where,
-                path=self._path,
-            )
-        dctx = zstandard.ZstdDecompressor(max_window_size=2**_MAX_WINDOW_LOG)
-        data: bytes | bytearray
-        try:
-            if end == s.uncompressed_length:
-                data = dctx.decompress(  # one frame, nothing after it (no polyglots)
-                    stored, max_output_size=s.uncompressed_length, allow_extra_data=False
-                )
-            else:
-                data = _decompress_prefix(dctx, stored, end)
-        except zstandard.ZstdError as e:
-            raise CorruptArchiveError(
-                f"section {index} does not decompress: {e}", offset=where, path=self._path
-            ) from None
-        except MemoryError:  # within the ratio bound, but more than this process may allocate
-            raise CorruptArchiveError(
-                f"section {index} declares {s.uncompressed_length} bytes decompressed from "
-                f"{s.length}, more than this process can allocate (the default bound is "
-                f"{_limits.MAX_COMPRESSION_RATIO:g}x: max_compression_ratio lowers it)",
-                offset=where,
-                path=self._path,
-            ) from None
-        if len(data) < end:
-            raise CorruptArchiveError(
-                f"section {index} decompresses to {len(data)} bytes, fewer than {end} declared",
-                offset=where,
-                path=self._path,
-            )
-        return data
-
-
-def _which(zstd: Sequence[Section], sections: Sequence[Section]) -> str:
-    """``(the modules and N tensors) `` where the first zstd section is the modules'."""
-    if len(zstd) > 1 and zstd[0] is sections[0]:
-        return f"(the modules and {len(zstd) - 1} tensors) "
-    return ""
-
-
-def _decompress_prefix(dctx: zstandard.ZstdDecompressor, stored: memoryview, end: int) -> bytearray:
-    """The first ``end`` bytes (or fewer, at the frame's end) in one buffer of ``end`` bytes."""
-    out = bytearray(end)
-    view = memoryview(out)
-    filled = 0
-    with dctx.stream_reader(stored, read_size=2**20) as reader:
-        while filled < end and (n := reader.readinto(view[filled:])):
-            filled += n
-    view.release()
-    del out[filled:]
-    return out

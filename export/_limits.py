@@ -37,6 +37,7 @@ __all__ = [
     "MAX_PYTREE_NODES",
     "MAX_RANK",
     "MAX_SYMBOLIC_CHARS",
+    "MAX_WINDOW_LOG",
     "RATIO_FREE_BYTES",
     "Budget",
     "charge",
@@ -86,6 +87,8 @@ MAX_COMPRESSION_RATIO = 1000
 #: Sections that decompress to at most this many bytes are believed at any ratio; the same
 #: allowance holds for all the zstd sections of an archive together (``within_ratio``).
 RATIO_FREE_BYTES = 16 * 2**20
+#: The largest zstd window (log2, bytes) a writer uses and a reader accepts: 2 GiB.
+MAX_WINDOW_LOG = 31
 #: The work budget of a header, in bytes read: ``BUDGET_FACTOR * len(header) + BUDGET_SLACK``.
 BUDGET_FACTOR = 4
 BUDGET_SLACK = 64 * 2**10

@@ -409,9 +409,10 @@ class Model:
         """Writes ``dumps(compress=compress)`` to ``path`` atomically (a temporary file renamed
         over it).
 
-        The tensors are written first; their digests are computed (in threads, one per core)
-        while the disk writes them, then the header, which holds the digests, is written over
-        a placeholder of its size and the file is fsynced. A tensor read from an archive is
+        The tensors are written first, hashed meanwhile by threads one short of the cores
+        (the writes keep one), then by every core while the disk writes them; the header,
+        which holds the digests, is written over a placeholder of its size and the file is
+        fsynced. A tensor read from an archive is
         not hashed again: it was checked against its digest when it was read.
 
         Raises:
@@ -419,7 +420,10 @@ class Model:
             UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
         """
         chunks, head = _model_archive.model_chunks(self._contents(compress))
-        atomic_write(path, chunks, head=head)
+        try:
+            atomic_write(path, chunks, head=head)
+        finally:
+            head.cancel()  # a failed write stops the hashing (a written file's is done)
 
     def _check_method(self, name: str, exp: Any) -> None:
         n = len(self._store)

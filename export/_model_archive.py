@@ -34,6 +34,7 @@ from jaxport.export._exported import (
     decode_exported,
     encode_exported,
 )
+from jaxport.export._hashing import Sha256Jobs
 from jaxport.export._tensor_payloads import TensorPayload, tensor_payloads
 from jaxport.export._versions import COMPRESSED_MODEL_FORMAT_VERSION, MODEL_FORMAT_VERSION
 from jaxport.schema import FILE_IDENTIFIER, fb
@@ -41,6 +42,7 @@ from jaxport.schema import FILE_IDENTIFIER, fb
 __all__ = [
     "MAX_METHODS",
     "ModelContents",
+    "ModelHead",
     "ModelHeader",
     "check_model_table",
     "dump_model_chunks",
@@ -93,16 +95,16 @@ def dump_model_chunks(contents: ModelContents) -> list[bytes | memoryview]:
     return [head(), *chunks[1:]]
 
 
-def model_chunks(
-    contents: ModelContents,
-) -> tuple[list[bytes | memoryview], Callable[[], bytes]]:
+def model_chunks(contents: ModelContents) -> tuple[list[bytes | memoryview], ModelHead]:
     """The chunks of ``dump_model_chunks``, the first (preamble and header) a placeholder of
-    the same length, and ``head()``, which gives the real first chunk.
+    the same length, and ``head``, whose call gives the real first chunk.
 
-    ``head()`` computes the digests the header holds (each tensor's sha256, in threads: hashlib
-    releases the GIL; a digest in ``contents.known_digests`` is taken as it is), so a writer
-    writes the other chunks first, then ``head()`` over the placeholder while the disk writes
-    them (``atomic_write(path, chunks, head=head)``). Raises: as ``dump_model_chunks``.
+    The header holds each tensor's sha256 (a digest in ``contents.known_digests`` is taken as
+    it is). They are hashed in threads (hashlib releases the GIL) that start now, one core
+    short of all of them, so that the writer keeps a core for the chunks; ``head()`` adds the
+    others and the caller's and waits: a writer writes the other chunks, then calls ``head()``
+    while the disk writes them (``atomic_write(path, chunks, head=head)``) and writes the
+    result over the placeholder. Raises: as ``dump_model_chunks``.
     """
     names, chains, refs, module_chunks, module_section = _encode_modules(contents)
     datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
@@ -116,25 +118,48 @@ def model_chunks(
         return _container.encode_preamble(header, version) + header, sections
 
     placeholder, sections = encode([bytes(32)] * len(datas))
-
-    def head() -> bytes:
-        first, _ = encode(_tensors.tensor_digests(datas, contents.known_digests))
-        assert len(first) == len(placeholder)  # a digest's size does not depend on its value
-        return first
-
+    jobs = _tensors.digest_jobs(datas, contents.known_digests)
+    jobs.start(_tensors.THREADS - 1)
     chunks: list[bytes | memoryview] = [placeholder, *module_chunks]
     position = module_section.length
     for s, payload in zip(sections[1:], payloads, strict=True):
         chunks.append(bytes(s.offset - position))
         chunks.extend(payload.chunks)
         position = s.offset + s.length
-    return [c for c in chunks if len(c)], head
+    return [c for c in chunks if len(c)], ModelHead(encode, jobs, len(placeholder))
+
+
+class ModelHead:
+    """A model archive's preamble and header, once its tensors are hashed (``model_chunks``)."""
+
+    def __init__(
+        self,
+        encode: Callable[[Sequence[bytes]], tuple[bytes, list[_container.Section]]],
+        jobs: Sha256Jobs,
+        length: int,
+    ):
+        self._encode, self._jobs, self._length = encode, jobs, length
+
+    def __call__(self) -> bytes:
+        """The preamble and header, as long as the placeholder (a digest's size does not
+        depend on its value); waits for the digests, hashing with every core."""
+        first, _ = self._encode(self._jobs.digests(_tensors.THREADS))
+        assert len(first) == self._length
+        return first
+
+    def cancel(self) -> None:
+        """Stops hashing (the write failed): the threads finish the tensor they hold."""
+        self._jobs.cancel()
 
 
 def _encode_modules(
     contents: ModelContents,
 ) -> tuple[
-    list[str], dict[str, list[Any]], list[_modules.ModuleRef], list[bytes], _container.Section
+    list[str],
+    dict[str, list[Any]],
+    list[_modules.ModuleRef],
+    list[bytes | memoryview],
+    _container.Section,
 ]:
     """Method names, VJP chains, module references, section 0's chunks and section."""
     names = sorted(contents.exported)
@@ -277,9 +302,10 @@ def read_model_header(
         paths = _pytrees.pytree_paths(params_table)
         tensors = _decode_tensors(model, paths, head.sections)
         params_tree = _treedef(params_table, tensors)
-        exported, vjp_orders = _decode_methods(
-            model, modules, policy, not allow_unsupported_calling_convention, path
-        )
+        with modules.in_order():  # methods' modules one after the other in section 0
+            exported, vjp_orders = _decode_methods(
+                model, modules, policy, not allow_unsupported_calling_convention, path
+            )
         for name, exp in exported.items():
             _check_method_inputs(name, exp, params_tree, tensors)
         metadata = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError
+from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb
 from jaxport.schema import fb
 
@@ -29,8 +29,10 @@ __all__ = [
     "custom_call_targets",
     "decode_module",
     "encode_module",
+    "module_refs",
     "stablehlo_version",
     "without_locations",
+    "writable_targets",
 ]
 
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -91,6 +93,28 @@ def custom_call_targets(
     return results
 
 
+def writable_targets(modules: Sequence[bytes], what: str) -> list[tuple[str, ...]]:
+    """``custom_call_targets(modules)`` for a writer of ``what`` ("the Exported", "the model").
+
+    Raises:
+        UnsupportedFeatureError: a module MLIR cannot parse (where its custom calls must be
+            read).
+    """
+    try:
+        return custom_call_targets(modules)
+    except CorruptArchiveError as e:
+        raise UnsupportedFeatureError(f"cannot write {what}: {e}") from None
+
+
+def module_refs(modules: Sequence[bytes], targets: Sequence[tuple[str, ...]]) -> list[ModuleRef]:
+    """Each module's reference into section 0, where they lie one after the other."""
+    refs, offset = [], 0
+    for m, listed in zip(modules, targets, strict=True):
+        refs.append(ModuleRef(0, offset, len(m), stablehlo_version(m), listed))
+        offset += len(m)
+    return refs
+
+
 def check_readable(data: bytes, *, path: str | None = None) -> None:
     """Parses ``data`` in this process, as jax will to call it (diagnostics captured).
 
@@ -113,7 +137,14 @@ def _may_call_custom(module: bytes) -> bool:
     bytes. MLIR text, which ``deserialize_portable_artifact`` also accepts, can spell an op name
     with escapes (``"stablehlo.custom\\5Fcall"``), so a text module is always parsed.
     """
-    return not module.startswith(_BYTECODE_MAGIC) or _CUSTOM_CALL_OP in module
+    return not module.startswith(_BYTECODE_MAGIC) or _contains(module, _CUSTOM_CALL_OP)
+
+
+def _contains(data: bytes, needle: bytes, piece: int = 8 << 20) -> bool:
+    """``needle in data``, searched ``piece`` bytes at a time: ``bytes.find`` holds the GIL,
+    and a 400 MB module would stall every other thread (a compressor's feeder) for 0.1 s."""
+    overlap = len(needle) - 1
+    return any(data.find(needle, i, i + piece + overlap) >= 0 for i in range(0, len(data), piece))
 
 
 def without_locations(data: bytes) -> bytes:

@@ -51,13 +51,15 @@ def tensor_payloads(
     datas: Sequence[memoryview], *, compress: bool, modules: _container.Section
 ) -> list[TensorPayload]:
     """Each tensor's payload: raw, or (``compress``) zstd where it pays (compressed in threads:
-    zstandard releases the GIL). ``modules``: the archive's modules section, also zstd, which
-    counts toward the archive's total ratio."""
+    zstandard releases the GIL). ``modules``: the archive's modules section, which counts
+    toward the archive's total ratio where it is zstd."""
     if not compress:
         return [_raw(d) for d in datas]
     with ThreadPoolExecutor(min(THREADS, _COMPRESS_THREADS)) as pool:
         candidates = list(pool.map(_candidate, datas))
-    declared, stored = modules.uncompressed_length, modules.length
+    declared, stored = 0, 0
+    if modules.compression == fb.Compression.zstd:  # a raw modules' section counts for nothing
+        declared, stored = modules.uncompressed_length, modules.length
     payloads = []
     for data, candidate in zip(datas, candidates, strict=True):
         total = (declared + len(data), stored + (candidate.length if candidate else 0))

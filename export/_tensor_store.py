@@ -124,6 +124,9 @@ class TensorStore:
         """Every tensor, as ``array`` gives it; those not read yet are read and verified in
         threads (hashlib releases the GIL). Raises: as ``array``, for the first bad tensor."""
         unread = [i for i, a in enumerate(self._arrays) if a is None]
+        infos = self._infos
+        if infos is not None:  # largest first: the threads finish together
+            unread.sort(key=lambda i: -infos[i].nbytes)
         if len(unread) > 1:
             with ThreadPoolExecutor(_VERIFY_THREADS) as pool:
                 list(pool.map(self.array, unread))

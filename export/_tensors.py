@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import flatbuffers
@@ -21,6 +20,7 @@ import numpy as np
 from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
 from jaxport.export import _dtypes, _fb, _limits
 from jaxport.export._dtypes import numpy_dtype
+from jaxport.export._hashing import Sha256Jobs
 from jaxport.schema import fb
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "TensorInfo",
     "array_from_bytes",
     "decode_tensor",
+    "digest_jobs",
     "encode_tensor",
     "host_array",
     "numpy_dtype",
@@ -97,17 +98,12 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
 def tensor_digests(datas: Sequence[memoryview], known: Sequence[str | None] = ()) -> list[bytes]:
     """The sha256 of each of ``datas``, hashed in threads, largest first; ``known[i]`` (hex),
     where given, is taken for ``datas[i]`` without hashing it."""
-    given = [bytes.fromhex(k) if k else None for k in known] + [None] * (len(datas) - len(known))
-    todo = sorted((i for i, g in enumerate(given) if g is None), key=lambda i: -len(datas[i]))
-    if todo:
-        with ThreadPoolExecutor(min(THREADS, len(todo))) as pool:
-            for i, digest in zip(todo, pool.map(_sha256, [datas[i] for i in todo]), strict=True):
-                given[i] = digest
-    return [g for g in given if g is not None]
+    return digest_jobs(datas, known).digests(THREADS)
 
 
-def _sha256(data: memoryview) -> bytes:
-    return hashlib.sha256(data).digest()
+def digest_jobs(datas: Sequence[memoryview], known: Sequence[str | None] = ()) -> Sha256Jobs:
+    """``tensor_digests`` as jobs not started yet (``_hashing.Sha256Jobs``)."""
+    return Sha256Jobs(datas, [bytes.fromhex(k) if k else None for k in known])
 
 
 def encode_tensor(builder: flatbuffers.Builder, info: TensorInfo) -> int:

@@ -87,6 +87,7 @@ def vet_module(
     order: int,
     method: str | None = None,
     path: str | None = None,
+    sha256: str | None = None,
 ) -> None:
     """Checks one module's bytes before they are handed to jax.
 
@@ -98,6 +99,8 @@ def vet_module(
         order: 0 for a primal module, ``n`` for the VJP of order ``n``.
         method: the model method it belongs to, for messages.
         path: the archive's file, for messages.
+        sha256: the hex digest of ``data`` where the caller computed it (while decompressing
+            it, ``SectionReader.read_hashed``); else it is computed here.
 
     Raises:
         CorruptArchiveError: MLIR text from an untrusted archive; bytes MLIR cannot read; a
@@ -124,7 +127,9 @@ def vet_module(
             path=path,
         )
     with _newer_refused(data, policy, where):
-        facts = module_facts(data, policy, where=where, order=order, section=ref.section, path=path)
+        facts = module_facts(
+            data, policy, where=where, order=order, section=ref.section, path=path, sha256=sha256
+        )
     _custom_calls.check_module_targets(
         tuple(facts["targets"]), ref.custom_call_targets, policy.allowed, vjp_order=order, path=path
     )
@@ -154,15 +159,18 @@ def module_facts(
     order: int = 0,
     section: int = 0,
     path: str | None = None,
+    sha256: str | None = None,
 ) -> Mapping[str, Any]:
-    """The sandbox's facts of ``data``, from the cache or a worker.
+    """The sandbox's facts of ``data``, from the cache or a worker (looked up by ``sha256``,
+    the hex digest of ``data``, computed here unless given).
 
     Raises:
         CorruptArchiveError: MLIR cannot read the bytes (a cached refusal included).
         UnsafeModuleError: the worker crashed or timed out.
     """
     cache = policy.cache if policy.cache is not None else _verdicts.LocalVerdictCache()
-    key = _verdicts.VerdictKey(hashlib.sha256(data).hexdigest(), jaxlib_version())
+    digest = sha256 if sha256 is not None else hashlib.sha256(data).hexdigest()
+    key = _verdicts.VerdictKey(digest, jaxlib_version())
     verdict = cache.get(key)
     if verdict is None:
         verdict = _ask_sandbox(data, policy, where=where, order=order, section=section, path=path)
