@@ -37,7 +37,7 @@ from jaxport.registry._blobs import (
     LocalBlobStore,
     read_verified,
 )
-from jaxport.registry._models import VariantPart
+from jaxport.registry._models import VariantPartRow
 from jaxport.schema import fb
 
 if TYPE_CHECKING:
@@ -189,9 +189,14 @@ def split_model(archive: ArchiveChunks, info: ArchiveInfo, path: str | None) -> 
 def parts_of(conn: Connection, variant_id: int) -> list[Part]:
     """The parts of a model variant, in position order (empty for a function variant)."""
     rows = conn.execute(
-        select(VariantPart.position, VariantPart.digest, VariantPart.offset, VariantPart.size)
-        .where(VariantPart.variant_id == variant_id)
-        .order_by(VariantPart.position)
+        select(
+            VariantPartRow.position,
+            VariantPartRow.digest,
+            VariantPartRow.offset,
+            VariantPartRow.size,
+        )
+        .where(VariantPartRow.variant_id == variant_id)
+        .order_by(VariantPartRow.position)
     )
     return [Part(int(r.position), r.digest, int(r.offset), int(r.size)) for r in rows]
 
