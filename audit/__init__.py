@@ -24,14 +24,15 @@ from jaxport.audit._report import (
 from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT, AuditJob, Environment, run_audits
 
 if TYPE_CHECKING:
+    from jaxport.audit._changes import Change
     from jaxport.audit._checks import audit_archive
-    from jaxport.audit._diff import Change, diff_archives, diff_variant_sets
+    from jaxport.audit._diff import diff_archives, diff_variant_sets
     from jaxport.audit._examples import Example, decode_examples, encode_examples
 
 #: Names imported on first use, and their modules.
 _LAZY = {
     "audit_archive": "_checks",
-    "Change": "_diff",
+    "Change": "_changes",
     "diff_archives": "_diff",
     "diff_variant_sets": "_diff",
     "Example": "_examples",
