@@ -3,6 +3,11 @@
 Names load on first use: ``import jaxport.export`` imports neither jax nor SQLAlchemy until a
 name that needs jax is used. Each public name is listed once, as an import below; ``__all__``
 and the loader are derived from those lines (``jaxport._lazy``).
+
+The names that ``jaxport`` re-exports are the user API. The others serve jaxport's own
+registry, audits and CLI, which use this package only through its public names: the facts of
+the running jax (``jax_versions``, ``local_platform``, ...; ``_jax`` is the one module that
+imports jax's internals), archives in parts, verdict caches. They may change between releases.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ if TYPE_CHECKING:
     from jaxport.export._archive import load as load
     from jaxport.export._archive import loads as loads
     from jaxport.export._archive import save as save
+    from jaxport.export._compat import calling_convention_range as calling_convention_range
+    from jaxport.export._compat import is_constant_dim as is_constant_dim
+    from jaxport.export._compat import jax_versions as jax_versions
+    from jaxport.export._compat import local_gpu_platform as local_gpu_platform
+    from jaxport.export._compat import lowering_platforms as lowering_platforms
     from jaxport.export._custom_calls import HOST_CALLBACK_TARGETS as HOST_CALLBACK_TARGETS
     from jaxport.export._custom_calls import is_host_callback as is_host_callback
+    from jaxport.export._custom_calls import (
+        registered_custom_call_targets as registered_custom_call_targets,
+    )
     from jaxport.export._custom_calls import (
         stable_custom_call_targets as stable_custom_call_targets,
     )
