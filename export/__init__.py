@@ -45,7 +45,16 @@ if TYPE_CHECKING:
     from jaxport.export._model import Model as Model
     from jaxport.export._model_io import load_model as load_model
     from jaxport.export._model_io import loads_model as loads_model
+    from jaxport.export._parts import ArchiveChunks as ArchiveChunks
+    from jaxport.export._parts import Part as Part
+    from jaxport.export._parts import assemble_chunks as assemble_chunks
+    from jaxport.export._parts import chunks_info as chunks_info
+    from jaxport.export._parts import model_from_parts as model_from_parts
+    from jaxport.export._parts import ranged_info as ranged_info
+    from jaxport.export._parts import split_archive as split_archive
+    from jaxport.export._parts import stream_info as stream_info
     from jaxport.export._tensors import TensorInfo as TensorInfo
+    from jaxport.export._verdicts import VerdictCache as VerdictCache
     from jaxport.export._versions import FORMAT_VERSION as FORMAT_VERSION
     from jaxport.export._versions import (
         MAX_SUPPORTED_FORMAT_VERSION as MAX_SUPPORTED_FORMAT_VERSION,

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterator
 from sqlalchemy import Connection, Engine, delete, select
 
 from jaxport._errors import ConflictError, IntegrityError
+from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import FUNCTION, MODEL, Part, joined_archive, parts_of
+from jaxport.registry._model_parts import FUNCTION, MODEL, joined_archive, parts_of
 from jaxport.registry._models import (
     AliasRow,
     BlobRow,

@@ -58,19 +58,12 @@ from jaxport._errors import (
     UnsupportedFeatureError,
 )
 from jaxport._files import read_regular
+from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
 from jaxport.registry._events import EventLog
-from jaxport.registry._model_parts import (
-    FUNCTION,
-    MODEL,
-    ArchiveChunks,
-    Part,
-    chunks_info,
-    split_model,
-    validated_model,
-)
+from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (
     BlobRow,
     ExamplesRow,
@@ -425,7 +418,7 @@ def _from_bytes(
         from jaxport.export import inspect
 
         if inspect(data).kind == MODEL:
-            model = validated_model(data, path, verdicts, allow)
+            model = _validated_model(data, path, verdicts, allow)
             return _model_item(ArchiveChunks([data]), model, path)
         return _item(data, _validated(data, path, verdicts, allow), ())
     from jaxport.export._native import convert_native
@@ -440,6 +433,36 @@ def _from_bytes(
         )
     archive = converted.archive
     return _item(archive, _validated(archive, path, verdicts, allow), tuple(notes))
+
+
+def _validated_model(
+    data: bytes,
+    path: str | None,
+    verdicts: VerdictCache | None = None,
+    allow_custom_calls: Sequence[str] = (),
+) -> JaxportModel:
+    """The model in ``data``, read in full: every method and VJP level, every tensor checked
+    against its digest.
+
+    Raises:
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError,
+            UnsupportedFeatureError: see ``jaxport.loads_model``.
+    """
+    from jaxport.export import loads_model
+
+    model = loads_model(
+        data,
+        path=path,
+        verdicts=verdicts,
+        allow_custom_calls=allow_custom_calls,
+        outside_window="allow",
+    )
+    model.params  # noqa: B018  (reads every tensor and checks its digest)
+    for name, exported in model.exported.items():
+        current = exported
+        for _ in range(model.vjp_orders[name]):
+            current = current.vjp()
+    return model
 
 
 def _validated(
@@ -467,9 +490,9 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
 
 def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -> _Item:
     """A model archive to store in parts, never joined: ``archive`` is a ``Model``'s chunks
-    (its tensors are views of its arrays) or validated bytes (``validated_model``)."""
+    (its tensors are views of its arrays) or validated bytes (``_validated_model``)."""
     info = chunks_info(archive)
-    parts = split_model(archive, info, path)
+    parts = split_archive(archive, info, path=path)
     blobs = {p.digest: archive.view(p.offset, p.end) for p in parts}
     return _Item(archive.sha256(), archive.size, info, (), blobs, model=model, parts=parts)
 
