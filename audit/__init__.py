@@ -2,73 +2,39 @@
 
 No SQL here: the registry (``Registry.audit``) chooses what to audit and stores the findings.
 The checks, diffs and golden examples are imported when first used (they import jax and
-numpy), so that a re-audit whose findings are all stored does not pay for jax.
+numpy), so that a re-audit whose findings are all stored does not pay for jax. Each public
+name is listed once, as an import below (under ``TYPE_CHECKING``: imported on first use);
+``__all__`` and the loader are derived from those lines (``jaxport._lazy``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from jaxport.audit._matrix import MatrixCell, matrix_cells, matrix_releases
-from jaxport.audit._report import (
-    NOT_AUDITED,
-    NOT_RUN,
-    STATUSES,
-    AuditResult,
-    Finding,
-    UpgradeRow,
-    compare_findings,
-    short_digest,
-)
-from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT, AuditJob, Environment, run_audits
+from jaxport._lazy import attach
+from jaxport.audit._matrix import MatrixCell as MatrixCell
+from jaxport.audit._matrix import matrix_cells as matrix_cells
+from jaxport.audit._matrix import matrix_releases as matrix_releases
+from jaxport.audit._report import NOT_AUDITED as NOT_AUDITED
+from jaxport.audit._report import NOT_RUN as NOT_RUN
+from jaxport.audit._report import STATUSES as STATUSES
+from jaxport.audit._report import AuditResult as AuditResult
+from jaxport.audit._report import Finding as Finding
+from jaxport.audit._report import UpgradeRow as UpgradeRow
+from jaxport.audit._report import compare_findings as compare_findings
+from jaxport.audit._report import short_digest as short_digest
+from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT as DEFAULT_MEMORY_LIMIT
+from jaxport.audit._worker import AuditJob as AuditJob
+from jaxport.audit._worker import Environment as Environment
+from jaxport.audit._worker import run_audits as run_audits
 
 if TYPE_CHECKING:
-    from jaxport.audit._checks import audit_archive
-    from jaxport.audit._diff import Change, diff_archives, diff_variant_sets
-    from jaxport.audit._examples import Example, decode_examples, encode_examples
+    from jaxport.audit._changes import Change as Change
+    from jaxport.audit._checks import audit_archive as audit_archive
+    from jaxport.audit._diff import diff_archives as diff_archives
+    from jaxport.audit._diff import diff_variant_sets as diff_variant_sets
+    from jaxport.audit._examples import Example as Example
+    from jaxport.audit._examples import decode_examples as decode_examples
+    from jaxport.audit._examples import encode_examples as encode_examples
 
-#: Names imported on first use, and their modules.
-_LAZY = {
-    "audit_archive": "_checks",
-    "Change": "_diff",
-    "diff_archives": "_diff",
-    "diff_variant_sets": "_diff",
-    "Example": "_examples",
-    "decode_examples": "_examples",
-    "encode_examples": "_examples",
-}
-
-__all__ = [
-    "DEFAULT_MEMORY_LIMIT",
-    "NOT_AUDITED",
-    "NOT_RUN",
-    "STATUSES",
-    "AuditJob",
-    "AuditResult",
-    "Change",
-    "Environment",
-    "Example",
-    "Finding",
-    "MatrixCell",
-    "UpgradeRow",
-    "audit_archive",
-    "compare_findings",
-    "decode_examples",
-    "diff_archives",
-    "diff_variant_sets",
-    "encode_examples",
-    "matrix_cells",
-    "matrix_releases",
-    "run_audits",
-    "short_digest",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jaxport.audit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"jaxport.audit.{module}"), name)
-    globals()[name] = value
-    return value
+__all__, __getattr__, __dir__ = attach(__name__)

@@ -55,6 +55,7 @@ from jaxport.export import (
     _compat,
     _custom_calls,
     inspect,
+    is_constant_dim,
     is_host_callback,
     loads,
     loads_model,
@@ -366,11 +367,7 @@ def _dim_candidates(exp: Any) -> tuple[int, ...]:
     ``f32[b + 4]`` declares ``f32[20]``, so only ``b = 20`` refines (jax then rejects every
     other size: "Error refining shapes").
     """
-    from jax._src import core
-
-    outputs = {
-        int(d) for a in exp.out_avals for d in a.shape if core.is_constant_dim(d) and int(d) > 1
-    }
+    outputs = {int(d) for a in exp.out_avals for d in a.shape if is_constant_dim(d) and int(d) > 1}
     return _DIM_CANDIDATES + tuple(sorted(outputs - set(_DIM_CANDIDATES)))
 
 
@@ -382,17 +379,13 @@ def _in_shardings(exp: Any, platform: str) -> list[Any]:
 
 
 def _symbolic(exp: Any) -> bool:
-    from jax._src import core
-
-    return any(not core.is_constant_dim(d) for a in exp.in_avals for d in a.shape)
+    return any(not is_constant_dim(d) for a in exp.in_avals for d in a.shape)
 
 
 def _concrete(shape: tuple[Any, ...], size: int) -> tuple[int, ...]:
-    from jax._src import core
-
     out = []
     for d in shape:
-        if core.is_constant_dim(d):
+        if is_constant_dim(d):
             out.append(int(d))
         else:
             env = {v: size for v in _dim_vars(d)}

@@ -9,23 +9,13 @@ calling-convention version the reader still supports) is *compatible*.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from jaxport.export._info import ArchiveInfo, AvalInfo
+from jaxport.audit._changes import Change, diff_avals
+from jaxport.audit._model_diff import diff_models
+from jaxport.export import ArchiveInfo
 
-__all__ = ["Change", "diff_archives", "diff_variant_sets"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Change:
-    """One difference: ``what`` changed at ``where``, from ``before`` to ``after``."""
-
-    what: str
-    where: str
-    before: Any
-    after: Any
-    breaking: bool
+__all__ = ["diff_archives", "diff_variant_sets"]
 
 
 def diff_archives(a: ArchiveInfo, b: ArchiveInfo, where: str = "") -> list[Change]:
@@ -34,12 +24,10 @@ def diff_archives(a: ArchiveInfo, b: ArchiveInfo, where: str = "") -> list[Chang
     if a.kind != b.kind:
         return [Change("kind", where, a.kind, b.kind, True)]
     if a.kind == "model":
-        from jaxport.audit._model_diff import diff_models
-
         return diff_models(a, b, where)
     changes: list[Change] = []
-    changes += _diff_avals("input", a.in_avals, b.in_avals, where)
-    changes += _diff_avals("output", a.out_avals, b.out_avals, where)
+    changes += diff_avals("input", a.in_avals, b.in_avals, where)
+    changes += diff_avals("output", a.out_avals, b.out_avals, where)
     removed_constraints = set(a.symbolic_constraints) - set(b.symbolic_constraints)
     added_constraints = set(b.symbolic_constraints) - set(a.symbolic_constraints)
     if added_constraints or removed_constraints:
@@ -60,49 +48,6 @@ def diff_archives(a: ArchiveInfo, b: ArchiveInfo, where: str = "") -> list[Chang
                 )
             )
     return changes
-
-
-def _diff_avals(
-    side: str, a: tuple[AvalInfo, ...], b: tuple[AvalInfo, ...], where: str
-) -> list[Change]:
-    by_path_a = {x.path: x for x in a}
-    by_path_b = {x.path: x for x in b}
-    changes = []
-    for path in by_path_a.keys() - by_path_b.keys():
-        changes.append(
-            Change(f"{side} removed", _at(where, path), _sig(by_path_a[path]), None, True)
-        )
-    for path in by_path_b.keys() - by_path_a.keys():
-        changes.append(Change(f"{side} added", _at(where, path), None, _sig(by_path_b[path]), True))
-    for path in sorted(by_path_a.keys() & by_path_b.keys()):
-        old, new = by_path_a[path], by_path_b[path]
-        if old.dtype != new.dtype:
-            changes.append(Change(f"{side} dtype", _at(where, path), old.dtype, new.dtype, True))
-        if old.shape != new.shape:
-            generalized = side == "input" and _generalizes(old.shape, new.shape)
-            changes.append(
-                Change(f"{side} shape", _at(where, path), old.shape, new.shape, not generalized)
-            )
-        if old.sharding != new.sharding:
-            changes.append(
-                Change(f"{side} sharding", _at(where, path), old.sharding, new.sharding, True)
-            )
-    return sorted(changes, key=lambda c: (c.where, c.what))
-
-
-def _generalizes(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
-    # Every old static size is kept or replaced by a symbolic dimension.
-    return len(old) == len(new) and all(
-        o == n or isinstance(n, str) for o, n in zip(old, new, strict=True)
-    )
-
-
-def _sig(a: AvalInfo) -> str:
-    return f"{a.dtype}[{', '.join(map(str, a.shape))}]"
-
-
-def _at(where: str, path: str) -> str:
-    return f"{where} {path or '.'}".strip()
 
 
 def _variant_key(pair: tuple[Any, ArchiveInfo]) -> tuple[tuple[str, ...], int]:

@@ -1,19 +1,18 @@
 """``diff`` of two model archives: methods, their signatures, and the parameters.
 
 Rules (as ``_diff``'s): a method removed is breaking, one added compatible; a method's inputs
-and outputs follow the function rules (``_diff_avals``), its platforms and device count too. The
-parameters are the model's own: a parameter added, removed, reshaped or of another dtype is
-breaking (parameters of the old tree no longer fit: ``Model.update_params``); the tensors of the
-same path, shape and dtype whose bytes changed (another sha256) are counted in one compatible
-``parameter values`` change: ``"2 tensors, 48 bytes"`` before, ``"1 of 2 tensors changed, 12
-bytes"`` after (the bytes of the changed tensors).
+and outputs follow the function rules (``_changes.diff_avals``), its platforms and device count
+too. The parameters are the model's own: a parameter added, removed, reshaped or of another
+dtype is breaking (parameters of the old tree no longer fit: ``Model.update_params``); the
+tensors of the same path, shape and dtype whose bytes changed (another sha256) are counted in
+one compatible ``parameter values`` change: ``"2 tensors, 48 bytes"`` before, ``"1 of 2 tensors
+changed, 12 bytes"`` after (the bytes of the changed tensors).
 """
 
 from __future__ import annotations
 
-from jaxport.audit._diff import Change, _diff_avals
-from jaxport.export._info import ArchiveInfo, MethodInfo
-from jaxport.export._tensors import TensorInfo
+from jaxport.audit._changes import Change, at, diff_avals
+from jaxport.export import ArchiveInfo, MethodInfo, TensorInfo
 
 __all__ = ["diff_models"]
 
@@ -24,19 +23,19 @@ def diff_models(a: ArchiveInfo, b: ArchiveInfo, where: str = "") -> list[Change]
     old = {m.name: m for m in a.methods}
     new = {m.name: m for m in b.methods}
     for name in sorted(old.keys() - new.keys()):
-        changes.append(Change("method removed", _at(where, name), name, None, True))
+        changes.append(Change("method removed", at(where, name), name, None, True))
     for name in sorted(new.keys() - old.keys()):
-        changes.append(Change("method added", _at(where, name), None, name, False))
+        changes.append(Change("method added", at(where, name), None, name, False))
     for name in sorted(old.keys() & new.keys()):
-        changes += _diff_method(old[name], new[name], _at(where, name))
+        changes += _diff_method(old[name], new[name], at(where, name))
     changes += _diff_params(a.tensors, b.tensors, where)
     return changes
 
 
 def _diff_method(a: MethodInfo, b: MethodInfo, where: str) -> list[Change]:
     changes: list[Change] = []
-    changes += _diff_avals("input", a.in_avals, b.in_avals, where)
-    changes += _diff_avals("output", a.out_avals, b.out_avals, where)
+    changes += diff_avals("input", a.in_avals, b.in_avals, where)
+    changes += diff_avals("output", a.out_avals, b.out_avals, where)
     added_constraints = set(b.symbolic_constraints) - set(a.symbolic_constraints)
     if set(a.symbolic_constraints) != set(b.symbolic_constraints):
         changes.append(
@@ -65,16 +64,16 @@ def _diff_params(a: tuple[TensorInfo, ...], b: tuple[TensorInfo, ...], where: st
     new = {t.path: t for t in b}
     changes: list[Change] = []
     for path in sorted(old.keys() - new.keys()):
-        changes.append(Change("parameter removed", _at(where, path), _sig(old[path]), None, True))
+        changes.append(Change("parameter removed", at(where, path), _sig(old[path]), None, True))
     for path in sorted(new.keys() - old.keys()):
-        changes.append(Change("parameter added", _at(where, path), None, _sig(new[path]), True))
+        changes.append(Change("parameter added", at(where, path), None, _sig(new[path]), True))
     common = sorted(old.keys() & new.keys())
     for path in common:
         o, n = old[path], new[path]
         if o.shape != n.shape:
-            changes.append(Change("parameter shape", _at(where, path), o.shape, n.shape, True))
+            changes.append(Change("parameter shape", at(where, path), o.shape, n.shape, True))
         if o.dtype != n.dtype:
-            changes.append(Change("parameter dtype", _at(where, path), o.dtype, n.dtype, True))
+            changes.append(Change("parameter dtype", at(where, path), o.dtype, n.dtype, True))
     same_spec = [p for p in common if (old[p].shape, old[p].dtype) == (new[p].shape, new[p].dtype)]
     changed = [p for p in same_spec if old[p].sha256 != new[p].sha256]
     if changed:
@@ -90,7 +89,3 @@ def _diff_params(a: tuple[TensorInfo, ...], b: tuple[TensorInfo, ...], where: st
 
 def _sig(t: TensorInfo) -> str:
     return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
-
-
-def _at(where: str, path: str) -> str:
-    return f"{where} {path or '.'}".strip()

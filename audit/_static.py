@@ -86,25 +86,26 @@ class Capabilities:
 
 def capabilities() -> Capabilities:
     """The running jax's capabilities (imports jax; initializes no backend)."""
-    from jax._src import xla_bridge
-
     from jaxport.export import (
         MAX_SUPPORTED_FORMAT_VERSION,
         MIN_SUPPORTED_FORMAT_VERSION,
-        _compat,
+        calling_convention_range,
+        jax_versions,
+        lowering_platforms,
+        registered_custom_call_targets,
         stable_custom_call_targets,
     )
 
-    platforms = frozenset(p for p in ("cpu", "cuda", "rocm", "tpu") if _knows(xla_bridge, p))
-    jax_version, jaxlib_version = _compat.jax_versions()
+    platforms = lowering_platforms()
+    jax_version, jaxlib_version = jax_versions()
     return Capabilities(
         jax_version=jax_version,
         jaxlib_version=jaxlib_version,
         format_range=(MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION),
-        calling_convention_range=_compat.calling_convention_range(),
+        calling_convention_range=calling_convention_range(),
         platforms=platforms,
         stable_targets=stable_custom_call_targets() | {"shape_assertion"},
-        registered_targets={p: _registered(p) for p in sorted(platforms)},
+        registered_targets={p: registered_custom_call_targets(p) for p in sorted(platforms)},
     )
 
 
@@ -157,36 +158,3 @@ def _verdict(
 
 def _names(caps: Capabilities) -> str:
     return ", ".join(sorted(caps.platforms)) or "nothing"
-
-
-def _knows(xla_bridge: Any, platform: str) -> bool:
-    known = getattr(xla_bridge, "is_known_platform", None)
-    return True if known is None else bool(known(platform))
-
-
-def _registered(platform: str) -> frozenset[str]:
-    """Custom-call targets this jaxlib registers for ``platform`` (LAPACK's on CPU), less the
-    host callbacks."""
-    from jaxport.export import is_host_callback
-
-    names: set[str] = set()
-    try:
-        from jax._src.lib import xla_client
-
-        names |= set(xla_client.custom_call_targets("Host" if platform == "cpu" else platform))
-    except Exception:  # an older jaxlib without the listing: only the stable list counts
-        pass
-    if platform == "cpu":
-        try:
-            from jax._src.lib import lapack
-
-            names |= {name for name, *_ in _flat(lapack.registrations())}
-        except Exception:  # no LAPACK registrations in this jaxlib
-            pass
-    return frozenset(n for n in names if not is_host_callback(n))
-
-
-def _flat(registrations: Any) -> list[tuple[Any, ...]]:
-    """LAPACK's ``{platform: [(name, capsule, api_version), ...]}`` as one list."""
-    values = registrations.values() if isinstance(registrations, dict) else [registrations]
-    return [tuple(r) if isinstance(r, tuple | list) else (r,) for v in values for r in v]

@@ -39,7 +39,7 @@ from sqlalchemy import insert
 
 import jaxport
 from jaxport.registry import _db
-from jaxport.registry._models import Blob, Model, Variant, VariantPlatform, Version
+from jaxport.registry._models import BlobRow, NameRow, VariantPlatformRow, VariantRow, VersionRow
 
 _PLATFORMS = [("cpu",), ("cuda",), ("tpu",), ("cpu", "cuda", "tpu")]
 _TARGETS = ["[]", '["lapack_sgeqrf_ffi"]', '["lapack_sgeqrf"]', '["my_kernel"]']
@@ -52,14 +52,16 @@ def prefill(reg: jaxport.Registry, n: int) -> None:
     now = time.time()
     digests = [hashlib.sha256(f"variant {i}".encode()).hexdigest() for i in range(n)]
     with _db.write_transaction(reg._engine) as conn:
-        conn.execute(insert(Blob), [{"digest": d, "size": 1, "created_at": now} for d in digests])
         conn.execute(
-            insert(Model),
+            insert(BlobRow), [{"digest": d, "size": 1, "created_at": now} for d in digests]
+        )
+        conn.execute(
+            insert(NameRow),
             [{"id": 1000 + i, "name": f"m{i}", "last_version": 10, "created_at": now}
              for i in range(n // 10)],
         )  # fmt: skip
         conn.execute(
-            insert(Version),
+            insert(VersionRow),
             [{"id": 1000 + i, "model_id": 1000 + i // 10, "version": i % 10 + 1,
               "created_at": now, "metadata_json": "{}"} for i in range(n)],
         )  # fmt: skip
@@ -81,8 +83,8 @@ def prefill(reg: jaxport.Registry, n: int) -> None:
                 }
             )  # fmt: skip
             platforms += [{"variant_id": 1000 + i, "platform": p} for p in plats]
-        conn.execute(insert(Variant), rows)
-        conn.execute(insert(VariantPlatform), platforms)
+        conn.execute(insert(VariantRow), rows)
+        conn.execute(insert(VariantPlatformRow), platforms)
 
 
 _CPU: dict[str, float] = {}  # label -> CPU seconds (this process and its children)

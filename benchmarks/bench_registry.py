@@ -44,7 +44,7 @@ from sqlalchemy import event, insert
 
 import jaxport
 from jaxport.registry import _db
-from jaxport.registry._models import Model, Variant, VariantPlatform, Version
+from jaxport.registry._models import NameRow, VariantPlatformRow, VariantRow, VersionRow
 
 _PLATFORMS = [("cpu",), ("cuda",), ("tpu",), ("cpu", "cuda", "tpu")]
 _FIRST_ID = 1000
@@ -61,14 +61,14 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
     with _db.write_transaction(reg._engine) as conn:
         n_names = n_variants // 10
         conn.execute(
-            insert(Model),
+            insert(NameRow),
             [
                 {"id": _FIRST_ID + i, "name": f"m{i}", "last_version": 10, "created_at": now}
                 for i in range(n_names)
             ],
         )
         conn.execute(
-            insert(Version),
+            insert(VersionRow),
             [
                 {
                     "id": _FIRST_ID + i,
@@ -108,8 +108,8 @@ def prefill(reg: jaxport.Registry, n_variants: int) -> None:
                 }
             )
             platforms += [{"variant_id": _FIRST_ID + i, "platform": p} for p in plats]
-        conn.execute(insert(Variant), rows)
-        conn.execute(insert(VariantPlatform), platforms)
+        conn.execute(insert(VariantRow), rows)
+        conn.execute(insert(VariantPlatformRow), platforms)
         if conn.dialect.name == "postgresql":  # explicit ids: move the sequences past them
             for table in ("models", "versions", "variants"):
                 conn.execute(

@@ -1,53 +1,66 @@
-"""The jaxport archive: write and read ``jax.export.Exported`` (layout: schema/FORMAT.md)."""
+"""The jaxport archive: write and read ``jax.export.Exported`` (layout: schema/FORMAT.md).
+
+Names load on first use: ``import jaxport.export`` imports neither jax nor SQLAlchemy until a
+name that needs jax is used. Each public name is listed once, as an import below; ``__all__``
+and the loader are derived from those lines (``jaxport._lazy``).
+
+The names that ``jaxport`` re-exports are the user API. The others serve jaxport's own
+registry, audits and CLI, which use this package only through its public names: the facts of
+the running jax (``jax_versions``, ``local_platform``, ...; ``_jax`` is the one module that
+imports jax's internals), archives in parts, verdict caches. They may change between releases.
+"""
 
 from __future__ import annotations
 
-from jaxport.export._archive import dumps, load, loads, save
-from jaxport.export._custom_calls import (
-    HOST_CALLBACK_TARGETS,
-    is_host_callback,
-    stable_custom_call_targets,
-    target_releases,
-)
-from jaxport.export._info import (
-    ArchiveInfo,
-    AvalInfo,
-    MethodInfo,
-    ModuleInfo,
-    SectionInfo,
-    inspect,
-    module_custom_calls,
-)
-from jaxport.export._model import Model
-from jaxport.export._model_io import load_model, loads_model
-from jaxport.export._tensors import TensorInfo
-from jaxport.export._versions import (
-    FORMAT_VERSION,
-    MAX_SUPPORTED_FORMAT_VERSION,
-    MIN_SUPPORTED_FORMAT_VERSION,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "FORMAT_VERSION",
-    "HOST_CALLBACK_TARGETS",
-    "MAX_SUPPORTED_FORMAT_VERSION",
-    "MIN_SUPPORTED_FORMAT_VERSION",
-    "ArchiveInfo",
-    "AvalInfo",
-    "MethodInfo",
-    "Model",
-    "ModuleInfo",
-    "SectionInfo",
-    "TensorInfo",
-    "dumps",
-    "inspect",
-    "is_host_callback",
-    "load",
-    "load_model",
-    "loads",
-    "loads_model",
-    "module_custom_calls",
-    "save",
-    "stable_custom_call_targets",
-    "target_releases",
-]
+from jaxport._lazy import attach
+
+if TYPE_CHECKING:
+    from jaxport.export._archive import dumps as dumps
+    from jaxport.export._archive import load as load
+    from jaxport.export._archive import loads as loads
+    from jaxport.export._archive import save as save
+    from jaxport.export._compat import calling_convention_range as calling_convention_range
+    from jaxport.export._compat import is_constant_dim as is_constant_dim
+    from jaxport.export._compat import jax_versions as jax_versions
+    from jaxport.export._compat import local_gpu_platform as local_gpu_platform
+    from jaxport.export._compat import lowering_platforms as lowering_platforms
+    from jaxport.export._custom_calls import HOST_CALLBACK_TARGETS as HOST_CALLBACK_TARGETS
+    from jaxport.export._custom_calls import is_host_callback as is_host_callback
+    from jaxport.export._custom_calls import (
+        registered_custom_call_targets as registered_custom_call_targets,
+    )
+    from jaxport.export._custom_calls import (
+        stable_custom_call_targets as stable_custom_call_targets,
+    )
+    from jaxport.export._custom_calls import target_releases as target_releases
+    from jaxport.export._info import ArchiveInfo as ArchiveInfo
+    from jaxport.export._info import AvalInfo as AvalInfo
+    from jaxport.export._info import MethodInfo as MethodInfo
+    from jaxport.export._info import ModuleInfo as ModuleInfo
+    from jaxport.export._info import SectionInfo as SectionInfo
+    from jaxport.export._info import inspect as inspect
+    from jaxport.export._info import module_custom_calls as module_custom_calls
+    from jaxport.export._model import Model as Model
+    from jaxport.export._model_io import load_model as load_model
+    from jaxport.export._model_io import loads_model as loads_model
+    from jaxport.export._parts import ArchiveChunks as ArchiveChunks
+    from jaxport.export._parts import Part as Part
+    from jaxport.export._parts import assemble_chunks as assemble_chunks
+    from jaxport.export._parts import chunks_info as chunks_info
+    from jaxport.export._parts import model_from_parts as model_from_parts
+    from jaxport.export._parts import ranged_info as ranged_info
+    from jaxport.export._parts import split_archive as split_archive
+    from jaxport.export._parts import stream_info as stream_info
+    from jaxport.export._tensors import TensorInfo as TensorInfo
+    from jaxport.export._verdicts import VerdictCache as VerdictCache
+    from jaxport.export._versions import FORMAT_VERSION as FORMAT_VERSION
+    from jaxport.export._versions import (
+        MAX_SUPPORTED_FORMAT_VERSION as MAX_SUPPORTED_FORMAT_VERSION,
+    )
+    from jaxport.export._versions import (
+        MIN_SUPPORTED_FORMAT_VERSION as MIN_SUPPORTED_FORMAT_VERSION,
+    )
+
+__all__, __getattr__, __dir__ = attach(__name__)

@@ -177,7 +177,7 @@ def stored_vjp(exported: Any) -> Any:
 def _is_live(exported: Any) -> bool:
     # jax's exporter gives a live Exported its own ``_get_exported_vjp``, which re-exports
     # (jax/_src/export/_export.py, 0.7 to 0.10); a deserializer gives one that returns bytes.
-    from jax._src.export import _export
+    from jaxport.export._jax import export_impl as _export
 
     return getattr(exported._get_vjp, "__module__", None) == _export.__name__
 

@@ -17,11 +17,11 @@ from typing import Any
 import flatbuffers
 import jax
 import numpy as np
-from jax._src import core
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb, _limits, _shardings, _symbolic
 from jaxport.export._dtypes import decode_dtype, encode_dtype
+from jaxport.export._jax import core
 from jaxport.schema import fb
 
 __all__ = [

@@ -17,10 +17,10 @@ import tokenize
 from types import TracebackType
 
 import zstandard
-from jax._src import core as jax_core
-from jax._src import named_sharding
 
 from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
+from jaxport.export._jax import core as jax_core
+from jaxport.export._jax import named_sharding
 
 __all__ = ["TRANSLATED_ERRORS", "translating_read_errors"]
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jax._src.export import _export
-
 from jaxport._errors import MissingCustomCallError, UnsupportedVersionError
 from jaxport.export import _compat, _jax_targets
+from jaxport.export._jax import export_impl
 
 __all__ = [
     "OLDEST_RUNNABLE_CALLING_CONVENTION",
@@ -107,7 +106,7 @@ def _where_listed(targets: tuple[str, ...]) -> str:
     return "listed as stable by " + "; ".join(listed)
 
 
-class LoadedExported(_export.Exported):
+class LoadedExported(export_impl.Exported):
     """The ``jax.export.Exported`` a jaxport reader returns: the same fields and behaviour,
     with ``call`` refusing what the running jax cannot run, with typed errors."""
 
@@ -122,7 +121,7 @@ class LoadedExported(_export.Exported):
         """
         check_runnable(self.calling_convention_version, self.fun_name)
         try:
-            return _export.call(self)(*args, **kwargs)
+            return export_impl.call(self)(*args, **kwargs)
         except Exception as e:  # jax's JaxRuntimeError, raised at compile time
             typed = translate_call_error(e, self.fun_name)
             if typed is None:

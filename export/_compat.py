@@ -10,7 +10,9 @@ functions. What changes across releases:
   fields are all None ("not used anymore starting 3/17/2026").
 - ``AbstractMesh`` gained ``abstract_device`` (0.8); ``AbstractDevice`` gained ``platform``
   (0.10).
-- ``jax._src.lib`` exposes the MLIR helpers as ``_jax`` (new) or ``xla_extension`` (old).
+- jaxlib's extension, with the MLIR helpers, is ``_jax`` (0.7.1 on) or ``xla_extension``.
+
+jax's private modules come from ``_jax``, the one module that imports ``jax._src``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from typing import Any
 
 import jax
 from jax import export as jax_export
-from jax._src import core
-from jax._src import mesh as mesh_lib
-from jax._src.export import _export
+
+from jaxport.export._jax import (
+    core,
+    export_impl,
+    hlo,
+    jax_lib,
+    serialization,
+    sharding_impls,
+    xla_bridge,
+)
+from jaxport.export._jax import mesh as mesh_lib
 
 __all__ = [
     "HAS_NAMED_SHARDINGS",
@@ -36,9 +46,12 @@ __all__ = [
     "hlo_sharding_to_proto",
     "hlo_shardings_on",
     "in_shardings_on",
+    "is_constant_dim",
     "jax_versions",
     "local_device_count",
+    "local_gpu_platform",
     "local_platform",
+    "lowering_platforms",
     "make_abstract_mesh",
     "make_exported",
     "make_shaped_array",
@@ -51,7 +64,7 @@ __all__ = [
     "with_sharding",
 ]
 
-_EXPORTED_FIELDS = frozenset(f.name for f in dataclasses.fields(_export.Exported))
+_EXPORTED_FIELDS = frozenset(f.name for f in dataclasses.fields(export_impl.Exported))
 #: Whether the running jax's Exported carries named shardings (jax >= 0.9).
 HAS_NAMED_SHARDINGS = "_in_named_shardings" in _EXPORTED_FIELDS
 #: Whether it also says so in a flag (jax 0.9 .. 0.11.0); from 0.11.1 they always are.
@@ -73,6 +86,28 @@ def local_platform() -> str:
     return str(backend)
 
 
+def local_gpu_platform() -> str:
+    """The local GPU's platform name, ``cuda`` or ``rocm``, as jax's
+    ``xla_bridge.canonicalize_platform("gpu")`` names it.
+
+    Raises:
+        RuntimeError: this machine has no GPU.
+    """
+    return str(xla_bridge().canonicalize_platform("gpu"))
+
+
+def lowering_platforms() -> frozenset[str]:
+    """The ``KNOWN_PLATFORMS`` the running jax lowers for (all of them where jax cannot tell:
+    no ``xla_bridge.is_known_platform``). Initializes no backend."""
+    known = getattr(xla_bridge(), "is_known_platform", None)
+    return frozenset(p for p in KNOWN_PLATFORMS if known is None or bool(known(p)))
+
+
+def is_constant_dim(dim: Any) -> bool:
+    """Whether an aval's dimension is a static size (not a symbolic expression)."""
+    return bool(core.is_constant_dim(dim))
+
+
 def local_device_count(platform: str) -> int:
     """How many devices of ``platform`` this process has (0: none)."""
     backend = "gpu" if platform in ("cuda", "rocm") else platform
@@ -92,9 +127,8 @@ def release_key(version: str) -> tuple[int, ...]:
 
 def stablehlo_range() -> tuple[str, str]:
     """The StableHLO versions this jaxlib reads: ``(minimum, current)``."""
-    from jax._src.lib.mlir.dialects import hlo
-
-    return str(hlo.get_minimum_version()), str(hlo.get_current_version())
+    dialect = hlo()
+    return str(dialect.get_minimum_version()), str(dialect.get_current_version())
 
 
 def jax_versions() -> tuple[str, str]:
@@ -129,13 +163,13 @@ def make_exported(cls: Any = None, **fields: Any) -> Any:
 
     Named-sharding fields are dropped on a jax without them (the HloSharding form is kept).
     """
-    make = _export.Exported if cls is None else cls
+    make = export_impl.Exported if cls is None else cls
     return make(**{k: v for k, v in fields.items() if k in _EXPORTED_FIELDS})
 
 
 def named_to_hlo_sharding(sharding: Any, aval: Any) -> Any:
     """The HloSharding of a NamedSharding over an abstract mesh, for an aval of its rank."""
-    convert = getattr(_export, "named_to_hlo_sharding", None)
+    convert = getattr(export_impl, "named_to_hlo_sharding", None)
     if convert is not None:
         return convert(sharding, aval)
     return sharding._to_xla_hlo_sharding(aval.ndim)
@@ -150,15 +184,9 @@ def with_sharding(aval: Any, sharding: Any) -> Any:
 
 def hlo_shardings_on(shardings: Sequence[Any], devices: Sequence[Any]) -> list[Any]:
     """Concrete shardings on ``devices`` for HloShardings (None: replicated)."""
-    from jax._src import sharding_impls
-
+    gspmd = sharding_impls().GSPMDSharding
     devs = tuple(devices)
-    return [
-        sharding_impls.GSPMDSharding(devs, h)
-        if h is not None
-        else sharding_impls.GSPMDSharding.get_replicated(devs)
-        for h in shardings
-    ]
+    return [gspmd(devs, h) if h is not None else gspmd.get_replicated(devs) for h in shardings]
 
 
 def in_shardings_on(exp: Any, devices: Sequence[Any]) -> list[Any]:
@@ -241,13 +269,11 @@ def make_shaped_array(
 
 def module_from_portable_artifact(data: bytes) -> Any:
     """Deserializes a StableHLO portable artifact into an ``ir.Module`` (needs an ir.Context)."""
-    return _jax_lib().mlir.deserialize_portable_artifact(data)
+    return jax_lib().mlir.deserialize_portable_artifact(data)
 
 
 def _platform_of_device_kind(kind: str) -> str:
-    from jax._src.export import serialization
-
-    derive = getattr(serialization, "get_platform_from_device_kind", None)
+    derive = getattr(serialization(), "get_platform_from_device_kind", None)
     if derive is not None:
         return str(derive(kind))
     kind = kind.lower()
@@ -256,18 +282,6 @@ def _platform_of_device_kind(kind: str) -> str:
     if "tpu" in kind:
         return "tpu"
     return "gpu"
-
-
-@functools.cache
-def _jax_lib() -> Any:
-    try:
-        from jax._src.lib import _jax
-
-        return _jax
-    except ImportError:  # jax < 0.7.1
-        from jax._src.lib import xla_extension  # type: ignore[attr-defined]
-
-        return xla_extension
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """Which custom-call targets a reader accepts from an archive (schema/FORMAT.md, *Custom calls*).
 
-The rule is jax's own export-time check (``jax._src.export._export._check_module``) applied on
+The rule is jax's own export-time check (``_check_module`` of ``jax.export``'s module) applied on
 load, over every jax release whose artifacts jaxport reads: a module may call a target that
 some jax release since 0.4.30 guaranteed stable (``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``,
 https://docs.jax.dev/en/latest/export/export.html#compatibility-guarantees-for-custom-calls;
@@ -15,7 +15,9 @@ a pointer into the writer's process), and a forged index crashes the reader with
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 from jaxport._errors import CorruptArchiveError, UnsafeArchiveError
 from jaxport.export import _jax_targets
@@ -27,6 +29,7 @@ __all__ = [
     "check_allowed",
     "check_module_targets",
     "is_host_callback",
+    "registered_custom_call_targets",
     "running_stable_targets",
     "stable_custom_call_targets",
     "target_releases",
@@ -80,9 +83,9 @@ def stable_custom_call_targets() -> frozenset[str]:
     after jax drops one of its targets (whether this jaxlib still runs it is measured when the
     function is called or audited).
     """
-    from jax._src.export import _export
+    from jaxport.export._jax import export_impl
 
-    running = frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+    running = frozenset(export_impl._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
     every = running | frozenset(_jax_targets.STABLE_TARGETS) | SHARDING_TARGETS
     return frozenset(t for t in every if not is_host_callback(t))
 
@@ -90,9 +93,30 @@ def stable_custom_call_targets() -> frozenset[str]:
 def running_stable_targets() -> frozenset[str]:
     """What the running jax alone guarantees stable (its ``_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE``)
     and ``SHARDING_TARGETS``: what an audit reports as stable under this jax."""
-    from jax._src.export import _export
+    from jaxport.export._jax import export_impl
 
-    return frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE) | SHARDING_TARGETS
+    return frozenset(export_impl._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE) | SHARDING_TARGETS
+
+
+def registered_custom_call_targets(platform: str) -> frozenset[str]:
+    """Custom-call targets this jaxlib registers for ``platform`` (LAPACK's too, on CPU), less
+    the host callbacks; what a jaxlib does not list is left out (only the stable lists count)."""
+    from jaxport.export._jax import lapack, xla_client
+
+    names: set[str] = set()
+    # an older jaxlib without the listing: only the stable list counts
+    with contextlib.suppress(Exception):
+        names |= set(xla_client.custom_call_targets("Host" if platform == "cpu" else platform))
+    if platform == "cpu":
+        with contextlib.suppress(Exception):  # no LAPACK registrations in this jaxlib
+            names |= {name for name, *_ in _flat(lapack().registrations())}
+    return frozenset(n for n in names if not is_host_callback(n))
+
+
+def _flat(registrations: Any) -> list[tuple[Any, ...]]:
+    """LAPACK's ``{platform: [(name, capsule, api_version), ...]}`` as one list."""
+    values = registrations.values() if isinstance(registrations, dict) else [registrations]
+    return [tuple(r) if isinstance(r, tuple | list) else (r,) for v in values for r in v]
 
 
 def target_releases(target: str) -> tuple[str, ...]:

@@ -12,9 +12,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import dtypes as jax_dtypes
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport.export._jax import dtypes as jax_dtypes
 from jaxport.schema import fb
 
 __all__ = ["decode_dtype", "dtype_name", "encode_dtype", "numpy_dtype"]

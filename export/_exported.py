@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import flatbuffers
-from jax._src import effects as jax_effects
-from jax._src.export import _export
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError, UnsupportedVersionError
 from jaxport.export import (
@@ -29,6 +27,8 @@ from jaxport.export import (
     _pytrees,
     _shardings,
 )
+from jaxport.export._jax import effects as jax_effects
+from jaxport.export._jax import export_impl
 from jaxport.schema import fb
 
 __all__ = ["DecodeCache", "decode_exported", "encode_exported"]
@@ -463,7 +463,7 @@ def _encode_disabled_safety_check(builder: flatbuffers.Builder, check: Any) -> i
     target_off = builder.CreateString(target) if target is not None else None
     if target is not None:
         kind = fb.DisabledSafetyCheckKind.custom_call
-    elif check == _export.DisabledSafetyCheck.platform():
+    elif check == export_impl.DisabledSafetyCheck.platform():
         kind = fb.DisabledSafetyCheckKind.platform
     else:
         raise UnsupportedFeatureError(f"cannot store the disabled safety check {check}")
@@ -477,7 +477,7 @@ def _encode_disabled_safety_check(builder: flatbuffers.Builder, check: Any) -> i
 def _decode_disabled_safety_check(table: fb.DisabledSafetyCheck) -> Any:
     kind = table.Kind()
     if kind == fb.DisabledSafetyCheckKind.custom_call:
-        return _export.DisabledSafetyCheck.custom_call(_fb.read_str(table.CustomCallTarget()))
+        return export_impl.DisabledSafetyCheck.custom_call(_fb.read_str(table.CustomCallTarget()))
     if kind == fb.DisabledSafetyCheckKind.platform:
-        return _export.DisabledSafetyCheck.platform()
+        return export_impl.DisabledSafetyCheck.platform()
     raise CorruptArchiveError(f"unknown disabled safety check kind {kind}")

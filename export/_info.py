@@ -33,6 +33,7 @@ __all__ = [
     "MethodInfo",
     "ModuleInfo",
     "SectionInfo",
+    "archive_info",
     "inspect",
     "module_custom_calls",
 ]
@@ -181,7 +182,7 @@ def inspect(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> 
             data = start + f.read(preamble.header_length)
         head = _archive.read_header(data, total, path=path)
     with _fb.translating_read_errors(path), _limits.header_budget(head.preamble.header_length):
-        return _archive_info(head)
+        return archive_info(head)
 
 
 def module_custom_calls(
@@ -295,7 +296,8 @@ def _common_info(head: _archive.ArchiveHeader) -> dict[str, Any]:
     }
 
 
-def _archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
+def archive_info(head: _archive.ArchiveHeader) -> ArchiveInfo:
+    """The ``ArchiveInfo`` of a header read by ``_archive.read_header`` (``inspect`` of it)."""
     archive = head.archive
     model = archive.Model()
     if model is not None:

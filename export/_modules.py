@@ -157,7 +157,8 @@ def without_locations(data: bytes) -> bytes:
     """
     import jaxlib.mlir.ir as ir
     import jaxlib.mlir.passmanager as passmanager
-    from jax._src.export import _export
+
+    from jaxport.export._jax import export_impl as _export
 
     with _CONTEXT.use(len(data)):
         module = _parse(ir, data, None)
@@ -240,7 +241,7 @@ class _SharedContext:
     @contextlib.contextmanager
     def use(self, nbytes: int) -> Iterator[Any]:
         """The context, entered and held alone, to parse a module of ``nbytes`` bytes."""
-        from jax._src.interpreters import mlir
+        from jaxport.export._jax import mlir
 
         with self._lock:
             if self._context is None or self._parsed + nbytes > self._budget:

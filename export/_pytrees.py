@@ -18,10 +18,10 @@ from typing import Any
 
 import flatbuffers
 from jax import tree_util
-from jax._src.export import _export
 
 from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
 from jaxport.export import _conversions, _fb, _limits, _standin
+from jaxport.export._jax import export_impl
 from jaxport.schema import fb
 
 __all__ = ["decode_pytreedef", "encode_pytreedef", "pytree_paths"]
@@ -106,7 +106,7 @@ def _encode_custom(builder: flatbuffers.Builder, node_data: Any) -> tuple[int, i
     if node_type is _standin.StandIn:  # written back as the node it stands for
         name, auxdata = aux
         return builder.CreateString(name), _fb.bytes_vector(builder, auxdata)
-    registered = _export.serialization_registry.get(node_type)
+    registered = export_impl.serialization_registry.get(node_type)
     if registered is None:
         raise UnsupportedFeatureError(
             f"cannot store a pytree with the unregistered node type {node_type}: "
@@ -267,7 +267,7 @@ def _dict_node_keys(node: Any, n: int) -> tuple[str, ...]:
 
 def _build_custom(node: Any, children: list[Any]) -> Any:
     name = _fb.read_str(node.CustomName())
-    registered = _export.deserialization_registry.get(name)
+    registered = export_impl.deserialization_registry.get(name)
     if registered is None and _standin.standins_on():
         return _standin.StandIn(name, _fb.read_bytes(node, "CustomAuxdata") or b"", children)
     if registered is None:

@@ -15,10 +15,10 @@ from typing import Any
 
 import flatbuffers
 import jax
-from jax._src.lib import xla_client
 
 from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb, _limits
+from jaxport.export._jax import xla_client
 from jaxport.schema import fb
 
 __all__ = [

@@ -27,10 +27,8 @@ import tokenize
 from collections.abc import Sequence
 from typing import Any
 
-from jax._src import core
-from jax._src.export import shape_poly
-
 from jaxport.export import _limits
+from jaxport.export._jax import core, shape_poly
 
 __all__ = [
     "constraint_problem",

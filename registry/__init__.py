@@ -1,149 +1,56 @@
 """The SQL-backed artifact registry: ``Registry``, its result types, references and blob stores.
 
 Names load lazily: ``import jaxport.registry`` imports neither SQLAlchemy nor jax until a name
-that needs them is used (``jaxport.registry._config`` is read by the CLI's ``--help``).
+that needs them is used (``jaxport.registry._config`` is read by the CLI's ``--help``). Each
+public name is listed once, as an import below; ``__all__`` and the loader are derived from
+those lines (``jaxport._lazy``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jaxport._lazy import attach
 
 if TYPE_CHECKING:
-    from jaxport.registry._blobs import (
-        BlobStore,
-        FsspecBlobStore,
-        LocalBlobStore,
-        Stray,
-        open_blob_store,
-    )
-    from jaxport.registry._config import (
-        BLOBS_ENV,
-        BLOBS_OPTIONS_ENV,
-        HOME_ENV,
-        URL_ENV,
-        RegistryConfig,
-        default_home,
-        default_url,
-    )
-    from jaxport.registry._db import schema_revision, upgrade_database
-    from jaxport.registry._events import Event, acting_as, current_actor
-    from jaxport.registry._names import Reference, parse_reference
-    from jaxport.registry._queue import QueuedJob
-    from jaxport.registry._registry import Registry
-    from jaxport.registry._signatures import Signature, SignatureCheck, SignaturePolicy
-    from jaxport.registry._tokens import NewToken, TokenInfo
-    from jaxport.registry._types import (
-        AliasMove,
-        BlobProblem,
-        GcReport,
-        PushResult,
-        Ref,
-        Rejection,
-        Resolution,
-        VariantInfo,
-        VerifyReport,
-    )
-    from jaxport.registry._uploads import ArchiveParts
-    from jaxport.registry._windows import VariantWindow
-    from jaxport.registry._wire import from_wire, to_wire
+    from jaxport.registry._blobs import BlobStore as BlobStore
+    from jaxport.registry._blobs import FsspecBlobStore as FsspecBlobStore
+    from jaxport.registry._blobs import LocalBlobStore as LocalBlobStore
+    from jaxport.registry._blobs import Stray as Stray
+    from jaxport.registry._blobs import open_blob_store as open_blob_store
+    from jaxport.registry._config import BLOBS_ENV as BLOBS_ENV
+    from jaxport.registry._config import BLOBS_OPTIONS_ENV as BLOBS_OPTIONS_ENV
+    from jaxport.registry._config import HOME_ENV as HOME_ENV
+    from jaxport.registry._config import URL_ENV as URL_ENV
+    from jaxport.registry._config import RegistryConfig as RegistryConfig
+    from jaxport.registry._config import default_home as default_home
+    from jaxport.registry._config import default_url as default_url
+    from jaxport.registry._db import schema_revision as schema_revision
+    from jaxport.registry._db import upgrade_database as upgrade_database
+    from jaxport.registry._events import Event as Event
+    from jaxport.registry._events import acting_as as acting_as
+    from jaxport.registry._events import current_actor as current_actor
+    from jaxport.registry._names import Reference as Reference
+    from jaxport.registry._names import parse_reference as parse_reference
+    from jaxport.registry._queue import QueuedJob as QueuedJob
+    from jaxport.registry._registry import Registry as Registry
+    from jaxport.registry._signatures import Signature as Signature
+    from jaxport.registry._signatures import SignatureCheck as SignatureCheck
+    from jaxport.registry._signatures import SignaturePolicy as SignaturePolicy
+    from jaxport.registry._tokens import NewToken as NewToken
+    from jaxport.registry._tokens import TokenInfo as TokenInfo
+    from jaxport.registry._types import AliasMove as AliasMove
+    from jaxport.registry._types import BlobProblem as BlobProblem
+    from jaxport.registry._types import GcReport as GcReport
+    from jaxport.registry._types import PushResult as PushResult
+    from jaxport.registry._types import Ref as Ref
+    from jaxport.registry._types import Rejection as Rejection
+    from jaxport.registry._types import Resolution as Resolution
+    from jaxport.registry._types import VariantInfo as VariantInfo
+    from jaxport.registry._types import VerifyReport as VerifyReport
+    from jaxport.registry._uploads import ArchiveParts as ArchiveParts
+    from jaxport.registry._windows import VariantWindow as VariantWindow
+    from jaxport.registry._wire import from_wire as from_wire
+    from jaxport.registry._wire import to_wire as to_wire
 
-_LAZY = {
-    **dict.fromkeys(
-        ["BlobStore", "FsspecBlobStore", "LocalBlobStore", "Stray", "open_blob_store"],
-        "jaxport.registry._blobs",
-    ),
-    **dict.fromkeys(
-        [
-            "BLOBS_ENV",
-            "BLOBS_OPTIONS_ENV",
-            "HOME_ENV",
-            "URL_ENV",
-            "RegistryConfig",
-            "default_home",
-            "default_url",
-        ],
-        "jaxport.registry._config",
-    ),
-    **dict.fromkeys(["schema_revision", "upgrade_database"], "jaxport.registry._db"),
-    **dict.fromkeys(["Reference", "parse_reference"], "jaxport.registry._names"),
-    **dict.fromkeys(["Event", "acting_as", "current_actor"], "jaxport.registry._events"),
-    **dict.fromkeys(["from_wire", "to_wire"], "jaxport.registry._wire"),
-    **dict.fromkeys(["NewToken", "TokenInfo"], "jaxport.registry._tokens"),
-    "ArchiveParts": "jaxport.registry._uploads",
-    "QueuedJob": "jaxport.registry._queue",
-    "Registry": "jaxport.registry._registry",
-    **dict.fromkeys(
-        ["Signature", "SignatureCheck", "SignaturePolicy"], "jaxport.registry._signatures"
-    ),
-    **dict.fromkeys(
-        [
-            "AliasMove",
-            "BlobProblem",
-            "GcReport",
-            "PushResult",
-            "Ref",
-            "Rejection",
-            "Resolution",
-            "VariantInfo",
-            "VerifyReport",
-        ],
-        "jaxport.registry._types",
-    ),
-    "VariantWindow": "jaxport.registry._windows",
-}
-
-__all__ = [
-    "BLOBS_ENV",
-    "BLOBS_OPTIONS_ENV",
-    "HOME_ENV",
-    "URL_ENV",
-    "AliasMove",
-    "ArchiveParts",
-    "BlobProblem",
-    "BlobStore",
-    "Event",
-    "FsspecBlobStore",
-    "GcReport",
-    "LocalBlobStore",
-    "NewToken",
-    "PushResult",
-    "QueuedJob",
-    "Ref",
-    "Reference",
-    "Registry",
-    "RegistryConfig",
-    "Rejection",
-    "Resolution",
-    "Signature",
-    "SignatureCheck",
-    "SignaturePolicy",
-    "Stray",
-    "TokenInfo",
-    "VariantInfo",
-    "VariantWindow",
-    "VerifyReport",
-    "acting_as",
-    "current_actor",
-    "default_home",
-    "default_url",
-    "from_wire",
-    "open_blob_store",
-    "parse_reference",
-    "schema_revision",
-    "to_wire",
-    "upgrade_database",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jaxport.registry' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = attach(__name__)

@@ -8,10 +8,10 @@ from sqlalchemy import Connection, Engine, delete, insert, select
 
 from jaxport.registry import _db
 from jaxport.registry._events import EventLog
-from jaxport.registry._models import Alias, AliasMove, Version
+from jaxport.registry._models import AliasMoveRow, AliasRow, VersionRow
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._queries import alias_version, model_id_of, version_id_of
-from jaxport.registry._types import AliasMove as AliasMoveInfo
+from jaxport.registry._types import AliasMove
 
 __all__ = ["Aliases", "move_alias"]
 
@@ -41,30 +41,30 @@ class Aliases:
         with _db.translating_db_errors(), self._engine.connect() as conn:
             model_id = model_id_of(conn, name)
             rows = conn.execute(
-                select(Alias.alias, Alias.version)
-                .where(Alias.model_id == model_id)
-                .order_by(Alias.alias)
+                select(AliasRow.alias, AliasRow.version)
+                .where(AliasRow.model_id == model_id)
+                .order_by(AliasRow.alias)
             )
             return {a: v for a, v in rows}
 
-    def history(self, name: str, alias: str | None) -> list[AliasMoveInfo]:
+    def history(self, name: str, alias: str | None) -> list[AliasMove]:
         """The moves of ``name``'s aliases (or of one), oldest first."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
             model_id = model_id_of(conn, name)
             q = (
                 select(
-                    AliasMove.alias,
-                    AliasMove.from_version,
-                    AliasMove.to_version,
-                    AliasMove.moved_at,
+                    AliasMoveRow.alias,
+                    AliasMoveRow.from_version,
+                    AliasMoveRow.to_version,
+                    AliasMoveRow.moved_at,
                 )
-                .where(AliasMove.model_id == model_id)
-                .order_by(AliasMove.id)
+                .where(AliasMoveRow.model_id == model_id)
+                .order_by(AliasMoveRow.id)
             )
             if alias is not None:
-                q = q.where(AliasMove.alias == check_name(alias, "alias"))
+                q = q.where(AliasMoveRow.alias == check_name(alias, "alias"))
             return [
-                AliasMoveInfo(m.alias, m.from_version, m.to_version, m.moved_at)
+                AliasMove(m.alias, m.from_version, m.to_version, m.moved_at)
                 for m in conn.execute(q)
             ]
 
@@ -77,12 +77,14 @@ def move_alias(conn: Connection, name: str, alias: str, version: int | None) -> 
         NotFoundError: no such name or version.
     """
     model_id = model_id_of(conn, name, lock=True)  # alias moves of a name queue here
-    where = (Alias.model_id == model_id, Alias.alias == alias)
-    current = select(Alias.version).where(*where).scalar_subquery().label("old")
+    where = (AliasRow.model_id == model_id, AliasRow.alias == alias)
+    current = select(AliasRow.version).where(*where).scalar_subquery().label("old")
     if version is None:
         old = conn.execute(select(current)).scalar()
     else:
-        there = select(Version.id).where(Version.model_id == model_id, Version.version == version)
+        there = select(VersionRow.id).where(
+            VersionRow.model_id == model_id, VersionRow.version == version
+        )
         found = conn.execute(select(current, there.exists().label("found"))).one()
         if not found.found:
             version_id_of(conn, model_id, name, version)  # NotFoundError, listing versions
@@ -91,17 +93,17 @@ def move_alias(conn: Connection, name: str, alias: str, version: int | None) -> 
         return
     now = time.time()
     if version is None:
-        conn.execute(delete(Alias).where(*where))
+        conn.execute(delete(AliasRow).where(*where))
     else:
         row = {"model_id": model_id, "alias": alias, "version": version, "updated_at": now}
-        upsert = _db.insert_on_conflict(conn, Alias.__table__).values(row)
+        upsert = _db.insert_on_conflict(conn, AliasRow.__table__).values(row)
         conn.execute(
             upsert.on_conflict_do_update(
                 index_elements=["model_id", "alias"], set_={"version": version, "updated_at": now}
             )
         )
     conn.execute(
-        insert(AliasMove).values(
+        insert(AliasMoveRow).values(
             model_id=model_id, alias=alias, from_version=old, to_version=version, moved_at=now
         )
     )

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, select
 
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
-from jaxport.registry._models import Audit, Model, Variant, Version, VersionExamples
+from jaxport.registry._models import AuditRow, ExamplesRow, NameRow, VariantRow, VersionRow
 from jaxport.registry._names import parse_reference
 from jaxport.registry._queries import Queries, model_id_of
 from jaxport.registry._types import VariantInfo
@@ -69,25 +69,25 @@ def audit_targets(
     """
     q = (
         select(
-            Variant.__table__,
-            Version.version.label("v_number"),
-            Model.name.label("m_name"),
-            VersionExamples.digest.label("examples_digest"),
+            VariantRow.__table__,
+            VersionRow.version.label("v_number"),
+            NameRow.name.label("m_name"),
+            ExamplesRow.digest.label("examples_digest"),
         )
-        .join(Version, Variant.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
-        .outerjoin(VersionExamples, VersionExamples.version_id == Version.id)
-        .order_by(Model.name, Version.version, Variant.id)
+        .join(VersionRow, VariantRow.version_id == VersionRow.id)
+        .join(NameRow, NameRow.id == VersionRow.model_id)
+        .outerjoin(ExamplesRow, ExamplesRow.version_id == VersionRow.id)
+        .order_by(NameRow.name, VersionRow.version, VariantRow.id)
     )
     if reference is not None:
         ref = parse_reference(reference)
         if ref.name is not None and ref.version is None and ref.alias is None:
             with _db.translating_db_errors(), engine.connect() as conn:
                 model_id_of(conn, ref.name)  # NotFoundError for an unknown name
-            q = q.where(Model.name == ref.name)
+            q = q.where(NameRow.name == ref.name)
         else:
             chosen = queries.get(reference)
-            q = q.where(Model.name == chosen.name, Version.version == chosen.version)
+            q = q.where(NameRow.name == chosen.name, VersionRow.version == chosen.version)
     with _db.translating_db_errors(), engine.connect() as conn:
         rows = conn.execute(q).all()
     targets = [
@@ -116,17 +116,17 @@ def stored_findings(
     """The newest stored finding per ``Target.measure`` (digest, platform, examples) with this
     key, as rows of ``audits``."""
     q = (
-        select(Audit.__table__)
+        select(AuditRow.__table__)
         .where(
-            Audit.level == level,
-            Audit.jax_version == jax_version,
-            Audit.jaxlib_version == jaxlib_version[:40],
-            Audit.status != "crash",
+            AuditRow.level == level,
+            AuditRow.jax_version == jax_version,
+            AuditRow.jaxlib_version == jaxlib_version[:40],
+            AuditRow.status != "crash",
         )
-        .order_by(Audit.id.desc())
+        .order_by(AuditRow.id.desc())
     )
     if len(digests) <= 500:
-        q = q.where(Audit.digest.in_(sorted(digests)))
+        q = q.where(AuditRow.digest.in_(sorted(digests)))
     found: dict[tuple[str, str, str | None], Any] = {}
     with _db.translating_db_errors(), engine.connect() as conn:
         for row in conn.execute(q):

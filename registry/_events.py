@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, insert, select
 
 from jaxport._errors import InvalidNameError
 from jaxport.registry import _db
-from jaxport.registry._models import Event as EventRow
+from jaxport.registry._models import EventRow
 from jaxport.registry._names import check_count
 
 __all__ = ["Event", "EventLog", "acting_as", "current_actor"]

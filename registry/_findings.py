@@ -26,7 +26,7 @@ from jaxport.registry import _db
 from jaxport.registry._audit_targets import Target, audit_targets, finding_of, stored_findings
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, header_info, parts_of
-from jaxport.registry._models import Audit, Model, Variant, Version
+from jaxport.registry._models import AuditRow, NameRow, VariantRow, VersionRow
 from jaxport.registry._names import check_name, check_text, parse_reference
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, check_limit, model_id_of
@@ -104,7 +104,7 @@ class Findings:
         if store and new:
             rows = [_audit_row(f) | {"examples_digest": m[2]} for m, f in new.items()]
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
-                conn.execute(insert(Audit), rows)
+                conn.execute(insert(AuditRow), rows)
         return findings
 
     def _measure(
@@ -171,17 +171,21 @@ class Findings:
         if jax_version is not None:
             check_text(jax_version, "jax_version")
         q = (
-            select(Audit.__table__, Model.name.label("m_name"), Version.version.label("v_number"))
-            .join(Variant, Variant.digest == Audit.digest)
-            .join(Version, Variant.version_id == Version.id)
-            .join(Model, Model.id == Version.model_id)
-            .order_by(Audit.id.desc())
+            select(
+                AuditRow.__table__,
+                NameRow.name.label("m_name"),
+                VersionRow.version.label("v_number"),
+            )
+            .join(VariantRow, VariantRow.digest == AuditRow.digest)
+            .join(VersionRow, VariantRow.version_id == VersionRow.id)
+            .join(NameRow, NameRow.id == VersionRow.model_id)
+            .order_by(AuditRow.id.desc())
             .limit(limit)
         )
         for column, value in (
-            (Model.name, name),
-            (Audit.jax_version, jax_version),
-            (Audit.platform, platform),
+            (NameRow.name, name),
+            (AuditRow.jax_version, jax_version),
+            (AuditRow.platform, platform),
         ):
             if value is not None:
                 q = q.where(column == value)

@@ -20,20 +20,21 @@ from collections.abc import Callable, Iterator
 from sqlalchemy import Connection, Engine, delete, select
 
 from jaxport._errors import ConflictError, IntegrityError
+from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._model_parts import FUNCTION, MODEL, Part, joined_archive, parts_of
+from jaxport.registry._model_parts import FUNCTION, MODEL, joined_archive, parts_of
 from jaxport.registry._models import (
-    Alias,
-    Blob,
-    Model,
-    PendingBlob,
-    Signature,
-    Variant,
-    VariantPart,
-    Version,
-    VersionExamples,
+    AliasRow,
+    BlobRow,
+    ExamplesRow,
+    NameRow,
+    PendingBlobRow,
+    SignatureRow,
+    VariantPartRow,
+    VariantRow,
+    VersionRow,
 )
 from jaxport.registry._publish import PENDING_TTL, pid_scope
 from jaxport.registry._queries import model_id_of, version_id_of
@@ -54,10 +55,10 @@ class Maintenance:
         with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
             model_id = model_id_of(conn, name)
             version_id = 0
-            q = select(Alias.alias, Alias.version).where(Alias.model_id == model_id)
+            q = select(AliasRow.alias, AliasRow.version).where(AliasRow.model_id == model_id)
             if version is not None:
                 version_id = version_id_of(conn, model_id, name, version)
-                q = q.where(Alias.version == version)
+                q = q.where(AliasRow.version == version)
             pointing = sorted(conn.execute(q).all())
             if pointing and not force:
                 what = f"{name}:{version}" if version is not None else f"{name}'s versions"
@@ -69,8 +70,10 @@ class Maintenance:
             for alias, _ in pointing:
                 move_alias(conn, name, alias, None)
             # A deleted name keeps its row: version numbers are never handed out twice.
-            doomed = Version.model_id == model_id if version is None else Version.id == version_id
-            conn.execute(delete(Version).where(doomed))
+            doomed = (
+                VersionRow.model_id == model_id if version is None else VersionRow.id == version_id
+            )
+            conn.execute(delete(VersionRow).where(doomed))
 
     def gc(self, *, dry_run: bool, min_age: float, temp_age: float) -> GcReport:
         """See ``Registry.gc``."""
@@ -91,11 +94,13 @@ class Maintenance:
             total = sum(self._size(d) for d in doomed)
             if not dry_run:
                 for digest in doomed:
-                    conn.execute(delete(Blob).where(Blob.digest == digest))
+                    conn.execute(delete(BlobRow).where(BlobRow.digest == digest))
                     self._blobs.delete(digest)
                 _forget_rows_without_files(conn, needed | pending, set(stored))
                 conn.execute(
-                    delete(PendingBlob).where(PendingBlob.created_at < time.time() - PENDING_TTL)
+                    delete(PendingBlobRow).where(
+                        PendingBlobRow.created_at < time.time() - PENDING_TTL
+                    )
                 )
         # A temporary file of a push in flight (its digest pending) is never removed: strays
         # are listed before the pending rows are read, and a push registers before it writes.
@@ -164,7 +169,7 @@ class Maintenance:
             users = _users(conn)
             archives = set(
                 conn.execute(
-                    select(Variant.digest).where(Variant.kind == FUNCTION).distinct()
+                    select(VariantRow.digest).where(VariantRow.kind == FUNCTION).distinct()
                 ).scalars()
             )
             models = _model_archives(conn) if deep else {}
@@ -203,11 +208,11 @@ class Maintenance:
 def referenced(conn: Connection) -> set[str]:
     """Every digest a variant, a part of a model variant, a version's golden examples or a
     signature of a variant's archive refers to."""
-    variants = conn.execute(select(Variant.digest).distinct()).scalars()
-    parts = conn.execute(select(VariantPart.digest).distinct()).scalars()
-    examples = conn.execute(select(VersionExamples.digest).distinct()).scalars()
+    variants = conn.execute(select(VariantRow.digest).distinct()).scalars()
+    parts = conn.execute(select(VariantPartRow.digest).distinct()).scalars()
+    examples = conn.execute(select(ExamplesRow.digest).distinct()).scalars()
     bundles = conn.execute(
-        select(Signature.bundle_digest).where(Signature.digest.in_(select(Variant.digest)))
+        select(SignatureRow.bundle_digest).where(SignatureRow.digest.in_(select(VariantRow.digest)))
     ).scalars()
     return set(variants) | set(parts) | set(examples) | set(bundles)
 
@@ -215,17 +220,17 @@ def referenced(conn: Connection) -> set[str]:
 def _forget_orphan_signatures(conn: Connection) -> None:
     """Deletes the signature rows of archives no variant holds (their bundles become
     unreferenced blobs, collected as any other). Runs under the exclusive blob lock."""
-    conn.execute(delete(Signature).where(Signature.digest.not_in(select(Variant.digest))))
+    conn.execute(delete(SignatureRow).where(SignatureRow.digest.not_in(select(VariantRow.digest))))
 
 
 def _forget_rows_without_files(conn: Connection, needed: set[str], stored: set[str]) -> None:
     """Deletes the ``blobs`` rows that nothing needs and that have no file: those of deleted
     model archives (whose bytes are their parts), or of blobs lost before their version was
     deleted. Runs under the exclusive blob lock, so no push commits a row meanwhile."""
-    rows = set(conn.execute(select(Blob.digest)).scalars())
+    rows = set(conn.execute(select(BlobRow.digest)).scalars())
     doomed = sorted(rows - needed - stored)
     for start in range(0, len(doomed), 500):
-        conn.execute(delete(Blob).where(Blob.digest.in_(doomed[start : start + 500])))
+        conn.execute(delete(BlobRow).where(BlobRow.digest.in_(doomed[start : start + 500])))
 
 
 def _live_pending(conn: Connection, *, forget_dead: bool) -> set[str]:
@@ -234,14 +239,14 @@ def _live_pending(conn: Connection, *, forget_dead: bool) -> set[str]:
     Dead rows are deleted."""
     cutoff = time.time() - PENDING_TTL
     rows = conn.execute(
-        select(PendingBlob.digest, PendingBlob.token, PendingBlob.host, PendingBlob.pid).where(
-            PendingBlob.created_at >= cutoff
-        )
+        select(
+            PendingBlobRow.digest, PendingBlobRow.token, PendingBlobRow.host, PendingBlobRow.pid
+        ).where(PendingBlobRow.created_at >= cutoff)
     ).all()
     here = pid_scope()
     dead = {r.token for r in rows if r.host == here and not _alive(r.pid)}
     if dead and forget_dead:
-        conn.execute(delete(PendingBlob).where(PendingBlob.token.in_(dead)))
+        conn.execute(delete(PendingBlobRow).where(PendingBlobRow.token.in_(dead)))
     return {r.digest for r in rows if r.token not in dead}
 
 
@@ -259,10 +264,16 @@ def _alive(pid: int) -> bool:
 def _model_archives(conn: Connection) -> dict[str, tuple[list[Part], int, set[str]]]:
     """digest of each model archive -> its parts, its size in bytes and its ``name:version``s."""
     rows = conn.execute(
-        select(Variant.id, Variant.digest, Variant.size_bytes, Model.name, Version.version)
-        .join(Version, Variant.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
-        .where(Variant.kind == MODEL)
+        select(
+            VariantRow.id,
+            VariantRow.digest,
+            VariantRow.size_bytes,
+            NameRow.name,
+            VersionRow.version,
+        )
+        .join(VersionRow, VariantRow.version_id == VersionRow.id)
+        .join(NameRow, NameRow.id == VersionRow.model_id)
+        .where(VariantRow.kind == MODEL)
     )
     found: dict[str, tuple[list[Part], int, set[str]]] = {}
     for variant_id, digest, size, name, version in rows:
@@ -277,33 +288,33 @@ def _users(conn: Connection) -> dict[str, set[str]]:
     a function archive, the parts of a model archive (whose own digest is no blob)."""
     queries = (
         (
-            select(Variant.digest, Model.name, Version.version)
-            .join(Version, Variant.version_id == Version.id)
-            .where(Variant.kind == FUNCTION),
+            select(VariantRow.digest, NameRow.name, VersionRow.version)
+            .join(VersionRow, VariantRow.version_id == VersionRow.id)
+            .where(VariantRow.kind == FUNCTION),
             "",
         ),
         (
-            select(VariantPart.digest, Model.name, Version.version)
-            .join(Variant, Variant.id == VariantPart.variant_id)
-            .join(Version, Variant.version_id == Version.id),
+            select(VariantPartRow.digest, NameRow.name, VersionRow.version)
+            .join(VariantRow, VariantRow.id == VariantPartRow.variant_id)
+            .join(VersionRow, VariantRow.version_id == VersionRow.id),
             "",
         ),
         (
-            select(VersionExamples.digest, Model.name, Version.version).join(
-                Version, VersionExamples.version_id == Version.id
+            select(ExamplesRow.digest, NameRow.name, VersionRow.version).join(
+                VersionRow, ExamplesRow.version_id == VersionRow.id
             ),
             " examples",
         ),
         (
-            select(Signature.bundle_digest, Model.name, Version.version)
-            .join(Variant, Variant.digest == Signature.digest)
-            .join(Version, Variant.version_id == Version.id),
+            select(SignatureRow.bundle_digest, NameRow.name, VersionRow.version)
+            .join(VariantRow, VariantRow.digest == SignatureRow.digest)
+            .join(VersionRow, VariantRow.version_id == VersionRow.id),
             " signature",
         ),
     )
     users: dict[str, set[str]] = defaultdict(set)
     for query, suffix in queries:
-        rows = conn.execute(query.join(Model, Model.id == Version.model_id))
+        rows = conn.execute(query.join(NameRow, NameRow.id == VersionRow.model_id))
         for digest, name, version in rows:
             users[digest].add(f"{name}:{version}{suffix}")
     return users

@@ -15,6 +15,10 @@ archive (``variants.kind == "model"``) is stored in parts (``variant_parts``): i
 each tensor is a blob of its own, so versions share the tensors they have in common; its own
 digest has a ``blobs`` row without a file (``_model_parts``). Times are
 unix seconds (float). Constraint names follow one naming convention so migrations are stable.
+
+Each row class is named after its table with a ``Row`` suffix (``models``: ``NameRow``, a
+name's row; ``examples``: ``ExamplesRow``), so that none shares a name with a public type
+(``jaxport.Model``, ``jaxport.Event``, ``jaxport.Signature``, ``jaxport.AliasMove``).
 """
 
 from __future__ import annotations
@@ -34,24 +38,24 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "Alias",
-    "AliasMove",
-    "Audit",
+    "AliasMoveRow",
+    "AliasRow",
+    "AuditRow",
     "Base",
-    "Blob",
-    "Event",
-    "Model",
-    "ModuleVerdict",
-    "PendingBlob",
-    "QueuedAudit",
-    "RegistryInfo",
-    "Signature",
-    "Token",
-    "Variant",
-    "VariantPart",
-    "VariantPlatform",
-    "Version",
-    "VersionExamples",
+    "BlobRow",
+    "EventRow",
+    "ExamplesRow",
+    "ModuleVerdictRow",
+    "NameRow",
+    "PendingBlobRow",
+    "QueuedAuditRow",
+    "RegistryInfoRow",
+    "SignatureRow",
+    "TokenRow",
+    "VariantPartRow",
+    "VariantPlatformRow",
+    "VariantRow",
+    "VersionRow",
 ]
 
 NAMING_CONVENTION = {
@@ -67,7 +71,7 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class Model(Base):
+class NameRow(Base):
     """A name; ``last_version`` is the last version number handed out (0: none yet)."""
 
     __tablename__ = "models"
@@ -77,7 +81,7 @@ class Model(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class Version(Base):
+class VersionRow(Base):
     """A version of a name. ``content_key`` (``_publish.content_key``: sha256 of its variants'
     digests in order and its golden examples' digest) is unique per name, so identical content
     pushed at the same moment by several writers is one version; NULL only on versions that an
@@ -96,7 +100,7 @@ class Version(Base):
     content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
-class Blob(Base):
+class BlobRow(Base):
     """A blob in the blob store, by sha256 digest (hex): an archive, golden examples, or a
     part of a model archive; ``size`` in bytes. A model archive's own digest has a row (the
     variants' foreign key) but no file: its bytes are its parts."""
@@ -107,7 +111,7 @@ class Blob(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class PendingBlob(Base):
+class PendingBlobRow(Base):
     """A digest that a push in flight writes or reuses (see ``_publish``): ``gc`` keeps its blob.
 
     ``token`` names the push, ``host`` and ``pid`` the process that runs it; its rows are
@@ -128,7 +132,7 @@ class PendingBlob(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class Variant(Base):
+class VariantRow(Base):
     """One archive of a version, with what ``resolve`` and ``search`` filter on."""
 
     __tablename__ = "variants"
@@ -162,7 +166,7 @@ class Variant(Base):
     kind: Mapped[str] = mapped_column(String(20), server_default="function")  # or "model"
 
 
-class VariantPart(Base):
+class VariantPartRow(Base):
     """A part of a model archive: ``position`` 0 is the skeleton (bytes 0 to the end of
     section 0), ``position`` i + 1 tensor i. The archive is the parts in position order, each at
     its ``offset`` (bytes from the archive's start) after zero padding; ``size`` in bytes."""
@@ -178,7 +182,7 @@ class VariantPart(Base):
     size: Mapped[int] = mapped_column(BigInteger)
 
 
-class VariantPlatform(Base):
+class VariantPlatformRow(Base):
     """The set of platforms of a variant, one row each, for indexed lookups."""
 
     __tablename__ = "variant_platforms"
@@ -189,7 +193,7 @@ class VariantPlatform(Base):
     platform: Mapped[str] = mapped_column(String(40), primary_key=True)
 
 
-class Alias(Base):
+class AliasRow(Base):
     __tablename__ = "aliases"
     model_id: Mapped[int] = mapped_column(
         ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
@@ -199,7 +203,7 @@ class Alias(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
-class AliasMove(Base):
+class AliasMoveRow(Base):
     """The history of alias moves; ``to_version`` None: the alias was removed."""
 
     __tablename__ = "alias_history"
@@ -212,7 +216,7 @@ class AliasMove(Base):
     moved_at: Mapped[float] = mapped_column(Float)
 
 
-class RegistryInfo(Base):
+class RegistryInfoRow(Base):
     """Facts about the database itself, e.g. ``jaxport_version``: the release that last created
     or upgraded its schema (named in the error an older jaxport gives)."""
 
@@ -221,7 +225,7 @@ class RegistryInfo(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
-class Audit(Base):
+class AuditRow(Base):
     """An audit of one variant's archive by one jax / jaxlib on one platform (``jaxport audit``).
 
     ``status``: one of ``jaxport.audit.STATUSES``; ``seconds``: how long the
@@ -251,7 +255,7 @@ class Audit(Base):
     examples_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
-class VersionExamples(Base):
+class ExamplesRow(Base):
     """The golden examples of a version: a blob (see ``_examples``) of ``count`` calls."""
 
     __tablename__ = "examples"
@@ -262,7 +266,7 @@ class VersionExamples(Base):
     count: Mapped[int] = mapped_column(Integer)
 
 
-class ModuleVerdict(Base):
+class ModuleVerdictRow(Base):
     """What the module sandbox said of a module (``jaxport.export._verdicts``), recorded at push
     so that a pull by another client with the same jaxlib does not parse the module again.
 
@@ -278,7 +282,7 @@ class ModuleVerdict(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class Signature(Base):
+class SignatureRow(Base):
     """A signature of an archive (``digest``, a variant's): a Sigstore bundle that the OpenSSF
     ``model-signing`` library wrote, stored as the blob ``bundle_digest``, like an OCI referrer.
     ``signer`` is the sha256 (hex) of the signing public key's DER SubjectPublicKeyInfo;
@@ -297,7 +301,7 @@ class Signature(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class QueuedAudit(Base):
+class QueuedAuditRow(Base):
     """The finding that the audit queue (``registry/_queue_jobs.py``) recorded for one key:
     archive ``digest`` x ``jax_version`` x ``jaxlib_version`` x ``platform`` x ``nr_devices``
     (the devices the variant needs). The key is the primary key, so a job retried after its
@@ -314,7 +318,7 @@ class QueuedAudit(Base):
     job_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
-class Token(Base):
+class TokenRow(Base):
     """A bearer token of the registry server (``registry/_tokens.py``): the sha256 of its secret
     (never the secret), its scopes and name prefixes (space-separated), times in unix seconds."""
 
@@ -329,7 +333,7 @@ class Token(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
-class Event(Base):
+class EventRow(Base):
     """One write to the registry (``registry/_events.py``), appended, never changed: ``actor``
     (a token's name, or ``local:USER``), ``kind``, name, version and a JSON ``detail``."""
 

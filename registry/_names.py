@@ -242,7 +242,8 @@ def check_names(names: Iterable[object], what: str) -> list[str]:
 def normalize_platform(platform: Any) -> str:
     """A platform name as exports spell it: lower case; ``gpu`` is the local GPU kind.
 
-    Source: jax's ``xla_bridge.canonicalize_platform`` (``gpu`` -> ``cuda`` or ``rocm``).
+    Source: jax's ``xla_bridge.canonicalize_platform`` (``gpu`` -> ``cuda`` or ``rocm``:
+    ``jaxport.export.local_gpu_platform``).
 
     Raises:
         InvalidNameError: not a platform jax exports for, or ``gpu`` on a machine without one.
@@ -251,10 +252,10 @@ def normalize_platform(platform: Any) -> str:
         raise InvalidNameError(f"a platform must be a string, got {platform!r}")
     name = platform.strip().lower()
     if name == "gpu":
-        from jax._src import xla_bridge
+        from jaxport.export import local_gpu_platform
 
         try:
-            return str(xla_bridge.canonicalize_platform("gpu"))
+            return local_gpu_platform()
         except RuntimeError:
             raise InvalidNameError("no GPU here to stand for 'gpu': name cuda or rocm") from None
     if name not in KNOWN_PLATFORMS:

@@ -58,28 +58,21 @@ from jaxport._errors import (
     UnsupportedFeatureError,
 )
 from jaxport._files import read_regular
+from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
 from jaxport.registry._events import EventLog
-from jaxport.registry._model_parts import (
-    FUNCTION,
-    MODEL,
-    ArchiveChunks,
-    Part,
-    chunks_info,
-    split_model,
-    validated_model,
-)
+from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (
-    Blob,
-    Model,
-    PendingBlob,
-    Variant,
-    VariantPart,
-    VariantPlatform,
-    Version,
-    VersionExamples,
+    BlobRow,
+    ExamplesRow,
+    NameRow,
+    PendingBlobRow,
+    VariantPartRow,
+    VariantPlatformRow,
+    VariantRow,
+    VersionRow,
 )
 from jaxport.registry._names import check_metadata, check_name, check_names
 from jaxport.registry._queries import ref_on
@@ -104,10 +97,10 @@ CONVERTED_KEY = "jaxport.converted_from"
 #: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
 
-_INSERT_VERSION = insert(Version).returning(Version.id)
+_INSERT_VERSION = insert(VersionRow).returning(VersionRow.id)
 #: A push's variants have distinct digests (``_check_distinct``): they tell the ids returned
 #: apart (SQLite inserts row by row when asked for them in parameter order).
-_INSERT_VARIANTS = insert(Variant).returning(Variant.digest, Variant.id)
+_INSERT_VARIANTS = insert(VariantRow).returning(VariantRow.digest, VariantRow.id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +174,7 @@ class Publisher:
                     verdicts.record(conn)
                     for alias in alias_names:
                         move_alias(conn, name, alias, ref.version)
-                    conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+                    conn.execute(delete(PendingBlobRow).where(PendingBlobRow.token == token))
                     event = None
                     if created or repaired:
                         event = self._events.insert(conn, "push", name, ref.version, {
@@ -225,15 +218,17 @@ def _register_pending(
     ]
     with conn.begin():
         _db.blob_lock(conn, exclusive=False)
-        conn.execute(insert(PendingBlob), rows)
-        known = conn.execute(select(Blob.digest).where(Blob.digest.in_(list(blobs)))).scalars()
+        conn.execute(insert(PendingBlobRow), rows)
+        known = conn.execute(
+            select(BlobRow.digest).where(BlobRow.digest.in_(list(blobs)))
+        ).scalars()
         return set(known)
 
 
 def _forget_pending(conn: Connection, token: str) -> None:
     try:
         with conn.begin():
-            conn.execute(delete(PendingBlob).where(PendingBlob.token == token))
+            conn.execute(delete(PendingBlobRow).where(PendingBlobRow.token == token))
     except Exception:  # the rows expire after PENDING_TTL; the push's own error matters
         pass
 
@@ -253,8 +248,8 @@ def _commit(
     model_id, version = _next_version(conn, name, now)  # the name's row stays locked
     existing = _version_with(conn, model_id, key)
     if existing is not None:  # give the number back: nobody else saw it
-        back = update(Model).where(Model.id == model_id)
-        conn.execute(back.values(last_version=Model.last_version - 1))
+        back = update(NameRow).where(NameRow.id == model_id)
+        conn.execute(back.values(last_version=NameRow.last_version - 1))
         return ref_on(conn, name, existing), False
     metadata_json = json.dumps(meta, sort_keys=True)
     version_id = conn.execute(
@@ -268,11 +263,11 @@ def _commit(
     if golden is not None:
         sizes[golden[0]] = len(golden[1])
     blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
-    _db.insert_ignoring_duplicates(conn, Blob.__table__, blob_rows, ["digest"])
+    _db.insert_ignoring_duplicates(conn, BlobRow.__table__, blob_rows, ["digest"])
     variants = _insert_variants(conn, name, version, version_id, items, now)
     if golden is not None:
         conn.execute(
-            insert(VersionExamples),
+            insert(ExamplesRow),
             {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
         )
     return Ref(name, version, variants, json.loads(metadata_json), now), True
@@ -423,7 +418,7 @@ def _from_bytes(
         from jaxport.export import inspect
 
         if inspect(data).kind == MODEL:
-            model = validated_model(data, path, verdicts, allow)
+            model = _validated_model(data, path, verdicts, allow)
             return _model_item(ArchiveChunks([data]), model, path)
         return _item(data, _validated(data, path, verdicts, allow), ())
     from jaxport.export._native import convert_native
@@ -438,6 +433,36 @@ def _from_bytes(
         )
     archive = converted.archive
     return _item(archive, _validated(archive, path, verdicts, allow), tuple(notes))
+
+
+def _validated_model(
+    data: bytes,
+    path: str | None,
+    verdicts: VerdictCache | None = None,
+    allow_custom_calls: Sequence[str] = (),
+) -> JaxportModel:
+    """The model in ``data``, read in full: every method and VJP level, every tensor checked
+    against its digest.
+
+    Raises:
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError,
+            UnsupportedFeatureError: see ``jaxport.loads_model``.
+    """
+    from jaxport.export import loads_model
+
+    model = loads_model(
+        data,
+        path=path,
+        verdicts=verdicts,
+        allow_custom_calls=allow_custom_calls,
+        outside_window="allow",
+    )
+    model.params  # noqa: B018  (reads every tensor and checks its digest)
+    for name, exported in model.exported.items():
+        current = exported
+        for _ in range(model.vjp_orders[name]):
+            current = current.vjp()
+    return model
 
 
 def _validated(
@@ -465,9 +490,9 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
 
 def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -> _Item:
     """A model archive to store in parts, never joined: ``archive`` is a ``Model``'s chunks
-    (its tensors are views of its arrays) or validated bytes (``validated_model``)."""
+    (its tensors are views of its arrays) or validated bytes (``_validated_model``)."""
     info = chunks_info(archive)
-    parts = split_model(archive, info, path)
+    parts = split_archive(archive, info, path=path)
     blobs = {p.digest: archive.view(p.offset, p.end) for p in parts}
     return _Item(archive.sha256(), archive.size, info, (), blobs, model=model, parts=parts)
 
@@ -480,11 +505,11 @@ def _next_version(conn: Connection, name: str, now: float) -> tuple[int, int]:
     in one upsert whose row lock queues concurrent pushes to the name until commit:
     ``(model id, version)``."""
     row = {"name": name, "last_version": 1, "created_at": now}
-    upsert = _db.insert_on_conflict(conn, Model.__table__).values(row)
+    upsert = _db.insert_on_conflict(conn, NameRow.__table__).values(row)
     upsert = upsert.on_conflict_do_update(
-        index_elements=["name"], set_={"last_version": Model.last_version + 1}
+        index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
     )
-    model_id, version = conn.execute(upsert.returning(Model.id, Model.last_version)).one()
+    model_id, version = conn.execute(upsert.returning(NameRow.id, NameRow.last_version)).one()
     return int(model_id), int(version)
 
 
@@ -492,8 +517,8 @@ def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
     """The version of the name whose ``content_key`` is ``key``; its row is locked
     (PostgreSQL), so a concurrent delete waits for this push to commit."""
     found = conn.execute(
-        select(Version.version)
-        .where(Version.model_id == model_id, Version.content_key == key)
+        select(VersionRow.version)
+        .where(VersionRow.model_id == model_id, VersionRow.content_key == key)
         .with_for_update()
     ).scalar_one_or_none()
     return None if found is None else int(found)
@@ -513,7 +538,7 @@ def _insert_variants(
         for p in dict.fromkeys(item.info.platforms)
     ]
     if platforms:
-        conn.execute(insert(VariantPlatform), platforms)
+        conn.execute(insert(VariantPlatformRow), platforms)
     parts = [
         {"variant_id": variant_id, "position": p.position, "digest": p.digest,
          "offset": p.offset, "size": p.size}
@@ -521,7 +546,7 @@ def _insert_variants(
         for p in item.parts
     ]  # fmt: skip
     if parts:
-        conn.execute(insert(VariantPart), parts)
+        conn.execute(insert(VariantPartRow), parts)
     return tuple(
         VariantInfo.from_row(name, version, types.SimpleNamespace(**row, id=variant_id))
         for variant_id, row in zip(ids, rows, strict=True)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 
 from jaxport._errors import IntegrityError, NotFoundError, WrongKindError
+from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import (
     MODEL,
-    Part,
     archive_chunks,
     header_info,
     joined_archive,

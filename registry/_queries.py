@@ -37,12 +37,12 @@ from sqlalchemy import Connection, Engine, func, literal, select, union_all
 from jaxport._errors import InvalidNameError, NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._models import (
-    Alias,
-    Model,
-    Variant,
-    VariantPlatform,
-    Version,
-    VersionExamples,
+    AliasRow,
+    ExamplesRow,
+    NameRow,
+    VariantPlatformRow,
+    VariantRow,
+    VersionRow,
 )
 from jaxport.registry._names import (
     Reference,
@@ -107,7 +107,7 @@ class Queries:
             version = alias_version(conn, model_id, ref.name, ref.alias)
         if version is None:
             version = conn.execute(
-                select(func.max(Version.version)).where(Version.model_id == model_id)
+                select(func.max(VersionRow.version)).where(VersionRow.model_id == model_id)
             ).scalar()
             if version is None:
                 raise NotFoundError(f"{ref.name} has no versions")
@@ -124,8 +124,8 @@ class Queries:
         """
         rows = conn.execute(
             _variants_select()
-            .where(Variant.digest >= prefix, Variant.digest < prefix + "g")
-            .order_by(Variant.id)
+            .where(VariantRow.digest >= prefix, VariantRow.digest < prefix + "g")
+            .order_by(VariantRow.id)
             .limit(1000)
         ).all()
         digests = sorted({r.digest for r in rows})
@@ -182,32 +182,32 @@ class Queries:
         if (name := filters.get("name")) is not None:
             check_name(name)
         q = _variants_select()
-        key: Any = Variant.id
+        key: Any = VariantRow.id
         if name is not None:
-            q = q.where(Model.name == name)
+            q = q.where(NameRow.name == name)
         if fun_name is not None:  # drives unless the name does
-            column = Variant.fun_name if name is None else _unindexed(Variant.fun_name)
+            column = VariantRow.fun_name if name is None else _unindexed(VariantRow.fun_name)
             q = q.where(column == fun_name)
         if platform is not None:
             if name is None and fun_name is None:  # drives, in variant_id order
-                q = q.join(VariantPlatform, platform_join(platform))
-                key = VariantPlatform.variant_id
+                q = q.join(VariantPlatformRow, platform_join(platform))
+                key = VariantPlatformRow.variant_id
             else:
                 q = q.where(platform_predicate(platform))
         if nr_devices is not None:
             q = q.where(devices_predicate(nr_devices))
         if prefix is not None:
             q = q.where(
-                (Variant.jax_version == prefix)
-                | Variant.jax_version.startswith(f"{prefix}.", autoescape=True)
+                (VariantRow.jax_version == prefix)
+                | VariantRow.jax_version.startswith(f"{prefix}.", autoescape=True)
             )
         if cc is not None:
-            q = q.where(Variant.calling_convention_version == cc)
+            q = q.where(VariantRow.calling_convention_version == cc)
         if poly is not None:
-            q = q.where(Variant.shape_polymorphic == poly)
+            q = q.where(VariantRow.shape_polymorphic == poly)
         if after is not None:
-            q = q.where(Variant.id > after)
-            if key is not Variant.id:  # PostgreSQL does not carry it across the join
+            q = q.where(VariantRow.id > after)
+            if key is not VariantRow.id:  # PostgreSQL does not carry it across the join
                 q = q.where(key > after)
         q = q.order_by(key).limit(size)
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
@@ -253,18 +253,18 @@ class Queries:
     def has_variant(self, variant_id: int) -> bool:
         """Whether the variant still exists (a delete may have removed it meanwhile)."""
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
-            found = conn.execute(select(Variant.id).where(Variant.id == variant_id)).first()
+            found = conn.execute(select(VariantRow.id).where(VariantRow.id == variant_id)).first()
             return found is not None
 
     def names_holding(self, digest: str) -> list[str]:
         """The names with a version that holds the archive ``digest`` (exactly), sorted."""
         q = (
-            select(Model.name)
-            .join(Version, Version.model_id == Model.id)
-            .join(Variant, Variant.version_id == Version.id)
-            .where(Variant.digest == digest)
+            select(NameRow.name)
+            .join(VersionRow, VersionRow.model_id == NameRow.id)
+            .join(VariantRow, VariantRow.version_id == VersionRow.id)
+            .where(VariantRow.digest == digest)
             .distinct()
-            .order_by(Model.name)
+            .order_by(NameRow.name)
         )
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             return list(conn.execute(q).scalars())
@@ -274,8 +274,8 @@ class Queries:
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             row = conn.execute(
                 _variants_select()
-                .where(Variant.digest == digest, Variant.kind == "model")
-                .order_by(Variant.id)
+                .where(VariantRow.digest == digest, VariantRow.kind == "model")
+                .order_by(VariantRow.id)
                 .limit(1)
             ).first()
         return None if row is None else VariantInfo.from_row(row.m_name, row.v_number, row)
@@ -284,10 +284,10 @@ class Queries:
         """The digest of a version's golden examples blob, if it has one."""
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             return conn.execute(
-                select(VersionExamples.digest)
-                .join(Version, Version.id == VersionExamples.version_id)
-                .join(Model, Model.id == Version.model_id)
-                .where(Model.name == name, Version.version == version)
+                select(ExamplesRow.digest)
+                .join(VersionRow, VersionRow.id == ExamplesRow.version_id)
+                .join(NameRow, NameRow.id == VersionRow.model_id)
+                .where(NameRow.name == name, VersionRow.version == version)
             ).scalar_one_or_none()
 
 
@@ -316,9 +316,9 @@ def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
         NotFoundError: no such name, or every version of it was deleted (the message says
             which names are close, and lists some that exist).
     """
-    live = select(Version.id).where(Version.model_id == Model.id).exists()
-    q = select(Model.id, live.label("live")).where(Model.name == check_name(name))
-    row = conn.execute(q.with_for_update(of=Model) if lock else q).one_or_none()
+    live = select(VersionRow.id).where(VersionRow.model_id == NameRow.id).exists()
+    q = select(NameRow.id, live.label("live")).where(NameRow.name == check_name(name))
+    row = conn.execute(q.with_for_update(of=NameRow) if lock else q).one_or_none()
     if row is not None and row.live:
         return int(row.id)
     known = live_names(conn)
@@ -331,8 +331,8 @@ def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
 
 def live_names(conn: Connection) -> list[str]:
     """Every name with at least one version, sorted."""
-    live = select(Version.id).where(Version.model_id == Model.id).exists()
-    return list(conn.execute(select(Model.name).where(live).order_by(Model.name)).scalars())
+    live = select(VersionRow.id).where(VersionRow.model_id == NameRow.id).exists()
+    return list(conn.execute(select(NameRow.name).where(live).order_by(NameRow.name)).scalars())
 
 
 def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> int:
@@ -342,13 +342,15 @@ def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> i
         NotFoundError: no such version (the message lists the versions).
     """
     version_id = conn.execute(
-        select(Version.id).where(
-            Version.model_id == model_id, Version.version == check_version(version)
+        select(VersionRow.id).where(
+            VersionRow.model_id == model_id, VersionRow.version == check_version(version)
         )
     ).scalar_one_or_none()
     if version_id is None:
         versions = conn.execute(
-            select(Version.version).where(Version.model_id == model_id).order_by(Version.version)
+            select(VersionRow.version)
+            .where(VersionRow.model_id == model_id)
+            .order_by(VersionRow.version)
         ).scalars()
         listed = ", ".join(map(str, versions)) or "none"
         raise NotFoundError(f"{name} has no version {version}; versions: {listed}")
@@ -362,10 +364,10 @@ def alias_version(conn: Connection, model_id: int, name: str, alias: str) -> int
         NotFoundError: no such alias (the message lists the aliases).
     """
     version = conn.execute(
-        select(Alias.version).where(Alias.model_id == model_id, Alias.alias == alias)
+        select(AliasRow.version).where(AliasRow.model_id == model_id, AliasRow.alias == alias)
     ).scalar_one_or_none()
     if version is None:
-        known = conn.execute(select(Alias.alias).where(Alias.model_id == model_id)).scalars()
+        known = conn.execute(select(AliasRow.alias).where(AliasRow.model_id == model_id)).scalars()
         raise NotFoundError(
             f"{name} has no alias {alias!r}; aliases: {', '.join(sorted(known)) or 'none'}"
         )
@@ -374,7 +376,7 @@ def alias_version(conn: Connection, model_id: int, name: str, alias: str) -> int
 
 def ref_on(conn: Connection, name: str, version: int) -> Ref:
     """The ``Ref`` of ``name:version`` (which exists), in one statement."""
-    versions = _versions(name).where(Version.version == version)
+    versions = _versions(name).where(VersionRow.version == version)
     (ref,) = _refs(conn.execute(_with_variants(versions)))
     return ref
 
@@ -397,9 +399,11 @@ def nothing_matches(r: Resolution) -> str:
 
 def _variants_select() -> Any:
     return (
-        select(Variant.__table__, Version.version.label("v_number"), Model.name.label("m_name"))
-        .join(Version, Variant.version_id == Version.id)
-        .join(Model, Model.id == Version.model_id)
+        select(
+            VariantRow.__table__, VersionRow.version.label("v_number"), NameRow.name.label("m_name")
+        )
+        .join(VersionRow, VariantRow.version_id == VersionRow.id)
+        .join(NameRow, NameRow.id == VersionRow.model_id)
     )
 
 
@@ -407,34 +411,34 @@ def _model_id(name: str, *conditions: Any) -> Any:
     """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
     a query of one name's versions then reads its ``(model_id, version)`` index in version
     order (PostgreSQL does not, across a join to ``models``)."""
-    return select(Model.id).where(Model.name == name, *conditions).scalar_subquery()
+    return select(NameRow.id).where(NameRow.name == name, *conditions).scalar_subquery()
 
 
 def _versions(name: str | None = None, *conditions: Any) -> Any:
     """Versions with their names, labelled as ``_with_variants`` reads them: every name's, or
     only ``name``'s (if ``conditions`` on its ``models`` row hold). Only columns that the
     indexes hold, so that SQLite walks them in order rather than sort the table."""
-    columns = (Version.id.label("v_id"), Version.version.label("v_number"))
+    columns = (VersionRow.id.label("v_id"), VersionRow.version.label("v_number"))
     if name is None:
-        named = select(Model.name.label("m_name"), *columns)
-        return named.join(Model, Model.id == Version.model_id).where(*conditions)
-    m_name = literal(name, Model.name.type).label("m_name")
-    return select(m_name, *columns).where(Version.model_id == _model_id(name, *conditions))
+        named = select(NameRow.name.label("m_name"), *columns)
+        return named.join(NameRow, NameRow.id == VersionRow.model_id).where(*conditions)
+    m_name = literal(name, NameRow.name.type).label("m_name")
+    return select(m_name, *columns).where(VersionRow.model_id == _model_id(name, *conditions))
 
 
 def _in_order(versions: Any, name: str | None) -> Any:
     """``_versions(name)`` in ``(name, version)`` order, by the columns that have indexes
     (SQLite sorts anew for the label of a constant name)."""
     if name is None:
-        return versions.order_by(Model.name, Version.version)
-    return versions.order_by(Version.version)
+        return versions.order_by(NameRow.name, VersionRow.version)
+    return versions.order_by(VersionRow.version)
 
 
 def _aliased(name: str, alias: str) -> Any:
     """The version ``name@alias`` points at, as a scalar subquery."""
     return (
-        select(Alias.version)
-        .where(Alias.model_id == _model_id(name), Alias.alias == alias)
+        select(AliasRow.version)
+        .where(AliasRow.model_id == _model_id(name), AliasRow.alias == alias)
         .scalar_subquery()
     )
 
@@ -445,20 +449,22 @@ def _version_of(ref: Reference) -> Any:
     assert ref.name is not None
     q = _versions(ref.name)
     if ref.alias is not None:
-        q = q.where(Version.version == _aliased(ref.name, ref.alias))
+        q = q.where(VersionRow.version == _aliased(ref.name, ref.alias))
     elif ref.version is not None:
-        q = q.where(Version.version == ref.version)
-    return q.order_by(Version.version.desc()).limit(1)
+        q = q.where(VersionRow.version == ref.version)
+    return q.order_by(VersionRow.version.desc()).limit(1)
 
 
 def _after(name: str | None, after_name: str, after_version: int, size: int) -> Any:
     """The ``size`` versions after ``(after_name, after_version)`` (only ``name``'s, if
     given): the rest of ``after_name`` and the names after it, two ranges that each have an
     index (an OR of the two would have none)."""
-    later = _in_order(_versions(name, Model.name > after_name), name)
+    later = _in_order(_versions(name, NameRow.name > after_name), name)
     parts = [select(later.limit(size).subquery())]
     if name is None or name == after_name:
-        same = _in_order(_versions(after_name).where(Version.version > after_version), after_name)
+        same = _in_order(
+            _versions(after_name).where(VersionRow.version > after_version), after_name
+        )
         parts.append(select(same.limit(size).subquery()))
     both = union_all(*parts).subquery()
     return select(both).order_by(both.c.m_name, both.c.v_number).limit(size)
@@ -471,16 +477,16 @@ def _with_variants(versions: Any) -> Any:
     return (
         select(
             page,
-            Version.metadata_json.label("v_metadata_json"),
-            Version.created_at.label("v_created_at"),
-            Variant.__table__,
+            VersionRow.metadata_json.label("v_metadata_json"),
+            VersionRow.created_at.label("v_created_at"),
+            VariantRow.__table__,
         )
         .select_from(
-            page.join(Version, Version.id == page.c.v_id).outerjoin(
-                Variant, Variant.version_id == page.c.v_id
+            page.join(VersionRow, VersionRow.id == page.c.v_id).outerjoin(
+                VariantRow, VariantRow.version_id == page.c.v_id
             )
         )
-        .order_by(page.c.m_name, page.c.v_number, Variant.id)
+        .order_by(page.c.m_name, page.c.v_number, VariantRow.id)
     )
 
 
@@ -504,16 +510,18 @@ def _window(ref: Reference) -> Any:
     reference names (or of the one it names); a version without variants gives one row with
     a NULL ``id``, so every version read has a row."""
     assert ref.name is not None
-    versions = select(Version.id, Version.version).where(Version.model_id == _model_id(ref.name))
+    versions = select(VersionRow.id, VersionRow.version).where(
+        VersionRow.model_id == _model_id(ref.name)
+    )
     if ref.alias is not None:
-        versions = versions.where(Version.version == _aliased(ref.name, ref.alias))
+        versions = versions.where(VersionRow.version == _aliased(ref.name, ref.alias))
     elif ref.version is not None:
-        versions = versions.where(Version.version == ref.version)
-    newest = versions.order_by(Version.version.desc()).limit(_WINDOW_VERSIONS).subquery()
+        versions = versions.where(VersionRow.version == ref.version)
+    newest = versions.order_by(VersionRow.version.desc()).limit(_WINDOW_VERSIONS).subquery()
     return (
-        select(Variant.__table__, newest.c.version.label("v_number"))
-        .select_from(newest.outerjoin(Variant, Variant.version_id == newest.c.id))
-        .order_by(newest.c.version.desc(), Variant.id)
+        select(VariantRow.__table__, newest.c.version.label("v_number"))
+        .select_from(newest.outerjoin(VariantRow, VariantRow.version_id == newest.c.id))
+        .order_by(newest.c.version.desc(), VariantRow.id)
         .limit(_WINDOW)
     )
 
@@ -558,8 +566,8 @@ def _unindexed(column: Any) -> Any:
 
 
 def _candidates(model_id: int, version: int | None) -> Any:
-    q = _variants_select().where(Version.model_id == model_id)
-    return q if version is None else q.where(Version.version == version)
+    q = _variants_select().where(VersionRow.model_id == model_id)
+    return q if version is None else q.where(VersionRow.version == version)
 
 
 def _best_variant(
@@ -573,11 +581,11 @@ def _best_variant(
     q = _candidates(model_id, version)
     if platform is not None:
         q = q.where(platform_predicate(platform))
-    order: list[Any] = [Version.version.desc()]
+    order: list[Any] = [VersionRow.version.desc()]
     if nr_devices is not None:
         q = q.where(devices_predicate(nr_devices))
-        order.append((Variant.nr_devices == nr_devices).desc())
-    row = conn.execute(q.order_by(*order, Variant.id).limit(1)).first()
+        order.append((VariantRow.nr_devices == nr_devices).desc())
+    row = conn.execute(q.order_by(*order, VariantRow.id).limit(1)).first()
     return None if row is None else VariantInfo.from_row(name, row.v_number, row)
 
 
@@ -592,8 +600,8 @@ def _rejections(
 ) -> list[Rejection]:
     q = _candidates(model_id, version)
     if chosen is not None:
-        q = q.where(Version.version >= chosen.version, Variant.id != chosen.variant_id)
-    rows = conn.execute(q.order_by(Version.version.desc(), Variant.id).limit(_MAX_REJECTIONS))
+        q = q.where(VersionRow.version >= chosen.version, VariantRow.id != chosen.variant_id)
+    rows = conn.execute(q.order_by(VersionRow.version.desc(), VariantRow.id).limit(_MAX_REJECTIONS))
     out = []
     for row in rows:
         info = VariantInfo.from_row(name, row.v_number, row)

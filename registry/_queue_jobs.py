@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from jaxport._errors import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._findings import _audit_row
-from jaxport.registry._models import Audit, QueuedAudit
+from jaxport.registry._models import AuditRow, QueuedAuditRow
 
 if TYPE_CHECKING:
     from jaxport.audit import Finding
@@ -92,22 +92,24 @@ def record_once(engine: Engine, finding: Finding, nr_devices: int, job_id: int |
 
 
 def _write(engine: Engine, finding: Finding, key: dict[str, Any], job_id: int | None) -> bool:
-    where = [getattr(QueuedAudit, column) == value for column, value in key.items()]
+    where = [getattr(QueuedAuditRow, column) == value for column, value in key.items()]
     with _db.write_transaction(engine) as conn:
         held = conn.execute(
-            select(QueuedAudit.audit_id, Audit.status)
-            .join(Audit, Audit.id == QueuedAudit.audit_id)
+            select(QueuedAuditRow.audit_id, AuditRow.status)
+            .join(AuditRow, AuditRow.id == QueuedAuditRow.audit_id)
             .where(*where)
-            .with_for_update(of=QueuedAudit)
+            .with_for_update(of=QueuedAuditRow)
         ).first()
         if held is not None and (held.status != "not-run" or finding.status == "not-run"):
             return False
         audit_id = conn.execute(
-            insert(Audit).values(_audit_row(finding)).returning(Audit.id)
+            insert(AuditRow).values(_audit_row(finding)).returning(AuditRow.id)
         ).scalar_one()
         if held is None:
-            conn.execute(insert(QueuedAudit).values(**key, audit_id=audit_id, job_id=job_id))
+            conn.execute(insert(QueuedAuditRow).values(**key, audit_id=audit_id, job_id=job_id))
         else:  # a measured finding replaces the not-run one
-            conn.execute(update(QueuedAudit).where(*where).values(audit_id=audit_id, job_id=job_id))
-            conn.execute(delete(Audit).where(Audit.id == held.audit_id))
+            conn.execute(
+                update(QueuedAuditRow).where(*where).values(audit_id=audit_id, job_id=job_id)
+            )
+            conn.execute(delete(AuditRow).where(AuditRow.id == held.audit_id))
     return True

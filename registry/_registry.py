@@ -21,6 +21,7 @@ from jaxport._errors import (
 )
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport._version import __version__
+from jaxport.export import ranged_info
 from jaxport.migrations import HEAD
 from jaxport.registry import _db, _queue, _uploads
 from jaxport.registry._aliases import Aliases
@@ -29,7 +30,6 @@ from jaxport.registry._config import RegistryConfig, default_home, safe_url
 from jaxport.registry._events import Event, EventLog
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
-from jaxport.registry._model_parts import ranged_info
 from jaxport.registry._names import (
     check_digest,
     check_name,

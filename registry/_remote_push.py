@@ -3,7 +3,7 @@
 A ``jax.export.Exported`` is written with ``jaxport.dumps``; a ``jaxport.Model`` as its
 archive's chunks (tensors not copied); bytes and files as they are (a file at most
 ``max_size`` bytes, a regular file). A model archive is split as the registry stores it
-(``_model_parts.split_model``: skeleton, then one part per tensor section), so the part
+(``jaxport.export.split_archive``: skeleton, then one part per tensor section), so the part
 digests are the blob digests the server holds already for tensors it has; any other archive
 (a function archive, or jax-native bytes the server converts) is one part. The server
 validates everything again: this split only decides what is sent.
@@ -18,7 +18,7 @@ from typing import Any
 
 from jaxport._errors import CorruptArchiveError, InvalidNameError, NotFoundError
 from jaxport._files import open_regular
-from jaxport.registry._model_parts import ArchiveChunks, Part, chunks_info, split_model
+from jaxport.export import ArchiveChunks, chunks_info, split_archive
 from jaxport.registry._uploads import ArchiveParts
 
 __all__ = ["LocalArchive", "archive_parts", "default_name"]
@@ -61,10 +61,7 @@ def archive_parts(source: Any, *, vjp_order: int, max_size: int) -> LocalArchive
     except CorruptArchiveError:
         info = None  # jax-native bytes (the server converts them), or garbage (it refuses)
     digest = chunks.sha256()
-    if info is not None and info.kind == "model":
-        parts = split_model(chunks, info, None)
-    else:
-        parts = (Part(0, digest, 0, chunks.size),)
+    parts = split_archive(chunks, info, digest=digest)
     return LocalArchive(chunks, ArchiveParts(digest, chunks.size, tuple(parts)), info)
 
 

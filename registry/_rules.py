@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import and_, exists, or_
 
-from jaxport.registry._models import Variant, VariantPlatform
+from jaxport.registry._models import VariantPlatformRow, VariantRow
 
 __all__ = [
     "device_reason",
@@ -26,7 +26,7 @@ __all__ = [
 def platform_predicate(platform: str) -> Any:
     """SQL: the variant was exported for ``platform``."""
     return exists().where(
-        VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform
+        VariantPlatformRow.variant_id == VariantRow.id, VariantPlatformRow.platform == platform
     )
 
 
@@ -34,7 +34,9 @@ def platform_join(platform: str) -> Any:
     """SQL: ``platform_predicate`` as the condition of a join to ``variant_platforms`` (one
     row per variant and platform, so the join keeps each variant once), which lets that
     table's ``(platform, variant_id)`` index drive a query in ``variant_id`` order."""
-    return and_(VariantPlatform.variant_id == Variant.id, VariantPlatform.platform == platform)
+    return and_(
+        VariantPlatformRow.variant_id == VariantRow.id, VariantPlatformRow.platform == platform
+    )
 
 
 def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | None:
@@ -47,7 +49,8 @@ def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | N
 def devices_predicate(nr_devices: int) -> Any:
     """SQL: the variant runs on ``nr_devices`` devices."""
     return or_(
-        Variant.nr_devices == nr_devices, and_(Variant.nr_devices == 1, Variant.sharded.is_(False))
+        VariantRow.nr_devices == nr_devices,
+        and_(VariantRow.nr_devices == 1, VariantRow.sharded.is_(False)),
     )
 
 

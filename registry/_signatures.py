@@ -29,8 +29,7 @@ from jaxport._signing import Trusted, load_trusted, sign_digest, verify_digest
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, archive_chunks, parts_of
-from jaxport.registry._models import Blob
-from jaxport.registry._models import Signature as SignatureRow
+from jaxport.registry._models import BlobRow, SignatureRow
 from jaxport.registry._names import check_name, parse_reference
 from jaxport.registry._queries import Queries
 from jaxport.registry._types import Ref, VariantInfo
@@ -233,7 +232,7 @@ class Signatures:
             self._blobs.put(bundle_digest, bundle, replace=True)
             _db.insert_ignoring_duplicates(
                 conn,
-                Blob.__table__,
+                BlobRow.__table__,
                 [{"digest": bundle_digest, "size": len(bundle), "created_at": now}],
                 ["digest"],
             )

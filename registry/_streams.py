@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from jaxport._errors import IntegrityError, NotFoundError
+from jaxport.export import Part
 from jaxport.registry._blobs import BlobStore, LocalBlobStore
-from jaxport.registry._model_parts import Part, archive_chunks
+from jaxport.registry._model_parts import archive_chunks
 
 __all__ = ["CHUNK", "BlobStream", "open_stream"]
 

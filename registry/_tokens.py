@@ -26,7 +26,7 @@ from jaxport._errors import (
 )
 from jaxport.registry import _db
 from jaxport.registry._events import EventLog
-from jaxport.registry._models import Token as TokenRow
+from jaxport.registry._models import TokenRow
 from jaxport.registry._names import check_name
 
 __all__ = ["SCOPES", "NewToken", "TokenInfo", "Tokens", "secret_digest"]

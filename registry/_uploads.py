@@ -1,7 +1,7 @@
 """Pushes in parts, as a content-addressed registry takes them (``jaxport serve``'s uploads).
 
 A client splits each archive into parts (a function archive is one part; a model archive its
-skeleton and one part per tensor section, ``_model_parts.split_model``), asks which part
+skeleton and one part per tensor section, ``jaxport.export.split_archive``), asks which part
 digests the store lacks (``missing``), sends only those (``receive``: each one's sha256 checked
 as it arrives; a part that does not match is never stored), then commits the version: the
 archives are put together from their parts (``assemble``: every part verified, the whole
@@ -22,8 +22,9 @@ from pathlib import Path
 
 from jaxport._errors import IntegrityError, InvalidNameError
 from jaxport._io import atomic_write
+from jaxport.export import Part
 from jaxport.registry._blobs import BlobStore
-from jaxport.registry._model_parts import Part, archive_chunks
+from jaxport.registry._model_parts import archive_chunks
 from jaxport.registry._names import check_digest
 
 __all__ = ["ArchiveParts", "assemble", "missing", "receive"]

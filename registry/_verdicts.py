@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, select
 
 from jaxport.registry import _db
-from jaxport.registry._models import ModuleVerdict
+from jaxport.registry._models import ModuleVerdictRow
 
 if TYPE_CHECKING:  # jaxport.export imports jax: only when a module is read
     from jaxport.export._verdicts import Verdict, VerdictCache, VerdictKey
@@ -33,10 +33,10 @@ class RegistryVerdicts:
     def get(self, key: VerdictKey) -> Verdict | None:
         if key in self._new:
             return self._new[key]
-        query = select(ModuleVerdict.verdict_json).where(
-            ModuleVerdict.digest == key.digest,
-            ModuleVerdict.jaxlib_version == key.jaxlib_version,
-            ModuleVerdict.facts_version == key.facts_version,
+        query = select(ModuleVerdictRow.verdict_json).where(
+            ModuleVerdictRow.digest == key.digest,
+            ModuleVerdictRow.jaxlib_version == key.jaxlib_version,
+            ModuleVerdictRow.facts_version == key.facts_version,
         )
         with _db.translating_db_errors(), self._engine.connect() as conn:
             found = conn.execute(query).scalar()
@@ -62,7 +62,7 @@ class RegistryVerdicts:
         ]
         _db.insert_ignoring_duplicates(
             conn,
-            ModuleVerdict.__table__,
+            ModuleVerdictRow.__table__,
             rows,
             ["digest", "jaxlib_version", "facts_version"],
         )

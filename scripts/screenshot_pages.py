@@ -82,7 +82,7 @@ def _illustrate(url: str, reg: jaxport.Registry) -> None:
     """Writes the hand-made findings of ``ILLUSTRATED`` (reason: an illustration)."""
     import sqlalchemy as sa
 
-    from jaxport.registry._models import Audit
+    from jaxport.registry._models import AuditRow
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -90,7 +90,7 @@ def _illustrate(url: str, reg: jaxport.Registry) -> None:
             for ref, status in statuses.items():
                 digest = reg.get(ref).digests[0]
                 conn.execute(
-                    sa.insert(Audit),
+                    sa.insert(AuditRow),
                     {"digest": digest, "jax_version": release, "jaxlib_version": release,
                      "platform": "cpu", "status": status, "details_json": "{}",
                      "reason": "an illustration (scripts/screenshot_pages.py), not measured",

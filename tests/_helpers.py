@@ -191,17 +191,17 @@ def add_versions(
 
     import sqlalchemy as sa
 
-    from jaxport.registry._models import Model, Variant, VariantPlatform, Version
+    from jaxport.registry._models import NameRow, VariantPlatformRow, VariantRow, VersionRow
 
     with registry._engine.begin() as conn:
         model_id, last = conn.execute(
-            sa.select(Model.id, Model.last_version).where(Model.name == name)
+            sa.select(NameRow.id, NameRow.last_version).where(NameRow.name == name)
         ).one()
         first_of_newest = (
-            sa.select(Variant.__table__)
-            .join(Version, Version.id == Variant.version_id)
-            .where(Version.model_id == model_id)
-            .order_by(Version.version.desc(), Variant.id)
+            sa.select(VariantRow.__table__)
+            .join(VersionRow, VersionRow.id == VariantRow.version_id)
+            .where(VersionRow.model_id == model_id)
+            .order_by(VersionRow.version.desc(), VariantRow.id)
             .limit(1)
         )
         row = dict(conn.execute(first_of_newest).mappings().one())
@@ -210,24 +210,26 @@ def add_versions(
             row["platforms"] = ",".join(platforms)
         for version in range(last + 1, last + count + 1):
             version_id = conn.execute(
-                sa.insert(Version).returning(Version.id),
+                sa.insert(VersionRow).returning(VersionRow.id),
                 {"model_id": model_id, "version": version, "created_at": float(version),
                  "metadata_json": "{}", "content_key": uuid.uuid4().hex},
             ).scalar_one()  # fmt: skip
             ids = (
                 conn.execute(
-                    sa.insert(Variant).returning(Variant.id, sort_by_parameter_order=True),
+                    sa.insert(VariantRow).returning(VariantRow.id, sort_by_parameter_order=True),
                     [{**row, "version_id": version_id} for _ in range(variants)],
                 )
                 .scalars()
                 .all()
             )
             conn.execute(
-                sa.insert(VariantPlatform),
+                sa.insert(VariantPlatformRow),
                 [
                     {"variant_id": i, "platform": p}
                     for i in ids
                     for p in row["platforms"].split(",")
                 ],
             )
-        conn.execute(sa.update(Model).where(Model.id == model_id).values(last_version=last + count))
+        conn.execute(
+            sa.update(NameRow).where(NameRow.id == model_id).values(last_version=last + count)
+        )

@@ -184,7 +184,7 @@ def test_versions():
     ("statement", "absent"),
     [
         ("import jaxport", ("jax", "sqlalchemy", "alembic")),
-        ("import jaxport.export", ("sqlalchemy", "alembic")),
+        ("import jaxport.export", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport._window", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport._rescue", ("jax", "sqlalchemy", "alembic")),
@@ -202,3 +202,32 @@ def test_known_platforms_agree():
     from jaxport.registry._names import KNOWN_PLATFORMS as REGISTRY_PLATFORMS
 
     assert KNOWN_PLATFORMS == REGISTRY_PLATFORMS
+
+
+@pytest.mark.parametrize("module", [jaxport, jaxport.export, jaxport.registry, jaxport.audit])
+def test_names_are_listed_once(module):
+    """Each package lists a public name in one import line (``from M import X as X``); its
+    ``__all__`` and lazy loader come from those lines (``jaxport._lazy``)."""
+    import ast
+
+    tree = ast.parse(inspect.getsource(module))
+    assigned = {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in ast.walk(node.targets[0])
+        if isinstance(t, ast.Name)
+    }
+    assert assigned == {"__all__", "__getattr__", "__dir__"}
+    imported = [
+        a.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for a in node.names
+        if a.asname == a.name
+    ]
+    assert sorted(imported) == sorted(module.__all__)
+    assert len(set(imported)) == len(imported)
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        module.not_a_name  # noqa: B018

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from _helpers import add_versions
 from jaxport.registry import _queries
-from jaxport.registry._models import Model, Version
+from jaxport.registry._models import NameRow, VersionRow
 from jaxport.registry._names import parse_reference
 
 PLATFORMS = [None, "cpu", "tpu", "cuda", "rocm"]
@@ -48,13 +48,13 @@ def many(registry):
     add_versions(registry, "w", 1, platforms=("cpu",), variants=150)
     with registry._engine.begin() as conn:  # a version without variants
         model_id, last = conn.execute(
-            sa.select(Model.id, Model.last_version).where(Model.name == "w")
+            sa.select(NameRow.id, NameRow.last_version).where(NameRow.name == "w")
         ).one()
         conn.execute(
-            sa.insert(Version),
+            sa.insert(VersionRow),
             {"model_id": model_id, "version": last + 1, "created_at": 1.0, "metadata_json": "{}"},
         )
-        conn.execute(sa.update(Model).where(Model.id == model_id).values(last_version=last + 1))
+        conn.execute(sa.update(NameRow).where(NameRow.id == model_id).values(last_version=last + 1))
     add_versions(registry, "w", 5, platforms=("tpu",))
     registry.alias("w", "a", 1)
     for name, newer in (("x", 4), ("y", 12)):

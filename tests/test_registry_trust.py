@@ -232,7 +232,7 @@ def test_deep_verify_reads_every_archive_in_a_worker(registry):
     assert report.ok and report.deep and report.invalid == ()
     # An archive whose digest is right but whose contents do not read: stored behind the
     # registry's back under its own (correct) digest.
-    from jaxport.registry._models import Blob
+    from jaxport.registry._models import BlobRow
 
     bad = jaxport.dumps(_exp(jnp.cos))[:-5]  # truncated
     digest = hashlib.sha256(bad).hexdigest()
@@ -240,7 +240,7 @@ def test_deep_verify_reads_every_archive_in_a_worker(registry):
     import sqlalchemy as sa
 
     with registry._engine.begin() as conn:
-        conn.execute(sa.insert(Blob).values(digest=digest, size=len(bad), created_at=0.0))
+        conn.execute(sa.insert(BlobRow).values(digest=digest, size=len(bad), created_at=0.0))
         conn.execute(
             sa.text("UPDATE variants SET digest = :d WHERE digest = :old"),
             {"d": digest, "old": ref.digests[0]},
@@ -259,7 +259,7 @@ def test_pending_rows_of_a_dead_process_do_not_keep_blobs(registry):
 
     import sqlalchemy as sa
 
-    from jaxport.registry._models import PendingBlob
+    from jaxport.registry._models import PendingBlobRow
     from jaxport.registry._publish import pid_scope
 
     code = "import os; print(os.getpid())"
@@ -270,7 +270,7 @@ def test_pending_rows_of_a_dead_process_do_not_keep_blobs(registry):
     with registry._engine.begin() as conn:
         for digest, token, pid in rows:
             row = {"digest": digest, "token": token, "pid": pid, "created_at": 1e10}
-            conn.execute(sa.insert(PendingBlob).values(host=pid_scope(), **row))
+            conn.execute(sa.insert(PendingBlobRow).values(host=pid_scope(), **row))
     report = registry.gc(min_age=0)
     assert report.digests == ("1" * 64,) and report.kept_pending == ("2" * 64,)
 

@@ -68,7 +68,7 @@ def _older_findings(url: str, reg: jaxport.Registry) -> None:
     """Findings of an older jax, written as a stored audit would (no such jax here)."""
     import sqlalchemy as sa
 
-    from jaxport.registry._models import Audit
+    from jaxport.registry._models import AuditRow
 
     rows = [
         (reg.get("sine:1").digests[0], "incompatible", "hand-made: calling convention too new"),
@@ -79,7 +79,7 @@ def _older_findings(url: str, reg: jaxport.Registry) -> None:
     with engine.begin() as conn:
         for digest, status, reason in rows:
             conn.execute(
-                sa.insert(Audit),
+                sa.insert(AuditRow),
                 {"digest": digest, "jax_version": OLD_JAX, "jaxlib_version": OLD_JAX,
                  "platform": "cpu", "status": status, "reason": reason, "details_json": "{}",
                  "seconds": 0.1, "created_at": 1.0, "level": "static"},

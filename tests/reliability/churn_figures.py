@@ -123,12 +123,12 @@ def _audit(url: str, blobs: str, kept: list[str], archives: list[bytes]) -> dict
 
     import jaxport
     from jaxport.registry._db import create_registry_engine
-    from jaxport.registry._models import Model
+    from jaxport.registry._models import NameRow
 
     engine = create_registry_engine(url)
     try:
         with engine.connect() as conn:
-            created = dict(conn.execute(select(Model.name, Model.last_version)).all())
+            created = dict(conn.execute(select(NameRow.name, NameRow.last_version)).all())
     finally:
         engine.dispose()
     with jaxport.Registry(url, blobs=blobs) as reg:

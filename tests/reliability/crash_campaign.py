@@ -253,12 +253,12 @@ def pending_groups(url: str) -> dict[str, set[str]]:
     from sqlalchemy import select
 
     from jaxport.registry._db import create_registry_engine
-    from jaxport.registry._models import PendingBlob
+    from jaxport.registry._models import PendingBlobRow
 
     engine = create_registry_engine(url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(select(PendingBlob.token, PendingBlob.digest)).all()
+            rows = conn.execute(select(PendingBlobRow.token, PendingBlobRow.digest)).all()
     finally:
         engine.dispose()
     groups: dict[str, set[str]] = collections.defaultdict(set)
@@ -276,12 +276,12 @@ def orphan_blob_rows(url: str, blobs: Path) -> int:
     from jaxport.registry import LocalBlobStore
     from jaxport.registry._db import create_registry_engine
     from jaxport.registry._maintenance import referenced
-    from jaxport.registry._models import Blob
+    from jaxport.registry._models import BlobRow
 
     engine = create_registry_engine(url)
     try:
         with engine.connect() as conn:
-            rows = set(conn.execute(select(Blob.digest)).scalars())
+            rows = set(conn.execute(select(BlobRow.digest)).scalars())
             used = referenced(conn)
     finally:
         engine.dispose()
@@ -293,14 +293,16 @@ def expire_pending(url: str) -> None:
     from sqlalchemy import update
 
     from jaxport.registry._db import create_registry_engine, write_transaction
-    from jaxport.registry._models import PendingBlob
+    from jaxport.registry._models import PendingBlobRow
     from jaxport.registry._publish import PENDING_TTL
 
     engine = create_registry_engine(url)
     try:
         with write_transaction(engine) as conn:
             conn.execute(
-                update(PendingBlob).values(created_at=PendingBlob.created_at - PENDING_TTL - 60)
+                update(PendingBlobRow).values(
+                    created_at=PendingBlobRow.created_at - PENDING_TTL - 60
+                )
             )
     finally:
         engine.dispose()
