@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError, __version__
 from jaxport._files import read_regular
 from jaxport._io import atomic_write
-from jaxport._version import __version__
 from jaxport.export import _compat, _container, _custom_calls, _fb, _modules, _vetting
 from jaxport.export._avals import AvalTables
 from jaxport.export._exported import (

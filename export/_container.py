@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import zstandard
 
-from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
+from jaxport import CorruptArchiveError, IntegrityError, UnsupportedVersionError
 from jaxport.export import _limits
 from jaxport.export._versions import (
     MAX_SUPPORTED_FORMAT_VERSION,
