@@ -27,14 +27,22 @@ from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT as DEFAULT_MEMORY_LIMIT
 from jaxport.audit._worker import AuditJob as AuditJob
 from jaxport.audit._worker import Environment as Environment
 from jaxport.audit._worker import run_audits as run_audits
+from jaxport.audit._worker import worker_capabilities as worker_capabilities
 
 if TYPE_CHECKING:
     from jaxport.audit._changes import Change as Change
     from jaxport.audit._checks import audit_archive as audit_archive
     from jaxport.audit._diff import diff_archives as diff_archives
     from jaxport.audit._diff import diff_variant_sets as diff_variant_sets
+    from jaxport.audit._envs import cached_environment as cached_environment
+    from jaxport.audit._envs import jax_environment as jax_environment
     from jaxport.audit._examples import Example as Example
     from jaxport.audit._examples import decode_examples as decode_examples
     from jaxport.audit._examples import encode_examples as encode_examples
+    from jaxport.audit._examples import encode_model_examples as encode_model_examples
+    from jaxport.audit._probe import environment_key as environment_key
+    from jaxport.audit._static import Facts as Facts
+    from jaxport.audit._static import capabilities as capabilities
+    from jaxport.audit._static import static_verdict as static_verdict
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -16,7 +16,7 @@ statuses and what each proves: ``_report``):
    from the avals (symbolic dimensions take the first golden example's input shapes, else the
    first small size the constraints allow, else the first concrete output dimension that
    refines: ``_dim_candidates``), each input on
-   its own sharding's mesh (an export may use several meshes: ``_compat.in_shardings_on``).
+   its own sharding's mesh (an export may use several meshes: ``jaxport.export.in_shardings_on``).
 4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
    and compare with the producer's outputs, with dtype-aware tolerances
    (``_examples.tolerance``); the largest absolute and relative errors are reported.
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jaxport._errors import JaxportError, UnsafeModuleError, UnsupportedVersionError
+from jaxport import JaxportError, UnsafeModuleError, UnsupportedVersionError
 from jaxport.audit._examples import (
     NO_DIFFERENCE,
     Comparison,
@@ -51,15 +51,20 @@ from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
-    _calls,
-    _compat,
-    _custom_calls,
+    in_shardings_on,
     inspect,
     is_constant_dim,
     is_host_callback,
     loads,
     loads_model,
+    local_device_count,
     module_custom_calls,
+    release_key,
+    releases_exporting,
+    runnable_calling_conventions,
+    running_stable_targets,
+    stablehlo_range,
+    translate_call_error,
 )
 
 __all__ = ["audit_archive", "check_archive"]
@@ -144,7 +149,7 @@ def _audit(
         with _on(platform):
             _compile(exp, platform, checks, _example_shapes(examples))
     except Exception as e:  # XLA and jax raise many types for a module they cannot compile
-        e = _calls.translate_call_error(e, info.fun_name) or e
+        e = translate_call_error(e, info.fun_name) or e
         checks["compile"] = f"{type(e).__name__}: {_first_line(e)}"
         return "compile-error", checks["compile"]
     if examples is None:
@@ -193,7 +198,7 @@ def _audit_model(
             with _on(platform):
                 _compile(exp, platform, checks)
         except Exception as e:  # XLA and jax raise many types for a module they cannot compile
-            e = _calls.translate_call_error(e, name) or e
+            e = translate_call_error(e, name) or e
             checks[f"compile ({name})"] = f"{type(e).__name__}: {_first_line(e)}"
             return "compile-error", f"method {name}: {checks[f'compile ({name})']}"
         checks[f"compile ({name})"] = checks.pop("compile")
@@ -242,7 +247,7 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
 def _static(info: Any, checks: dict[str, str]) -> str:
     lo, hi = MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION
     checks["format version"] = f"{info.format_version} (reader {lo}..{hi})"
-    cc_lo, cc_hi = _calls.runnable_calling_conventions()
+    cc_lo, cc_hi = runnable_calling_conventions()
     versions = {m.calling_convention_version for m in info.methods}
     versions = versions or {info.calling_convention_version}
     checks["calling convention"] = f"{', '.join(map(str, sorted(versions)))} (jax {cc_lo}..{cc_hi})"
@@ -250,12 +255,12 @@ def _static(info: Any, checks: dict[str, str]) -> str:
     if outside:
         return (
             f"calling convention version {outside[0]} outside the {cc_lo}..{cc_hi} jax runs: "
-            f"{_calls.releases_exporting(outside[0])}"
+            f"{releases_exporting(outside[0])}"
         )
     # The producer string is the writer's StableHLO version; jax writes modules for an older
     # target (its compatibility window), so a newer producer is reported, not failed on:
     # deserializing and compiling below measure whether this jaxlib reads it.
-    shlo_lo, shlo_hi = _compat.stablehlo_range()
+    shlo_lo, shlo_hi = stablehlo_range()
     for m in info.modules:
         label = "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}"
         label = f"{m.method} {label}" if m.method else label
@@ -264,7 +269,7 @@ def _static(info: Any, checks: dict[str, str]) -> str:
         checks[f"StableHLO ({label})"] = (
             f"{m.stablehlo_version} (jaxlib {shlo_lo}..{shlo_hi}{note})"
         )
-    stable = _custom_calls.running_stable_targets() | {"shape_assertion"}
+    stable = running_stable_targets() | {"shape_assertion"}
     unstable = sorted(set(info.custom_call_targets) - stable)
     checks["custom calls"] = (
         f"not guaranteed stable: {', '.join(unstable)}" if unstable else "all guaranteed stable"
@@ -282,7 +287,7 @@ def _not_here(info: Any, platform: str, checks: dict[str, str]) -> str:
     if platform not in info.platforms:
         checks["platform"] = f"{platform} not in {', '.join(info.platforms)}"
         return f"not exported for {platform} (exported for {', '.join(info.platforms)})"
-    have = _compat.local_device_count(platform)
+    have = local_device_count(platform)
     checks["devices"] = f"needs {info.nr_devices} {platform}, have {have}"
     if have == 0:
         return f"no {platform} device here"
@@ -375,7 +380,7 @@ def _in_shardings(exp: Any, platform: str) -> list[Any]:
     """Shardings over the platform's first ``nr_devices`` devices for a sharded export's inputs."""
     if exp.nr_devices <= 1:
         return [None] * len(exp.in_avals)
-    return _compat.in_shardings_on(exp, _devices(platform))
+    return in_shardings_on(exp, _devices(platform))
 
 
 def _symbolic(exp: Any) -> bool:
@@ -411,5 +416,5 @@ def _first_line(e: Exception) -> str:
 
 
 def _version_in(version: str, lo: str, hi: str) -> bool:
-    key = _compat.release_key
+    key = release_key
     return key(lo) <= key(version) <= key(hi)

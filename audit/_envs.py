@@ -26,8 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from jaxport._errors import AuditError, InvalidNameError
-from jaxport._version import __version__
+from jaxport import AuditError, InvalidNameError, __version__
 
 __all__ = ["EnvironmentPlan", "cached_environment", "jax_environment", "plan_environment"]
 

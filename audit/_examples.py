@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 
 __all__ = [
     "NO_DIFFERENCE",

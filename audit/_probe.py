@@ -17,8 +17,8 @@ import os
 import re
 import subprocess
 
+from jaxport import AuditError, NotFoundError
 from jaxport._environ import worker_environment
-from jaxport._errors import AuditError, NotFoundError
 
 __all__ = ["EnvironmentKey", "environment_key", "key_from_metadata"]
 

@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from jaxport import AuditError, JaxportError, NotFoundError
 from jaxport._environ import worker_environment
-from jaxport._errors import AuditError, JaxportError, NotFoundError
 from jaxport.audit._report import AuditResult
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin, sys.stdout
     from jaxport._standins import standins_allowed
-    from jaxport.export._compat import jax_versions
+    from jaxport.export import jax_versions
 
     with standins_allowed():  # the user's custom pytree nodes are not imported here
         _serve(stdin, stdout, jax_versions())

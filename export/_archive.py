@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError, __version__
 from jaxport._io import atomic_write
-from jaxport._version import __version__
 from jaxport.export import (
     _compat,
     _container,

@@ -18,7 +18,7 @@ import flatbuffers
 import jax
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb, _limits, _shardings, _symbolic
 from jaxport.export._dtypes import decode_dtype, encode_dtype
 from jaxport.export._jax import core

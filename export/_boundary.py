@@ -18,7 +18,7 @@ from types import TracebackType
 
 import zstandard
 
-from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, JaxportError, UnsupportedFeatureError
 from jaxport.export._jax import core as jax_core
 from jaxport.export._jax import named_sharding
 

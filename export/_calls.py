@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxport._errors import MissingCustomCallError, UnsupportedVersionError
+from jaxport import MissingCustomCallError, UnsupportedVersionError
 from jaxport.export import _compat, _jax_targets
 from jaxport.export._jax import export_impl
 

@@ -25,7 +25,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
-from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedVersionError
+from jaxport import CorruptArchiveError, IntegrityError, UnsupportedVersionError
 from jaxport.export import _limits
 from jaxport.export._compress import compress_section, compress_tensor
 from jaxport.export._section_reader import SectionReader

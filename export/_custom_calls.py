@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError, UnsafeArchiveError
+from jaxport import CorruptArchiveError, UnsafeArchiveError
 from jaxport.export import _jax_targets
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export._jax import dtypes as jax_dtypes
 from jaxport.schema import fb
 

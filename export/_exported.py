@@ -16,7 +16,7 @@ from typing import Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError, UnsupportedVersionError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError, UnsupportedVersionError
 from jaxport.export import (
     _avals,
     _calls,

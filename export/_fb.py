@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import flatbuffers
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 from jaxport.export import _limits
 from jaxport.export._boundary import translating_read_errors
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _limits
 
 __all__ = [

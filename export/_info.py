@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 from jaxport._files import open_regular
 from jaxport._window import JaxWindow
 from jaxport.export import (

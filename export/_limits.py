@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 
 __all__ = [
     "BUDGET_FACTOR",

@@ -15,7 +15,7 @@ import mmap
 import os
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 from jaxport._files import DEFAULT_MAX_READ, open_regular, read_regular
 
 __all__ = ["MAP_BYTES", "read_archive_file"]

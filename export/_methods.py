@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jaxport._errors import JaxportError, RunError
+from jaxport import JaxportError, RunError
 from jaxport.export import _compat
 
 __all__ = ["bind", "check_arguments", "export_method", "in_shardings", "param_specs"]

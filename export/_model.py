@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxport._errors import ParamsMismatchError, RunError, UnsupportedFeatureError
+from jaxport import ParamsMismatchError, RunError, UnsupportedFeatureError
 from jaxport._grammar import method_problem
 from jaxport._io import atomic_write
 from jaxport.export import _methods, _model_archive, _tensors

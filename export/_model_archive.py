@@ -15,7 +15,7 @@ from typing import Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport._grammar import method_problem
 from jaxport.export import (
     _archive,

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 from jaxport._files import open_regular
 from jaxport.export import _archive, _container, _model_archive, _vetting
 from jaxport.export._model import Model

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 
 __all__ = ["check_facts", "mlir_type"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import flatbuffers
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb
 from jaxport.schema import fb
 

@@ -20,10 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxport import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError
 from jaxport._environ import worker_environment
-from jaxport._errors import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError
 
-__all__ = ["CONVERTED_KEY", "MAX_NATIVE_VJP_ORDER", "NativeConversion", "convert_native"]
+__all__ = [
+    "CONVERTED_KEY",
+    "MAX_NATIVE_VJP_ORDER",
+    "NativeConversion",
+    "convert_native",
+    "converter_status",
+    "read_native",
+    "run_converter",
+]
 
 #: Metadata key of an archive converted from jax-native bytes.
 CONVERTED_KEY = "jaxport.converted_from"
@@ -72,7 +80,7 @@ def convert_native(
         src, dst = Path(tmp, "in"), Path(tmp, "out")
         src.write_bytes(data)
         cmd = [sys.executable, "-I", "-m", "jaxport.export._native", str(src), str(dst)]
-        done = run_child([*cmd, str(memory_limit)], limit, lambda what: _unsafe(what, path))
+        done = run_converter([*cmd, str(memory_limit)], limit, lambda what: _unsafe(what, path))
         if done.returncode == _NOT_NATIVE:
             raise CorruptArchiveError(
                 f"neither a jaxport archive nor jax-native serialized Exported "
@@ -85,7 +93,7 @@ def convert_native(
                 f"{done.stdout.decode(errors='replace').strip()[:500]}"
             )
         if done.returncode != 0:
-            raise _unsafe(exit_status(done.returncode), path)
+            raise _unsafe(converter_status(done.returncode), path)
         facts = json.loads(Path(tmp, "facts").read_text())
         return NativeConversion(dst.read_bytes(), int(facts["vjp_order"]), bool(facts["symbolic"]))
 
@@ -100,7 +108,7 @@ def _unsafe(what: str, path: str | None) -> UnsafeArchiveError:
     )
 
 
-def run_child(
+def run_converter(
     cmd: list[str], timeout: float, unsafe: Callable[[str], UnsafeArchiveError]
 ) -> subprocess.CompletedProcess[bytes]:
     """``cmd`` run to its end in a child with the allow-listed environment
@@ -140,7 +148,7 @@ def read_native(path: Path) -> tuple[Any, int]:
     return exported, order
 
 
-def exit_status(code: int) -> str:
+def converter_status(code: int) -> str:
     """What a child's exit ``code`` says: the signal that killed it, or its status."""
     import signal
 
@@ -152,7 +160,7 @@ def exit_status(code: int) -> str:
 
 def _child(src: str, dst: str, memory_limit: int) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    from jaxport._errors import JaxportError
+    from jaxport import JaxportError
     from jaxport.export import dumps
 
     try:

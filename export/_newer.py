@@ -11,7 +11,7 @@ current version, or the archive's header says a newer jax wrote it, the refusal 
 
 from __future__ import annotations
 
-from jaxport._errors import NewerFormatError
+from jaxport import NewerFormatError
 from jaxport.export import _compat, _modules
 
 __all__ = ["newer_format_error", "written_newer"]

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 
 __all__ = ["OPTIMIZER_KEYS", "item_directory", "select_params"]
 

@@ -29,7 +29,7 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from jaxport._errors import IntegrityError, UnsupportedFeatureError
+from jaxport import IntegrityError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from jaxport.export._container import Section

@@ -19,7 +19,7 @@ from typing import Any
 import flatbuffers
 from jax import tree_util
 
-from jaxport._errors import CorruptArchiveError, JaxportError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, JaxportError, UnsupportedFeatureError
 from jaxport.export import _conversions, _fb, _limits, _standin
 from jaxport.export._jax import export_impl
 from jaxport.schema import fb

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import zstandard
 
-from jaxport._errors import CorruptArchiveError, IntegrityError
+from jaxport import CorruptArchiveError, IntegrityError
 from jaxport.export import _limits
 from jaxport.export._buffers import BytesWriter
 from jaxport.export._hashing import THREADED_BYTES, Sha256Beside, sha256_beside

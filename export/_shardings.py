@@ -16,7 +16,7 @@ from typing import Any
 import flatbuffers
 import jax
 
-from jaxport._errors import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport.export import _compat, _fb, _limits
 from jaxport.export._jax import xla_client
 from jaxport.schema import fb

@@ -17,7 +17,7 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from jaxport._errors import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
 from jaxport.export import _dtypes, _fb, _limits
 from jaxport.export._dtypes import numpy_dtype
 from jaxport.export._hashing import Sha256Jobs

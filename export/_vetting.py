@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError, UnsafeModuleError
+from jaxport import CorruptArchiveError, UnsafeModuleError
 from jaxport.export import _custom_calls, _module_facts, _modules, _newer, _sandbox, _verdicts
 
 __all__ = [

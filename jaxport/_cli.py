@@ -67,7 +67,7 @@ class _Cli(click.Group):
             ctx.exit(e.exit_code)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from jaxport.registry._config import RegistryConfig, safe_url
+        from jaxport.registry import RegistryConfig, safe_url
 
         config = RegistryConfig.from_env()
         with formatter.section("Environment"):
@@ -1169,7 +1169,7 @@ def db() -> None:
 
 
 def _url(ctx: _Context) -> str:
-    from jaxport.registry._config import RegistryConfig
+    from jaxport.registry import RegistryConfig
 
     return ctx.url or RegistryConfig.from_env().database_url()
 

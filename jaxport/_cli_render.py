@@ -74,8 +74,7 @@ def _rstripped(line: list[Segment]) -> list[Segment]:
 
 def short_digest(digest: str) -> str:
     """A hex digest in the short form of ``VariantInfo.short_digest`` (``sha256:`` + 12 hex)."""
-    from jaxport.registry._names import DIGEST_PREFIX
-    from jaxport.registry._types import SHORT_DIGEST_HEX
+    from jaxport.registry import DIGEST_PREFIX, SHORT_DIGEST_HEX
 
     return f"{DIGEST_PREFIX}{digest[:SHORT_DIGEST_HEX]}"
 

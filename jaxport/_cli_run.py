@@ -322,7 +322,7 @@ def _as_input(array: np.ndarray[Any, Any], spec: InputSpec) -> np.ndarray[Any, A
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:
-    from jaxport.export._dtypes import numpy_dtype
+    from jaxport.export import numpy_dtype
 
     try:
         dtype: np.dtype[Any] = numpy_dtype(name)
@@ -372,7 +372,7 @@ def _call(fun: Any, args: Sequence[Any], what: str) -> Any:
     except JaxportError:
         raise
     except (ValueError, TypeError, jax.errors.JaxRuntimeError) as e:
-        from jaxport.export._calls import translate_call_error
+        from jaxport.export import translate_call_error
 
         typed = translate_call_error(e, what)
         if typed is not None:

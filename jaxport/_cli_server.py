@@ -81,7 +81,7 @@ def serve(
     import uvicorn
 
     from jaxport.registry import Registry
-    from jaxport.server._factory import ENV_OPTIONS, options_to_env
+    from jaxport.server import ENV_OPTIONS, options_to_env
 
     url, blobs = ctx.obj.url, ctx.obj.blobs
     Registry(url, blobs=blobs, upgrade=upgrade).close()  # fails here, clearly, if it cannot open
@@ -91,7 +91,7 @@ def serve(
     )
     click.echo(f"jaxport registry server on http://{host}:{port} ({workers} process(es))", err=True)
     uvicorn.run(
-        "jaxport.server._factory:app_from_env", factory=True, host=host, port=port,
+        "jaxport.server:app_from_env", factory=True, host=host, port=port,
         workers=workers, log_level="warning", access_log=False,
     )  # fmt: skip
 

@@ -84,8 +84,7 @@ class RescueReport:
         """
         if self.examples is None:
             return []
-        from jaxport.audit import Example
-        from jaxport.audit._examples import decode_examples
+        from jaxport.audit import Example, decode_examples
 
         pairs = decode_examples(Path(self.examples).read_bytes())
         return [Example(tuple(ins), {}, list(outs)) for ins, outs in pairs]
@@ -132,7 +131,7 @@ def rescue(
     """
     source, target = Path(src), Path(dst)
     from jaxport._files import read_regular
-    from jaxport.export._container import MAGIC
+    from jaxport.export import MAGIC
 
     if target.exists() and source.exists() and target.samefile(source):
         raise InvalidNameError(f"{target} is the file to rescue: write the archive elsewhere (-o)")
@@ -143,8 +142,8 @@ def rescue(
     if (target.exists() or Path(examples_path(target)).exists()) and not overwrite:
         raise FileExistsError(f"{target} exists: pass overwrite=True (--force) to replace it")
     if python is None:
-        from jaxport.audit._envs import jax_environment
-        from jaxport.registry._config import default_home
+        from jaxport.audit import jax_environment
+        from jaxport.registry import default_home
 
         python = jax_environment(jax, default_home())
     with tempfile.TemporaryDirectory(prefix="jaxport-rescue-") as tmp:
@@ -165,21 +164,21 @@ def rescue(
 
 def _convert(python: str, work: Path, timeout: float, path: str) -> None:
     from jaxport._rescue_child import NOT_NATIVE, NOT_STORABLE
-    from jaxport.export._native import run_child
+    from jaxport.export import run_converter
 
     cmd = [python, "-I", "-m", "jaxport._rescue_child", str(work / "in"), str(work)]
-    done = run_child([*cmd, str(_MEMORY_LIMIT)], timeout, lambda what: _unsafe(what, path))
+    done = run_converter([*cmd, str(_MEMORY_LIMIT)], timeout, lambda what: _unsafe(what, path))
     said = done.stdout.decode(errors="replace").strip()[:500]
     if done.returncode == NOT_NATIVE:
         raise CorruptArchiveError(f"not jax-native bytes this jax reads ({said})", path=path)
     if done.returncode == NOT_STORABLE:
         raise UnsupportedFeatureError(f"jax-native bytes cannot be stored as an archive: {said}")
     if done.returncode != 0:
-        from jaxport.export._native import exit_status
+        from jaxport.export import converter_status
 
         lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
         tail = f": {lines[-1][:300]}" if lines else ""
-        raise _unsafe(f"{exit_status(done.returncode)}{tail}", path)
+        raise _unsafe(f"{converter_status(done.returncode)}{tail}", path)
 
 
 def _check_archive(archive: Path, path: str) -> None:

@@ -87,7 +87,7 @@ def _run(exported: Any, leaves: list[np.ndarray]) -> list[np.ndarray]:
     sharded (as audits place them)."""
     import jax
 
-    from jaxport.export._compat import in_shardings_on
+    from jaxport.export import in_shardings_on
 
     placed: list[Any] = list(leaves)
     if exported.nr_devices > 1:
@@ -102,8 +102,8 @@ def _run(exported: Any, leaves: list[np.ndarray]) -> list[np.ndarray]:
 def _check(exported: Any, work: Path) -> tuple[str, str | None]:
     """Runs ``exported`` on ``check_inputs`` and writes ``examples.npz``; the check's status
     and reason."""
-    from jaxport.audit._examples import encode_examples
-    from jaxport.export._compat import local_device_count, local_platform
+    from jaxport.audit import encode_examples
+    from jaxport.export import local_device_count, local_platform
 
     here = local_platform()
     reason = skip_reason(exported, here, local_device_count(here))
@@ -125,8 +125,7 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
     import jax
 
     from jaxport._errors import JaxportError
-    from jaxport.export import dumps
-    from jaxport.export._native import CONVERTED_KEY, read_native
+    from jaxport.export import CONVERTED_KEY, dumps, read_native
 
     work = Path(workdir)
     try:

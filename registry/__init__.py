@@ -25,13 +25,16 @@ if TYPE_CHECKING:
     from jaxport.registry._config import RegistryConfig as RegistryConfig
     from jaxport.registry._config import default_home as default_home
     from jaxport.registry._config import default_url as default_url
+    from jaxport.registry._config import safe_url as safe_url
     from jaxport.registry._db import schema_revision as schema_revision
     from jaxport.registry._db import upgrade_database as upgrade_database
     from jaxport.registry._events import Event as Event
     from jaxport.registry._events import acting_as as acting_as
     from jaxport.registry._events import current_actor as current_actor
+    from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._names import Reference as Reference
     from jaxport.registry._names import parse_reference as parse_reference
+    from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
     from jaxport.registry._signatures import Signature as Signature
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from jaxport.registry._signatures import SignaturePolicy as SignaturePolicy
     from jaxport.registry._tokens import NewToken as NewToken
     from jaxport.registry._tokens import TokenInfo as TokenInfo
+    from jaxport.registry._types import SHORT_DIGEST_HEX as SHORT_DIGEST_HEX
     from jaxport.registry._types import AliasMove as AliasMove
     from jaxport.registry._types import BlobProblem as BlobProblem
     from jaxport.registry._types import GcReport as GcReport

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, select
 
-from jaxport._errors import NotFoundError
+from jaxport import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._models import AuditRow, ExamplesRow, NameRow, VariantRow, VersionRow
 from jaxport.registry._names import parse_reference
@@ -22,8 +22,7 @@ from jaxport.registry._queries import Queries, model_id_of
 from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
-    from jaxport.audit import Finding
-    from jaxport.audit._static import Facts
+    from jaxport.audit import Facts, Finding
 
 __all__ = ["Target", "audit_targets", "stored_findings"]
 
@@ -47,7 +46,7 @@ class Target:
 
     def facts(self) -> Facts:
         """What a static audit reads, as the row recorded it at push."""
-        from jaxport.audit._static import Facts
+        from jaxport.audit import Facts
 
         row = self.row
         return Facts(

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from jaxport._errors import IntegrityError, JaxportError, RegistryError
+from jaxport import IntegrityError, JaxportError, RegistryError
 from jaxport._io import atomic_write
 from jaxport.registry._config import is_fsspec_url, safe_url
 from jaxport.registry._masking import masked, masked_options, secret_values

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from jaxport._errors import RegistryError
+from jaxport import RegistryError
 
 __all__ = [
     "BLOBS_ENV",

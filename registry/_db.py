@@ -31,8 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
-from jaxport._errors import RegistryError, SchemaVersionError
-from jaxport._version import __version__
+from jaxport import RegistryError, SchemaVersionError, __version__
 from jaxport.migrations import HEAD, alembic_config, known_revisions
 from jaxport.registry._config import safe_url
 from jaxport.registry._models import Base

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from jaxport._errors import InvalidNameError
+from jaxport import InvalidNameError
 from jaxport.registry import _db
 from jaxport.registry._models import EventRow
 from jaxport.registry._names import check_count

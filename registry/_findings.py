@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, insert, select
 
-from jaxport._errors import NotFoundError
+from jaxport import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._audit_targets import Target, audit_targets, finding_of, stored_findings
 from jaxport.registry._blobs import BlobStore, read_verified
@@ -71,7 +71,7 @@ class Findings:
         progress: Callable[[int, int], None] | None = None,
     ) -> list[Finding]:
         """See ``Registry.audit``."""
-        from jaxport.audit._probe import environment_key
+        from jaxport.audit import environment_key
 
         targets = audit_targets(self._engine, self._queries, reference, platform)
         if not targets:
@@ -120,8 +120,7 @@ class Findings:
         if not todo:
             return {}
         if level == "static":
-            from jaxport.audit._static import capabilities, static_verdict
-            from jaxport.audit._worker import worker_capabilities
+            from jaxport.audit import capabilities, static_verdict, worker_capabilities
 
             caps = capabilities() if python is None else worker_capabilities(python)
             out = {}
@@ -205,7 +204,7 @@ class Findings:
     ) -> list[UpgradeRow]:
         """See ``Registry.upgrade_report``."""
         from jaxport.audit import compare_findings
-        from jaxport.export._compat import jax_versions
+        from jaxport.export import jax_versions
 
         name, version = None, None
         if reference is not None:
@@ -221,7 +220,7 @@ class Findings:
             if not os.path.isfile(python):
                 raise NotFoundError(f"no Python interpreter at {target}")
         elif target != jax_versions()[0]:  # an environment made by audit(jax=target), if any
-            from jaxport.audit._envs import cached_environment
+            from jaxport.audit import cached_environment
             from jaxport.registry._config import default_home
 
             python = cached_environment(target, default_home())

@@ -17,8 +17,7 @@ from typing import Any
 
 import httpx
 
-from jaxport import _errors
-from jaxport._errors import JaxportError, RegistryError, ServerUnavailableError
+from jaxport import JaxportError, RegistryError, ServerUnavailableError, _errors
 from jaxport.registry._config import safe_url
 
 __all__ = ["ATTEMPTS", "READ_SIZE", "Http", "error_from"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from sqlalchemy import Connection, Engine, delete, select
 
-from jaxport._errors import ConflictError, IntegrityError
+from jaxport import ConflictError, IntegrityError
 from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
-from jaxport._errors import IntegrityError, NotFoundError
+from jaxport import IntegrityError, NotFoundError
 from jaxport.export import Part, assemble_chunks
 from jaxport.registry._blobs import (
     BlobStore,

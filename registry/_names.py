@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from jaxport._errors import InvalidNameError
+from jaxport import InvalidNameError
 from jaxport._grammar import MAX_NAME_LENGTH, name_problem
 
 __all__ = [

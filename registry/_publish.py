@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from jaxport._errors import (
+from jaxport import (
     DuplicateVariantError,
     InvalidNameError,
     NotFoundError,
@@ -82,9 +82,7 @@ from jaxport.registry._verdicts import RegistryVerdicts, push_verdicts
 if TYPE_CHECKING:
     from jax.export import Exported
 
-    from jaxport.export import ArchiveInfo
-    from jaxport.export._model import Model as JaxportModel
-    from jaxport.export._verdicts import VerdictCache
+    from jaxport.export import ArchiveInfo, Model, VerdictCache
 
 __all__ = ["PENDING_TTL", "Publisher", "Source", "content_key", "pid_scope"]
 
@@ -115,7 +113,7 @@ class _Item:
     notes: tuple[str, ...]
     blobs: Mapping[str, bytes | memoryview]
     exported: Exported | None = None
-    model: JaxportModel | None = None
+    model: Model | None = None
     parts: tuple[Part, ...] = ()
 
     @property
@@ -376,16 +374,16 @@ def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
 
 def _allowed(allow_custom_calls: Sequence[str]) -> tuple[str, ...]:
     """``allow_custom_calls`` checked now (a single string is a TypeError, as for ``loads``)."""
-    from jaxport.export import _custom_calls
+    from jaxport.export import allowed_targets
 
-    _custom_calls.allowed_targets(allow_custom_calls)
+    allowed_targets(allow_custom_calls)
     return tuple(allow_custom_calls)
 
 
 def _prepare(
     source: Source, vjp_order: int, verdicts: VerdictCache, max_size: int, allow: tuple[str, ...]
 ) -> _Item:
-    from jaxport.export._model import Model as JaxportModel
+    from jaxport.export import Model
 
     if isinstance(source, str | os.PathLike):
         path = Path(source)
@@ -398,7 +396,7 @@ def _prepare(
         return _from_bytes(data, str(path), verdicts, allow)
     if isinstance(source, bytes | bytearray | memoryview):
         return _from_bytes(bytes(source), None, verdicts, allow)
-    if isinstance(source, JaxportModel):
+    if isinstance(source, Model):
         return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
@@ -412,7 +410,7 @@ def _prepare(
 def _from_bytes(
     data: bytes, path: str | None, verdicts: VerdictCache, allow: tuple[str, ...]
 ) -> _Item:
-    from jaxport.export._container import MAGIC
+    from jaxport.export import MAGIC
 
     if data.startswith(MAGIC):
         from jaxport.export import inspect
@@ -421,7 +419,7 @@ def _from_bytes(
             model = _validated_model(data, path, verdicts, allow)
             return _model_item(ArchiveChunks([data]), model, path)
         return _item(data, _validated(data, path, verdicts, allow), ())
-    from jaxport.export._native import convert_native
+    from jaxport.export import convert_native
 
     converted = convert_native(data, path=path)
     notes = [f"converted from jax-native bytes{f' ({path})' if path else ''}: the producer's "
@@ -440,7 +438,7 @@ def _validated_model(
     path: str | None,
     verdicts: VerdictCache | None = None,
     allow_custom_calls: Sequence[str] = (),
-) -> JaxportModel:
+) -> Model:
     """The model in ``data``, read in full: every method and VJP level, every tensor checked
     against its digest.
 
@@ -488,7 +486,7 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
     return _Item(digest, len(data), inspect(data), notes, {digest: data}, exported=exported)
 
 
-def _model_item(archive: ArchiveChunks, model: JaxportModel, path: str | None) -> _Item:
+def _model_item(archive: ArchiveChunks, model: Model, path: str | None) -> _Item:
     """A model archive to store in parts, never joined: ``archive`` is a ``Model``'s chunks
     (its tensors are views of its arrays) or validated bytes (``_validated_model``)."""
     info = chunks_info(archive)
@@ -621,7 +619,7 @@ def _runs_here(info: Any) -> bool:
     """Whether a variant runs in this process: exported for its platform, for at most as many
     devices as it has (a sharded variant on ``--xla_force_host_platform_device_count`` CPUs
     included)."""
-    from jaxport.export._compat import local_device_count, local_platform
+    from jaxport.export import local_device_count, local_platform
 
     here = local_platform()
     return here in info.platforms and info.nr_devices <= local_device_count(here)
@@ -632,7 +630,7 @@ def _call_placed(exp: Any, leaves: list[Any]) -> Any:
     is sharded (as audits call it)."""
     import jax
 
-    from jaxport.export._compat import in_shardings_on
+    from jaxport.export import in_shardings_on
 
     if exp.nr_devices > 1:
         shardings = in_shardings_on(exp, jax.local_devices())
@@ -650,8 +648,7 @@ def _model_golden_blob(
     outputs, computed by a variant that runs here where not given."""
     import jax
 
-    from jaxport.audit import Example
-    from jaxport.audit._examples import encode_model_examples
+    from jaxport.audit import Example, encode_model_examples
 
     model = next((i.model for i in items if _runs_here(i.info)), None)
     by_method = {}

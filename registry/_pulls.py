@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from jaxport._errors import IntegrityError, NotFoundError, WrongKindError
+from jaxport import IntegrityError, NotFoundError, WrongKindError
 from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
@@ -36,8 +36,7 @@ from jaxport.registry._verdicts import pull_verdicts
 if TYPE_CHECKING:
     from jax.export import Exported
 
-    from jaxport.export import Model
-    from jaxport.export._verdicts import VerdictCache
+    from jaxport.export import Model, VerdictCache
 
 __all__ = ["Pulls"]
 

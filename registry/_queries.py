@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, literal, select, union_all
 
-from jaxport._errors import InvalidNameError, NotFoundError
+from jaxport import InvalidNameError, NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._models import (
     AliasRow,

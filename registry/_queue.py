@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, text
 
-from jaxport._errors import AuditError, InvalidNameError, RegistryError
+from jaxport import AuditError, InvalidNameError, RegistryError
 from jaxport.registry import _db
 from jaxport.registry._names import normalize_platform, parse_reference
 from jaxport.registry._queries import Queries

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jaxport._errors import NotFoundError
+from jaxport import NotFoundError
 from jaxport.registry import _db
 from jaxport.registry._findings import _audit_row
 from jaxport.registry._models import AuditRow, QueuedAuditRow

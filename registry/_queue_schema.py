@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, inspect, text
 
-from jaxport._errors import RegistryError, UnsupportedFeatureError
+from jaxport import RegistryError, UnsupportedFeatureError
 
 __all__ = ["check_queue_schema", "install_queue_schema", "procrastinate_version"]
 

@@ -14,13 +14,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from jaxport._errors import (
+from jaxport import (
     InvalidNameError,
     NotFoundError,
     SchemaVersionError,
+    __version__,
 )
 from jaxport._files import DEFAULT_MAX_READ
-from jaxport._version import __version__
 from jaxport.export import ranged_info
 from jaxport.migrations import HEAD
 from jaxport.registry import _db, _queue, _uploads
@@ -828,7 +828,7 @@ class Registry:
         if jax is not None:
             if python is not None:
                 raise InvalidNameError("give python or jax, not both")
-            from jaxport.audit._envs import jax_environment
+            from jaxport.audit import jax_environment
 
             python = jax_environment(jax, default_home())
         return self._findings.audit(
@@ -1048,7 +1048,7 @@ def _platform(platform: Any) -> str | None:
     if platform is None:
         return None
     if platform is _LOCAL:
-        from jaxport.export._compat import local_platform
+        from jaxport.export import local_platform
 
         return local_platform()
     return normalize_platform(platform)

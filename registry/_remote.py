@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from jaxport._errors import (
+from jaxport import (
     IntegrityError,
     InvalidNameError,
     NotFoundError,

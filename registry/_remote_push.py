@@ -16,7 +16,7 @@ import mmap
 import os
 from typing import Any
 
-from jaxport._errors import CorruptArchiveError, InvalidNameError, NotFoundError
+from jaxport import CorruptArchiveError, InvalidNameError, NotFoundError
 from jaxport._files import open_regular
 from jaxport.export import ArchiveChunks, chunks_info, split_archive
 from jaxport.registry._uploads import ArchiveParts

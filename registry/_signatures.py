@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, delete, insert, select
 
-from jaxport._errors import SignatureError
+from jaxport import SignatureError
 from jaxport._signing import Trusted, load_trusted, sign_digest, verify_digest
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
@@ -254,7 +254,7 @@ class Signatures:
         if variant.kind != MODEL:
             read_verified(self._blobs, variant.digest)
             return
-        from jaxport._errors import IntegrityError
+        from jaxport import IntegrityError
 
         with _db.translating_db_errors(), self._engine.connect() as conn:
             parts = parts_of(conn, variant.variant_id)

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from jaxport._errors import IntegrityError, NotFoundError
+from jaxport import IntegrityError, NotFoundError
 from jaxport.export import Part
 from jaxport.registry._blobs import BlobStore, LocalBlobStore
 from jaxport.registry._model_parts import archive_chunks

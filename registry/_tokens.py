@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Engine, insert, select, update
 
-from jaxport._errors import (
+from jaxport import (
     AuthenticationError,
     ConflictError,
     InvalidNameError,

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from jaxport._errors import IntegrityError, InvalidNameError
+from jaxport import IntegrityError, InvalidNameError
 from jaxport._io import atomic_write
 from jaxport.export import Part
 from jaxport.registry._blobs import BlobStore

@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from jaxport._errors import InvalidNameError
+from jaxport import InvalidNameError
 from jaxport._window import JaxWindow, jax_window
 from jaxport.registry._types import Ref
 

@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
-from jaxport._errors import CorruptArchiveError
+from jaxport import CorruptArchiveError
 
 __all__ = ["from_wire", "to_wire"]
 
@@ -107,8 +107,7 @@ def _fields(kind: type) -> tuple[tuple[str, Any, str], ...]:
 
 @functools.cache
 def _hints(kind: type) -> dict[str, Any]:
-    from jaxport.export._info import AvalInfo, MethodInfo, ModuleInfo, SectionInfo
-    from jaxport.export._tensors import TensorInfo
+    from jaxport.export import AvalInfo, MethodInfo, ModuleInfo, SectionInfo, TensorInfo
     from jaxport.registry._types import VariantInfo
 
     local = {

@@ -1,11 +1,17 @@
 """The registry server: ``jaxport serve``, an HTTP API (``/api/v1``), bearer tokens and pages.
 
 ``create_app(registry)`` gives the ASGI app over a ``jaxport.Registry``; ``jaxport serve`` runs
-it with uvicorn. Needs ``jaxport[server]`` (FastAPI, uvicorn, Jinja2).
+it with uvicorn (``app_from_env``, the app of the options ``jaxport serve`` puts in
+``ENV_OPTIONS``). Needs ``jaxport[server]`` (FastAPI, uvicorn, Jinja2). Each public name is
+listed once, as an import below (``jaxport._lazy``).
 """
 
 from __future__ import annotations
 
-from jaxport.server._app import create_app
+from jaxport._lazy import attach
+from jaxport.server._app import create_app as create_app
+from jaxport.server._factory import ENV_OPTIONS as ENV_OPTIONS
+from jaxport.server._factory import app_from_env as app_from_env
+from jaxport.server._factory import options_to_env as options_to_env
 
-__all__ = ["create_app"]
+__all__, __getattr__, __dir__ = attach(__name__)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from jaxport._errors import NotFoundError
+from jaxport import NotFoundError
 from jaxport.registry import Registry, TokenInfo, to_wire
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
 from jaxport.server._errors import RESPONSES

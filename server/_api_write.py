@@ -12,7 +12,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport._errors import CorruptArchiveError, InvalidNameError, PermissionDeniedError
+from jaxport import CorruptArchiveError, InvalidNameError, PermissionDeniedError
 from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
 from jaxport.server._auth import check_name, check_reference, scope
 from jaxport.server._bridge import iterate_body

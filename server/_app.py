@@ -20,9 +20,8 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from jaxport._errors import JaxportError
+from jaxport import JaxportError, __version__
 from jaxport._files import DEFAULT_MAX_READ
-from jaxport._version import __version__
 from jaxport.registry import Registry
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from jaxport._errors import NotFoundError, PermissionDeniedError
+from jaxport import NotFoundError, PermissionDeniedError
 from jaxport.registry import Registry, TokenInfo, parse_reference
 
 __all__ = [

@@ -17,7 +17,7 @@ import anyio.from_thread
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from jaxport._errors import InvalidNameError
+from jaxport import InvalidNameError
 
 __all__ = ["BODY_IDLE", "HEAVY", "UPLOADS", "iterate_body"]
 

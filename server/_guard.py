@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jaxport._errors import JaxportError
+from jaxport import JaxportError
 from jaxport.server._auth import bearer
 from jaxport.server._errors import error_body, plain_body, status_of
 

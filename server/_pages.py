@@ -32,7 +32,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from jaxport._errors import AuthenticationError, JaxportError
+from jaxport import AuthenticationError, JaxportError
 from jaxport.audit import STATUSES
 from jaxport.registry import Registry, TokenInfo
 from jaxport.server import _views as v

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from jaxport._errors import InvalidNameError
+from jaxport import InvalidNameError
 
 __all__ = ["byte_range"]
 

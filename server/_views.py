@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 from fastapi.responses import HTMLResponse
 
-from jaxport._version import __version__
+from jaxport import __version__
 from jaxport.audit import Finding, MatrixCell, matrix_cells, matrix_releases
 from jaxport.registry import AliasMove, Event, Registry, TokenInfo, VariantInfo
 

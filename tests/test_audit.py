@@ -64,9 +64,9 @@ def test_audit_statuses(registry):
 
 def test_audit_calling_convention_out_of_range(monkeypatch):
     data = jaxport.dumps(_exp())
-    from jaxport.export import _calls
+    from jaxport.audit import _checks
 
-    monkeypatch.setattr(_calls, "runnable_calling_conventions", lambda: (99, 100))
+    monkeypatch.setattr(_checks, "runnable_calling_conventions", lambda: (99, 100))
     result = audit_archive(data, platform="cpu")
     assert result.status == "incompatible" and "calling convention version" in result.reason
 

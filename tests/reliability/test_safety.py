@@ -570,7 +570,7 @@ SUBPROCESS_SITES = {
         "the module sandbox's worker: [python, -I, _sandbox_worker.py, MEMORY_LIMIT], no shell, "
         "the allow-listed environment (jaxport._environ); module bytes reach it as a file"
     ),
-    ("jaxport.export._native", "run_child"): (
+    ("jaxport.export._native", "run_converter"): (
         "jax-native bytes converted in a child: [python, -I, -m, jaxport.export._native or "
         "jaxport._rescue_child (under a --jax environment's python), IN, OUT, MEMORY_LIMIT], no "
         "shell, the allow-listed environment, a time limit; the bytes reach it as a file"
