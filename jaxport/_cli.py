@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from jaxport._cli_output import json_option
 from jaxport._cli_queue import audit_worker
 from jaxport._cli_rescue import rescue_cmd
 from jaxport._cli_server import log_cmd, serve, token
@@ -97,9 +98,6 @@ class _Context:
 
 pass_ctx = click.make_pass_decorator(_Context)
 _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
-)
 allow_custom_call_option = click.option(
     "--allow-custom-call",
     "allow_custom_calls",

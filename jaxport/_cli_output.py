@@ -29,6 +29,7 @@ __all__ = [
     "emit_json",
     "error_document",
     "iso_time",
+    "json_option",
     "report_error",
     "to_json",
     "write_output",
@@ -65,6 +66,11 @@ FUNCTION_ONLY = frozenset(
 STDOUT = "-"
 _PROGRESS_BYTES = 4 * 2**20  # a progress bar for writes above this (when stderr is a terminal)
 _CHUNK = 2**20
+
+#: ``--json`` on every command that can print one JSON document (its errors are JSON too).
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
+)
 
 
 def cli_message(message: str) -> str:

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from jaxport._cli_output import json_option
+
 __all__ = ["log_cmd", "serve", "token"]
 
 _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -123,7 +125,7 @@ def token() -> None:
     metavar="DURATION",
     help="Expire after this long: 90d, 12h, 30m or seconds.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.pass_context
 def token_create(
     ctx: click.Context, name: str, scope: str, prefixes: tuple[str, ...],
@@ -142,7 +144,7 @@ def token_create(
 
 
 @token.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.pass_context
 def token_list(ctx: click.Context, as_json: bool) -> None:
     """Every token: name, scope, prefixes, expiry, state (no secrets)."""
@@ -185,7 +187,7 @@ def token_revoke(ctx: click.Context, name: str) -> None:
     metavar="ID",
     help="Only events older than this id (the next page).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.pass_context
 def log_cmd(
     ctx: click.Context, name: str | None, limit: int, before: int | None, as_json: bool
