@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from jaxport.audit._envs import jax_environment as jax_environment
     from jaxport.audit._examples import Example as Example
     from jaxport.audit._examples import decode_examples as decode_examples
+    from jaxport.audit._examples import decode_model_examples as decode_model_examples
     from jaxport.audit._examples import encode_examples as encode_examples
     from jaxport.audit._examples import encode_model_examples as encode_model_examples
     from jaxport.audit._probe import environment_key as environment_key

@@ -3,7 +3,9 @@
 Stored as one blob per version (content-addressed like archives): an ``.npz`` file, read with
 ``allow_pickle=False``, holding the flat input leaves ``in_0..``, the flat output leaves
 ``out_0..`` (each as raw bytes in a uint8 array) and ``meta``, a JSON list of
-``[key, dtype name, shape]``, so every jax dtype (bfloat16, float8, ...) round-trips.
+``[key, dtype name, shape]``, so every jax dtype (bfloat16, float8, ...) round-trips. The
+same examples always make the same bytes (every zip entry dated 1980-01-01, as reproducible
+builds date theirs), so pushing them again finds the version they are part of.
 Audits re-run the inputs and compare outputs with dtype-aware tolerances. A model's blob
 holds examples per method: the same keys prefixed ``<method>.`` (method names are identifiers),
 the inputs being the method's own arguments (not the parameters).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,9 +72,16 @@ def _encode(by_prefix: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> b
                     meta.append([key, a.dtype.name, list(a.shape)])
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     buf = io.BytesIO()
-    savez: Any = np.savez  # its stubs read **arrays as the allow_pickle flag
-    savez(buf, **arrays)
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as npz:  # np.savez's layout, undated
+        for key, array in arrays.items():
+            entry = zipfile.ZipInfo(f"{key}.npy", date_time=_EPOCH)
+            with npz.open(entry, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, array, allow_pickle=False)
     return buf.getvalue()
+
+
+#: The date of every entry of an examples blob (zip's earliest).
+_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def decode_examples(data: bytes) -> Pairs:

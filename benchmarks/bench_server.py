@@ -126,6 +126,11 @@ def main() -> None:
             print(f"pull {size:.0f} MB: direct {t_direct:.3f} s ({size / t_direct:.0f} MB/s), "
                   f"server {t_remote:.3f} s ({size / t_remote:.0f} MB/s): "
                   f"{t_direct / t_remote:.2f}x the direct read (target >= 0.8x)")  # fmt: skip
+            out = tmp / "pulled.jaxport"
+            f_direct = best(lambda: direct.pull_file("big", out))
+            f_remote = best(lambda: remote.pull_file("big", out))
+            print(f"pull_file {size:.0f} MB: direct {f_direct:.3f} s, server {f_remote:.3f} s: "
+                  f"{f_direct / f_remote:.2f}x the direct copy")  # fmt: skip
             sent, total = fine_tune(remote)
             print(f"fine-tune push: {sent:,} of {total:,} bytes sent = {sent / total:.2%} "
                   "(target < 2 %)")  # fmt: skip

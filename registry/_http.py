@@ -20,17 +20,10 @@ import httpx
 from jaxport import JaxportError, RegistryError, ServerUnavailableError, _errors
 from jaxport.registry._config import safe_url
 
-__all__ = ["ATTEMPTS", "READ_SIZE", "Http", "error_from"]
-
-#: Bytes httpcore reads from the socket at a time (its default is 64 KiB). A 100 MB archive
-#: then takes 25 reads instead of 1,600, each parsed by h11 in Python: the download is about
-#: 1.4x faster. httpcore reads it from a class attribute, so the client raises it (never
-#: lowers it) for every httpx client of the process; a larger read costs nothing on small
-#: answers.
-READ_SIZE = 4 << 20
+__all__ = ["ATTEMPTS", "RETRY_STATUS", "Http", "backoff", "error_from"]
 
 ATTEMPTS = 5
-_RETRY_STATUS = frozenset({502, 503, 504})
+RETRY_STATUS = frozenset({502, 503, 504})
 
 
 class Http:
@@ -38,11 +31,13 @@ class Http:
 
     def __init__(self, url: str, token: str | None, *, timeout: float = 300.0):
         self.url = safe_url(url.rstrip("/"))
-        _raise_read_size()
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        #: The API's root URL, the headers of every request (the token's) and the seconds a
+        #: read may wait: what ``_download`` sends its requests with.
+        self.base, self.timeout = url.rstrip("/") + "/api/v1", timeout
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
-            base_url=url.rstrip("/") + "/api/v1",
-            headers=headers,
+            base_url=self.base,
+            headers=self.headers,
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
         )
@@ -72,7 +67,7 @@ class Http:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with self._client.stream("GET", path, headers=headers) as response:
-                    if response.status_code in _RETRY_STATUS and attempt < ATTEMPTS:
+                    if response.status_code in RETRY_STATUS and attempt < ATTEMPTS:
                         pass
                     else:
                         if response.is_error:
@@ -83,7 +78,7 @@ class Http:
             except httpx.TransportError as e:
                 if attempt == ATTEMPTS:
                     raise self._unavailable(e) from None
-            _sleep(attempt)
+            backoff(attempt)
         raise ServerUnavailableError(f"{self.url} kept answering 503")
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -94,11 +89,11 @@ class Http:
                 if attempt == ATTEMPTS:
                     raise self._unavailable(e) from None
             else:
-                if response.status_code not in _RETRY_STATUS or attempt == ATTEMPTS:
+                if response.status_code not in RETRY_STATUS or attempt == ATTEMPTS:
                     if response.is_error:
                         raise error_from(response)
                     return response
-            _sleep(attempt)
+            backoff(attempt)
         raise ServerUnavailableError(f"{self.url} kept answering 503")  # pragma: no cover
 
     def _unavailable(self, error: Exception) -> ServerUnavailableError:
@@ -108,15 +103,7 @@ class Http:
         )
 
 
-def _raise_read_size() -> None:
-    import httpcore
-
-    connection = httpcore._sync.http11.HTTP11Connection
-    if getattr(connection, "READ_NUM_BYTES", READ_SIZE) < READ_SIZE:
-        connection.READ_NUM_BYTES = READ_SIZE
-
-
-def _sleep(attempt: int) -> None:
+def backoff(attempt: int) -> None:
     time.sleep(min(5.0, 0.2 * 2 ** (attempt - 1)))
 
 
@@ -126,7 +113,7 @@ def error_from(response: httpx.Response) -> JaxportError:
         doc = response.json()["error"]
         kind, message, attrs = str(doc["type"]), str(doc["message"]), dict(doc.get("attrs", {}))
     except (ValueError, KeyError, TypeError):
-        if response.status_code in _RETRY_STATUS:
+        if response.status_code in RETRY_STATUS:
             return ServerUnavailableError(f"the registry server answered {response.status_code}")
         return RegistryError(f"the registry server answered {response.status_code}")
     cls = getattr(_errors, kind, None)

@@ -55,7 +55,6 @@ from jaxport import (
     DuplicateVariantError,
     InvalidNameError,
     NotFoundError,
-    UnsupportedFeatureError,
 )
 from jaxport._files import read_regular
 from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
@@ -63,6 +62,7 @@ from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore
 from jaxport.registry._events import EventLog
+from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (
     BlobRow,
@@ -156,7 +156,9 @@ class Publisher:
         _check_kinds(items, examples)
         _check_distinct(items, listed)
         name = _push_name(name, items[0])
-        golden = _golden_blob(items, examples) if examples else None
+        golden = None
+        if examples:
+            golden = golden_blob(items[0].kind, examples, lambda: _runner(items))
         blobs = {d: b for i in items for d, b in i.blobs.items()}
         if golden is not None:
             blobs[golden[0]] = golden[1]
@@ -353,20 +355,16 @@ def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
         raise InvalidNameError(
             "a version's variants are all functions or all models: push them as two names"
         )
-    if not examples:
-        return
-    if MODEL not in kinds:
-        if isinstance(examples, Mapping):
-            raise InvalidNameError("a function's examples are a sequence, not a mapping")
-        return
-    if not isinstance(examples, Mapping):
-        raise InvalidNameError("a model's examples are {method: [Example, ...]}")
-    methods = {m.name for m in items[0].info.methods}
-    unknown = sorted(set(examples) - methods)
-    if unknown:
-        raise InvalidNameError(
-            f"examples name methods {unknown} the model does not have ({sorted(methods)})"
-        )
+    if examples:
+        check_examples(items[0].info, examples)
+
+
+def _runner(items: Sequence[_Item]) -> Exported | Model | None:
+    """A variant that runs here, to compute examples' outputs (None: none does)."""
+    for i in items:
+        if runs_here(i.info):
+            return i.model if i.kind == MODEL else i.exported
+    return None
 
 
 # -- turning sources into archives -----------------------------------------------------------
@@ -584,89 +582,3 @@ def variant_row(
 
 def _signature(avals: Any) -> str:
     return "; ".join(f"{a.path or '.'}: {a.dtype}[{', '.join(map(str, a.shape))}]" for a in avals)
-
-
-# -- golden examples ------------------------------------------------------------------------
-
-
-def _golden_blob(items: Sequence[_Item], examples: Any) -> tuple[str, bytes]:
-    """``(digest, npz bytes)`` of the examples, with outputs computed where not given."""
-    if items[0].kind == MODEL:
-        return _model_golden_blob(items, examples)
-    import jax
-
-    from jaxport.audit import Example, encode_examples
-
-    runner = next((i.exported for i in items if _runs_here(i.info)), None)
-    flat = []
-    for example in examples:
-        ex = example if isinstance(example, Example) else Example(*example)
-        ins = jax.tree.leaves((tuple(ex.args), dict(ex.kwargs)))
-        outputs = ex.outputs
-        if outputs is None:
-            if runner is None:
-                raise UnsupportedFeatureError(
-                    "no variant runs here to compute the examples' outputs: pass "
-                    "jaxport.Example(args, kwargs, outputs) with the producer's outputs"
-                )
-            outputs = _call_placed(runner, ins)
-        flat.append((ins, jax.tree.leaves(outputs)))
-    data = encode_examples(flat)
-    return hashlib.sha256(data).hexdigest(), data
-
-
-def _runs_here(info: Any) -> bool:
-    """Whether a variant runs in this process: exported for its platform, for at most as many
-    devices as it has (a sharded variant on ``--xla_force_host_platform_device_count`` CPUs
-    included)."""
-    from jaxport.export import local_device_count, local_platform
-
-    here = local_platform()
-    return here in info.platforms and info.nr_devices <= local_device_count(here)
-
-
-def _call_placed(exp: Any, leaves: list[Any]) -> Any:
-    """``exp`` called on flat inputs, placed with its shardings on the local devices when it
-    is sharded (as audits call it)."""
-    import jax
-
-    from jaxport.export import in_shardings_on
-
-    if exp.nr_devices > 1:
-        shardings = in_shardings_on(exp, jax.local_devices())
-        leaves = [
-            a if s is None else jax.device_put(a, s) for a, s in zip(leaves, shardings, strict=True)
-        ]
-    args, kwargs = jax.tree.unflatten(exp.in_tree, leaves)
-    return exp.call(*args, **kwargs)
-
-
-def _model_golden_blob(
-    items: Sequence[_Item], examples: Mapping[str, Sequence[Any]]
-) -> tuple[str, bytes]:
-    """A model's examples per method: the method's own arguments (no parameters) and its
-    outputs, computed by a variant that runs here where not given."""
-    import jax
-
-    from jaxport.audit import Example, encode_model_examples
-
-    model = next((i.model for i in items if _runs_here(i.info)), None)
-    by_method = {}
-    for name, calls in examples.items():
-        flat = []
-        for call in calls:
-            ex = call if isinstance(call, Example) else Example(*call)
-            if ex.kwargs:
-                raise InvalidNameError(f"method {name!r} takes positional arguments only")
-            outputs = ex.outputs
-            if outputs is None:
-                if model is None:
-                    raise UnsupportedFeatureError(
-                        "no variant runs here to compute the examples' outputs: pass "
-                        "jaxport.Example(args, {}, outputs) with the producer's outputs"
-                    )
-                outputs = model.methods[name](*ex.args)
-            flat.append((jax.tree.leaves(tuple(ex.args)), jax.tree.leaves(outputs)))
-        by_method[name] = flat
-    data = encode_model_examples(by_method)
-    return hashlib.sha256(data).hexdigest(), data

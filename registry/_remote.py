@@ -12,10 +12,8 @@ itself (signing, the audit queue, audits in another environment, upgrade reports
 from __future__ import annotations
 
 import builtins
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jaxport import (
@@ -27,11 +25,12 @@ from jaxport import (
 )
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry._config import safe_url
+from jaxport.registry._download import download
 from jaxport.registry._events import Event
 from jaxport.registry._http import Http
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._registry import _LOCAL, Registry, _platform
-from jaxport.registry._remote_push import archive_parts, default_name
+from jaxport.registry._remote_push import archive_parts, default_name, examples_blob
 from jaxport.registry._signatures import Signature
 from jaxport.registry._tokens import NewToken, TokenInfo
 from jaxport.registry._types import (
@@ -196,49 +195,15 @@ class RemoteRegistry(Registry):
     # -- pulling ------------------------------------------------------------------------------
 
     def read_blob(self, digest: str) -> bytes:
-        """The blob (or model archive) ``digest``, checked against it here.
+        """The blob (or model archive) ``digest``, checked against it here (at most
+        ``DEFAULT_MAX_READ`` bytes).
 
         Raises:
             IntegrityError: the bytes received do not match ``digest``.
             NotFoundError: the server has no such blob.
+            ServerUnavailableError: the server cannot be reached.
         """
-        return b"".join(self._download(digest))
-
-    def _download(self, digest: str) -> builtins.list[bytes]:
-        """The blob's chunks, returned only once the whole matched ``digest``: hashed in a
-        second thread while the next chunks arrive (sha256 and the socket both release the
-        GIL), taken as they come off the socket (no re-chunking)."""
-        import httpx
-
-        h = hashlib.sha256()
-        chunks: builtins.list[bytes] = []
-        with ThreadPoolExecutor(1) as hasher, self._http.stream(f"/blobs/{_seg(digest)}") as r:
-            pending, batch, held = None, 0, 0
-            try:
-                for chunk in r.iter_raw():
-                    chunks.append(chunk)
-                    held += len(chunk)
-                    if held >= _HASH_BATCH:  # hash ~4 MiB at a time beside the socket
-                        if pending is not None:
-                            pending.result()
-                        pending = hasher.submit(_update, h, chunks[batch:])
-                        batch, held = len(chunks), 0
-                if pending is not None:
-                    pending.result()
-                pending = hasher.submit(_update, h, chunks[batch:])
-            except httpx.HTTPError:
-                raise IntegrityError(
-                    f"blob {digest}: the server's answer ended early (a corrupt blob is not "
-                    "sent whole)", expected=digest,
-                ) from None  # fmt: skip
-            if pending is not None:
-                pending.result()
-        if h.hexdigest() != digest:
-            raise IntegrityError(
-                f"blob {digest}: the bytes received do not match it",
-                expected=digest, found=h.hexdigest(),
-            )  # fmt: skip
-        return chunks
+        return download(self._http, f"/blobs/{_seg(digest)}", digest, DEFAULT_MAX_READ)
 
     def _read_range(self, digest: str) -> Callable[[int, int], bytes]:
         def read(start: int, end: int) -> bytes:
@@ -254,12 +219,19 @@ class RemoteRegistry(Registry):
 
         return read
 
+    def _read_variant(self, chosen: VariantInfo) -> bytes:
+        """The variant's archive: a server that would send more than its recorded size is
+        refused before a byte is read."""
+        return download(
+            self._http, f"/blobs/{_seg(chosen.digest)}", chosen.digest, chosen.size_bytes
+        )
+
     def pull_bytes(
         self, reference: str, *, version: int | None = None, platform: Any = _LOCAL,
         nr_devices: int | None = None,
     ) -> bytes:  # fmt: skip
         chosen = self._chosen(reference, version, platform, nr_devices)
-        return self.read_blob(chosen.digest)
+        return self._read_variant(chosen)
 
     def pull_file(
         self, reference: str, path: str | os.PathLike[str], *, version: int | None = None,
@@ -268,7 +240,7 @@ class RemoteRegistry(Registry):
         from jaxport._io import atomic_write
 
         chosen = self._chosen(reference, version, platform, nr_devices)
-        atomic_write(path, self._download(chosen.digest))
+        atomic_write(path, [self._read_variant(chosen)])
         return chosen
 
     def pull(
@@ -279,7 +251,7 @@ class RemoteRegistry(Registry):
         from jaxport.export import loads, loads_model
 
         chosen = self._chosen(reference, version, platform, nr_devices)
-        data = self.read_blob(chosen.digest)
+        data = self._read_variant(chosen)
         allow = tuple(allow_custom_calls)
         if chosen.kind == "model":
             if method is None:
@@ -312,7 +284,7 @@ class RemoteRegistry(Registry):
             raise WrongKindError(
                 f"{chosen.name}:{chosen.version} is a function: use pull", found="function"
             )
-        return loads_model(self.read_blob(chosen.digest), allow_custom_calls=allow_custom_calls)
+        return loads_model(self._read_variant(chosen), allow_custom_calls=allow_custom_calls)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -332,31 +304,32 @@ class RemoteRegistry(Registry):
         only the parts the server lacks are sent, then the version is committed (validated on
         the server, in its sandbox).
 
+        Golden examples are made here (outputs not given computed by a source that runs
+        here), sent as one more part and stored as a direct push stores them.
+
         Raises:
-            UnsupportedFeatureError: ``examples`` (push golden examples with a direct
-                registry, or ``jaxport audit`` them there).
-            (and as ``Registry.push``; ``PermissionDeniedError`` for a token without
-            ``write`` or outside its name prefixes)
+            (as ``Registry.push``; ``PermissionDeniedError`` for a token without ``write`` or
+            outside its name prefixes)
         """
-        if examples is not None:
-            raise UnsupportedFeatureError(
-                "golden examples cannot be pushed through a registry server yet: push them "
-                "with a direct registry (database URL)"
-            )
         sources = builtins.list(source) if isinstance(source, builtins.list | tuple) else [source]
         archives = [archive_parts(s, vjp_order=vjp_order, max_size=max_size) for s in sources]
         if name is None:
             name = default_name(archives[0])
-        self._upload([a for a in archives])
+        golden = examples_blob(sources, archives, examples) if examples else None
+        extra = {golden[0]: golden[1]} if golden else {}
+        self._upload(archives, extra)
         body = {
             "name": name, "archives": [to_wire(a.parts) for a in archives],
             "aliases": builtins.list(aliases), "metadata": dict(metadata or {}),
             "allow_custom_calls": builtins.list(allow_custom_calls), "vjp_order": vjp_order,
+            "examples": {"digest": golden[0], "kind": golden[2]} if golden else None,
         }  # fmt: skip
         return from_wire(PushResult, self._http.json("POST", "/versions", json=body))  # type: ignore[no-any-return]
 
-    def _upload(self, archives: Sequence[Any]) -> None:
-        digests = [p.digest for a in archives for p in a.parts.parts]
+    def _upload(self, archives: Sequence[Any], extra: Mapping[str, bytes]) -> None:
+        """Sends the parts of ``archives`` and the ``extra`` blobs (digest -> bytes) that the
+        server lacks."""
+        digests = [p.digest for a in archives for p in a.parts.parts] + builtins.list(extra)
         missing = set(
             self._http.json("POST", "/blobs/missing", json={"digests": digests})["missing"]
         )
@@ -366,6 +339,9 @@ class RemoteRegistry(Registry):
                     data = a.chunks.view(p.offset, p.end)
                     self._http.json("PUT", f"/blobs/{p.digest}", content=bytes(data))
                     missing.discard(p.digest)
+        for digest, data in extra.items():
+            if digest in missing:
+                self._http.json("PUT", f"/blobs/{digest}", content=data)
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})
@@ -458,15 +434,6 @@ class RemoteRegistry(Registry):
 
     def _check_writable(self) -> None:
         return None
-
-
-#: Bytes received before they are handed to the hashing thread.
-_HASH_BATCH = 4 << 20
-
-
-def _update(h: Any, chunks: builtins.list[bytes]) -> None:
-    for c in chunks:
-        h.update(c)
 
 
 def _direct_only(what: str) -> NoReturn:

@@ -6,7 +6,9 @@ archive's chunks (tensors not copied); bytes and files as they are (a file at mo
 (``jaxport.export.split_archive``: skeleton, then one part per tensor section), so the part
 digests are the blob digests the server holds already for tensors it has; any other archive
 (a function archive, or jax-native bytes the server converts) is one part. The server
-validates everything again: this split only decides what is sent.
+validates everything again: this split only decides what is sent. Golden examples are made
+here too (``examples_blob``: outputs computed by a source that runs here) and sent as one more
+part; the server reads them back without running anything.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from jaxport import CorruptArchiveError, InvalidNameError, NotFoundError
 from jaxport._files import open_regular
 from jaxport.export import ArchiveChunks, chunks_info, split_archive
+from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._uploads import ArchiveParts
 
-__all__ = ["LocalArchive", "archive_parts", "default_name"]
+__all__ = ["LocalArchive", "archive_parts", "default_name", "examples_blob"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +86,40 @@ def _mapped(path: str | os.PathLike[str], max_size: int) -> memoryview:
             return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     except FileNotFoundError:
         raise NotFoundError(f"no such file: {path}") from None
+
+
+def examples_blob(
+    sources: Sequence[Any], archives: Sequence[LocalArchive], examples: Any
+) -> tuple[str, bytes, str]:
+    """``(sha256, npz bytes, kind)`` of a push's golden examples, made here: outputs not given
+    are computed by a source that runs in this process (as a direct push computes them).
+
+    Raises:
+        InvalidNameError: the examples do not fit the archives (``check_examples``), or the
+            first archive is not a jaxport archive (jax-native bytes: convert them first).
+        UnsupportedFeatureError: an output is missing and no source runs here.
+    """
+    info = archives[0].info
+    if info is None:
+        raise InvalidNameError(
+            "golden examples need jaxport archives: convert jax-native bytes first "
+            "(jaxport.dumps), or push them without examples"
+        )
+    check_examples(info, examples)
+    kind = "model" if info.kind == "model" else "function"
+    digest, data = golden_blob(kind, examples, lambda: _runner(sources, archives))
+    return digest, data, kind
+
+
+def _runner(sources: Sequence[Any], archives: Sequence[LocalArchive]) -> Any:
+    """The first source that runs here, as an ``Exported`` or ``Model`` (None: none does)."""
+    from jaxport.export import Model, loads, loads_model
+
+    for source, archive in zip(sources, archives, strict=True):
+        if archive.info is None or not runs_here(archive.info):
+            continue
+        if isinstance(source, Model) or hasattr(source, "mlir_module_serialized"):
+            return source
+        data = archive.chunks.view(0, archive.chunks.size)
+        return loads_model(data) if archive.info.kind == "model" else loads(data)
+    return None

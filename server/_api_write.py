@@ -6,14 +6,22 @@ event log names the token."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport import CorruptArchiveError, InvalidNameError, PermissionDeniedError
-from jaxport.registry import ArchiveParts, Registry, TokenInfo, acting_as, from_wire, to_wire
+from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, PermissionDeniedError
+from jaxport.registry import (
+    ArchiveParts,
+    Registry,
+    TokenInfo,
+    acting_as,
+    examples_from_blob,
+    from_wire,
+    to_wire,
+)
 from jaxport.server._auth import check_name, check_reference, scope
 from jaxport.server._bridge import iterate_body
 from jaxport.server._errors import RESPONSES
@@ -34,6 +42,14 @@ class Digests(BaseModel):
     digests: list[str] = Field(max_length=1_000_000)
 
 
+class Examples(BaseModel):
+    """A commit's golden examples: the digest of their uploaded blob (``registry/_golden.py``'s
+    npz, every output given) and the kind of archive they are for."""
+
+    digest: str = Field(pattern="^[0-9a-f]{64}$")
+    kind: Literal["function", "model"]
+
+
 class Commit(BaseModel):
     """A version to commit: its archives as parts (``ArchiveParts`` as JSON) and ``push``'s
     keywords."""
@@ -44,6 +60,7 @@ class Commit(BaseModel):
     metadata: dict[str, str] = {}
     allow_custom_calls: list[str] = []
     vjp_order: int = 0
+    examples: Examples | None = None
 
 
 class AliasMoveBody(BaseModel):
@@ -121,14 +138,33 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
                         for a in body.archives]  # fmt: skip
         except CorruptArchiveError as e:  # the request is malformed, not an archive
             raise InvalidNameError(str(e)) from None
+        examples = _examples(_reg(request), body.examples)
         with acting_as(p.name):
             result = _reg(request).push_parts(
                 archives, body.name, aliases=body.aliases, metadata=body.metadata,
                 allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
+                examples=examples,
             )  # fmt: skip
         return to_wire(result)
 
     return await _heavy(request, push)
+
+
+def _examples(registry: Registry, examples: Examples | None) -> Any:
+    """A commit's golden examples read back from their uploaded blob (verified; ``np.load``
+    without pickles; nothing runs), or None.
+
+    Raises:
+        IntegrityError: the blob was not uploaded (``.expected`` names it) or is corrupt.
+        CorruptArchiveError: it is not an examples blob.
+    """
+    if examples is None:
+        return None
+    if not registry.blobs.exists(examples.digest):
+        raise IntegrityError(
+            f"the examples blob {examples.digest} was not uploaded", expected=examples.digest
+        )
+    return examples_from_blob(examples.kind, registry.read_blob(examples.digest))
 
 
 @router.put("/aliases/{name}/{alias}", status_code=204)

@@ -194,6 +194,30 @@ def test_audit_and_findings(client):
     assert stored[0].jax_version == jax.__version__
 
 
+def test_golden_examples(client):
+    """Examples pushed through every backend are stored the same way and re-run by audits;
+    outputs not given are computed where the push runs (the client, through a server)."""
+    name, x = _name(), np.linspace(0, 1, 3, dtype=np.float32)
+    exp = _exported(jnp.sin)
+    ref = client.push(exp, name, examples=[jaxport.Example((x,), {})])
+    again = client.push(exp, name, examples=[jaxport.Example((x,), {}, exp.call(x))])
+    assert (again.version, again.created) == (ref.version, False)  # the same examples blob
+    [finding] = client.audit(name, platform="cpu", force=True)
+    assert finding.status == "ok" and "1 example(s)" in finding.checks["golden"]
+    wrong = client.push(_exported(jnp.cos), name, examples=[jaxport.Example((x,), {}, np.sin(x))])
+    [finding] = client.audit(f"{name}:{wrong.version}", platform="cpu", force=True)
+    assert finding.status == "mismatch"
+    model = _model()
+    arg = np.ones((2, 16), np.float32)
+    client.push(model, f"{name}-m", examples={"apply": [jaxport.Example((arg,))]})
+    [finding] = client.audit(f"{name}-m", platform="cpu", force=True)
+    assert finding.status == "ok" and "1 example(s)" in finding.checks["golden"]
+    with pytest.raises(jaxport.InvalidNameError, match="methods"):
+        client.push(model, f"{name}-m", examples={"nope": [jaxport.Example((arg,))]})
+    with pytest.raises(jaxport.InvalidNameError, match="sequence"):
+        client.push(exp, name, examples={"apply": []})
+
+
 def test_the_server_runs_on_postgresql_and_s3(request):
     """What .ci/run gives the server: PostgreSQL and S3 (a newcomer's machine may lack both)."""
     s = request.getfixturevalue("server")

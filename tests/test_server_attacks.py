@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import re
@@ -37,6 +38,7 @@ import pytest
 from _server import Server, admin_token, serving
 
 import jaxport
+from jaxport.audit import encode_model_examples
 
 MAX_UPLOAD = 100_000
 F32 = jnp.float32
@@ -282,6 +284,40 @@ def test_commits_of_hostile_parts(t):
         assert "server" not in err["message"]  # the request is wrong, not an answer
     _typed(_commit(t, [{"position": 0, "digest": d, "offset": 0, "size": 6}], 6, vjp_order=-1),
            400, 422)  # fmt: skip
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        assert "team-x" not in direct.names()
+
+
+def _put(t: Target, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    httpx.put(f"{t.api}/blobs/{digest}", content=data, headers=t.auth()).raise_for_status()
+    return digest
+
+
+def test_commits_of_hostile_examples(t):
+    """Golden examples are read back with np.load (no pickles) and never run on the server."""
+    archive = jaxport.dumps(_exported(jnp.cos))
+    d = _put(t, archive)
+    parts = [{"position": 0, "digest": d, "offset": 0, "size": len(archive)}]
+
+    def commit(examples: object) -> httpx.Response:
+        body = {"name": "team-x", "examples": examples,
+                "archives": [{"digest": d, "size": len(archive), "parts": parts}]}  # fmt: skip
+        return httpx.post(f"{t.api}/versions", json=body, headers=t.auth(), timeout=120)
+
+    never = "5" * 64
+    err = _typed(commit({"digest": never, "kind": "function"}), 422)
+    assert err["type"] == "IntegrityError" and err["attrs"]["expected"] == never
+    assert _typed(commit({"digest": d, "kind": "function"}), 422)["type"] == "CorruptArchiveError"
+    buf = io.BytesIO()
+    np.savez(buf, meta=np.array([{"os.system": "echo pwned"}], dtype=object))  # a pickle inside
+    err = _typed(commit({"digest": _put(t, buf.getvalue()), "kind": "function"}), 422)
+    assert err["type"] == "CorruptArchiveError" and "pickle" in err["message"].lower()
+    for malformed in ({"digest": "../x", "kind": "function"}, {"digest": never, "kind": "x"}, 7):
+        _typed(commit(malformed), 400, 422)
+    model = encode_model_examples({"apply": [([np.ones(3, np.float32)], [np.ones(3)])]})
+    err = _typed(commit({"digest": _put(t, model), "kind": "model"}), 400, 422)
+    assert "sequence" in err["message"]  # a model's examples for a function archive
     with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
         assert "team-x" not in direct.names()
 
