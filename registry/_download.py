@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from jaxport import IntegrityError, ServerUnavailableError
+from jaxport import IntegrityError, RegistryError, ServerUnavailableError
 from jaxport.registry._http import ATTEMPTS, RETRY_STATUS, backoff, error_from
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
     Raises:
         IntegrityError: the body ended early, is longer than ``max_size``, or does not match
             ``digest``.
+        RegistryError: the body does not fit in this process's memory.
         ServerUnavailableError: no answer after ``ATTEMPTS`` tries (connection errors, 502-504).
         JaxportError: the server's error answer, typed (``error_from``).
     """
@@ -98,9 +99,13 @@ def _body(response: http.client.HTTPResponse, digest: str, max_size: int) -> byt
         raise error_from(httpx.Response(response.status, content=response.read(_ERROR_BODY)))
     length = _length(response.getheader("Content-Length"), digest, max_size)
     try:
-        data = response.read(length)
+        data = response.read(length)  # one bytes of ``length``, filled from the socket
     except (OSError, http.client.HTTPException):
         raise _ended_early(digest) from None
+    except MemoryError:
+        raise RegistryError(
+            f"blob {digest}: its {length:,} bytes do not fit in this process's memory"
+        ) from None
     if len(data) != length:
         raise _ended_early(digest)
     return data

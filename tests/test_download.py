@@ -75,6 +75,12 @@ def test_a_body_longer_than_allowed_is_refused_unread(stand):
         _get(stand)
 
 
+def test_a_claim_of_more_than_memory_holds_is_typed(stand):
+    stand.answers.append(_ok(BODY, length=60 << 30))  # 60 GiB claimed, 7 kB sent
+    with pytest.raises(jaxport.JaxportError, match=r"ended early|do not fit"):
+        _get(stand, max_size=64 << 30)
+
+
 def test_a_short_body_is_never_returned(stand):
     stand.answers.append(_ok(BODY[:-10], length=len(BODY)))
     with pytest.raises(jaxport.IntegrityError, match="ended early"):
