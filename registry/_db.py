@@ -157,13 +157,22 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def blob_lock(conn: Connection, *, exclusive: bool) -> None:
+def blob_lock(conn: Connection, *, exclusive: bool, durable: bool = True) -> None:
     """Takes the blob lock for the rest of ``conn``'s transaction: shared by pushes registering
     or committing digests, exclusive for ``gc`` (PostgreSQL; SQLite's write transactions
-    already exclude each other)."""
+    already exclude each other).
+
+    Args:
+        durable: False for a transaction whose rows need not outlive a crash of this process
+            (a push's pending rows): on PostgreSQL its commit then returns without waiting
+            for the WAL flush (``synchronous_commit`` off for it alone, set in the same
+            statement). Other sessions see the rows at commit either way; only a crash of
+            the database before the flush loses them, and the push they guard dies with it.
+    """
     if conn.dialect.name == "postgresql":
         fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_BLOB_LOCK})
+        also = "" if durable else ", set_config('synchronous_commit', 'off', true)"
+        conn.execute(text(f"SELECT {fn}(:k){also}"), {"k": _PG_BLOB_LOCK})
 
 
 @contextlib.contextmanager

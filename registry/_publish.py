@@ -95,7 +95,9 @@ CONVERTED_KEY = "jaxport.converted_from"
 #: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
 
-_INSERT_VERSION = insert(VersionRow).returning(VersionRow.id)
+#: ``_insert_version``'s and ``_next_version``'s statements per dialect, built once.
+_INSERT_VERSION: dict[str, Any] = {}
+_NEXT_VERSION: dict[str, Any] = {}
 #: A push's variants have distinct digests (``_check_distinct``): they tell the ids returned
 #: apart (SQLite inserts row by row when asked for them in parameter order).
 _INSERT_VARIANTS = insert(VariantRow).returning(VariantRow.digest, VariantRow.id)
@@ -217,7 +219,7 @@ def _register_pending(
         {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now} for d in blobs
     ]
     with conn.begin():
-        _db.blob_lock(conn, exclusive=False)
+        _db.blob_lock(conn, exclusive=False, durable=False)
         conn.execute(insert(PendingBlobRow), rows)
         known = conn.execute(
             select(BlobRow.digest).where(BlobRow.digest.in_(list(blobs)))
@@ -246,17 +248,18 @@ def _commit(
     key = content_key([i.digest for i in items], golden[0] if golden else None)
     now = time.time()
     model_id, version = _next_version(conn, name, now)  # the name's row stays locked
-    existing = _version_with(conn, model_id, key)
-    if existing is not None:  # give the number back: nobody else saw it
-        back = update(NameRow).where(NameRow.id == model_id)
-        conn.execute(back.values(last_version=NameRow.last_version - 1))
-        return ref_on(conn, name, existing), False
     metadata_json = json.dumps(meta, sort_keys=True)
-    version_id = conn.execute(
-        _INSERT_VERSION,
-        {"model_id": model_id, "version": version, "created_at": now,
-         "metadata_json": metadata_json, "content_key": key},
-    ).scalar_one()  # fmt: skip
+    row = {"model_id": model_id, "version": version, "created_at": now,
+           "metadata_json": metadata_json, "content_key": key}  # fmt: skip
+    version_id = conn.execute(_insert_version(conn), row).scalar_one_or_none()
+    if version_id is None:  # this content is a version already: give the number back
+        existing = _version_with(conn, model_id, key)
+        if existing is None:  # deleted since the insert looked: there is none now
+            version_id = conn.execute(_insert_version(conn), row).scalar_one()
+        else:
+            back = update(NameRow).where(NameRow.id == model_id)
+            conn.execute(back.values(last_version=NameRow.last_version - 1))
+            return ref_on(conn, name, existing), False
     # A model archive's own digest gets a row too (the variants' foreign key), no file.
     sizes = {i.digest: i.size for i in items}
     sizes |= {p.digest: p.size for i in items for p in i.parts}
@@ -500,13 +503,27 @@ def _next_version(conn: Connection, name: str, now: float) -> tuple[int, int]:
     """Allocates the next version number of ``name`` (its ``models`` row made if need be),
     in one upsert whose row lock queues concurrent pushes to the name until commit:
     ``(model id, version)``."""
+    dialect = conn.dialect.name
+    if dialect not in _NEXT_VERSION:  # built once per dialect: it costs more than it runs
+        upsert = _db.insert_on_conflict(conn, NameRow.__table__).on_conflict_do_update(
+            index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
+        )
+        _NEXT_VERSION[dialect] = upsert.returning(NameRow.id, NameRow.last_version)
     row = {"name": name, "last_version": 1, "created_at": now}
-    upsert = _db.insert_on_conflict(conn, NameRow.__table__).values(row)
-    upsert = upsert.on_conflict_do_update(
-        index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
-    )
-    model_id, version = conn.execute(upsert.returning(NameRow.id, NameRow.last_version)).one()
+    model_id, version = conn.execute(_NEXT_VERSION[dialect], row).one()
     return int(model_id), int(version)
+
+
+def _insert_version(conn: Connection) -> Any:
+    """The INSERT of a ``versions`` row that returns its id, or nothing where the name has a
+    version of that content already (its unique ``content_key``): one statement for a new
+    version, no look-up before it."""
+    dialect = conn.dialect.name
+    if dialect not in _INSERT_VERSION:
+        statement = _db.insert_on_conflict(conn, VersionRow.__table__)
+        statement = statement.on_conflict_do_nothing(index_elements=["content_key", "model_id"])
+        _INSERT_VERSION[dialect] = statement.returning(VersionRow.id)
+    return _INSERT_VERSION[dialect]
 
 
 def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
