@@ -79,9 +79,11 @@ def short_digest(digest: str) -> str:
     return f"{DIGEST_PREFIX}{digest[:SHORT_DIGEST_HEX]}"
 
 
-def local_time(seconds: float) -> str:
-    """Unix seconds -> local time to the minute, e.g. ``2026-11-22 14:03``."""
-    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
+def local_time(seconds: float, *, to_the_second: bool = False) -> str:
+    """Unix seconds -> local time to the minute, e.g. ``2026-11-22 14:03`` (or to the second,
+    ``2026-11-22 14:03:07``: the event log)."""
+    form = "%Y-%m-%d %H:%M:%S" if to_the_second else "%Y-%m-%d %H:%M"
+    return datetime.datetime.fromtimestamp(seconds).strftime(form)
 
 
 def _size(n: float) -> str:

@@ -3,7 +3,6 @@ server and what it records (``server/``, ``registry/_tokens.py``, ``registry/_ev
 
 from __future__ import annotations
 
-import datetime
 import os
 from pathlib import Path
 from typing import Any
@@ -206,8 +205,10 @@ def log_cmd(
 
 
 def _when(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+    """Local time, as every other table shows it (JSON gives ISO 8601 in UTC)."""
+    from jaxport._cli_render import local_time
+
+    return local_time(seconds, to_the_second=True)
 
 
 def _what(event: Any) -> str:
