@@ -157,22 +157,47 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def blob_lock(conn: Connection, *, exclusive: bool, durable: bool = True) -> None:
+def blob_lock(conn: Connection, *, exclusive: bool) -> None:
     """Takes the blob lock for the rest of ``conn``'s transaction: shared by pushes registering
     or committing digests, exclusive for ``gc`` (PostgreSQL; SQLite's write transactions
-    already exclude each other).
-
-    Args:
-        durable: False for a transaction whose rows need not outlive a crash of this process
-            (a push's pending rows): on PostgreSQL its commit then returns without waiting
-            for the WAL flush (``synchronous_commit`` off for it alone, set in the same
-            statement). Other sessions see the rows at commit either way; only a crash of
-            the database before the flush loses them, and the push they guard dies with it.
-    """
+    already exclude each other)."""
     if conn.dialect.name == "postgresql":
         fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        also = "" if durable else ", set_config('synchronous_commit', 'off', true)"
-        conn.execute(text(f"SELECT {fn}(:k){also}"), {"k": _PG_BLOB_LOCK})
+        conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_BLOB_LOCK})
+
+
+#: A push's pending rows on PostgreSQL in one statement, its own transaction: the shared blob
+#: lock (``lock`` runs first: the INSERT reads from it), the rows, and the digests that
+#: already have a ``blobs`` row. Its snapshot is taken before the lock is granted, so a gc
+#: that commits meanwhile may leave a digest in the answer that it just deleted: the answer
+#: only tells a repair from a first write (``_publish``), and the version's own transaction
+#: inserts its blob rows whatever it says. ``synchronous_commit`` is off for this transaction
+#: alone: other sessions (gc) see the rows at commit either way; only a crash of the database
+#: before its WAL flush loses them, and the push they guard dies with it.
+_PG_PENDING = text(
+    "WITH lock AS (SELECT pg_advisory_xact_lock_shared(:k) AS granted,"
+    " set_config('synchronous_commit', 'off', true) AS durability),"
+    " pending AS (INSERT INTO pending_blobs (digest, token, host, pid, created_at)"
+    " SELECT d, :token, :host, :pid, :now FROM lock, unnest(CAST(:digests AS varchar[])) AS d)"
+    " SELECT digest FROM blobs WHERE digest = ANY(CAST(:digests AS varchar[]))"
+)
+
+
+def register_pending_at_once(
+    conn: Connection, digests: list[str], *, token: str, host: str, pid: int, now: float
+) -> set[str]:
+    """Step 1 of the blob protocol on PostgreSQL: ``_PG_PENDING`` on ``conn`` in autocommit
+    (one round trip instead of BEGIN, three statements and COMMIT); returns the digests that
+    already have a ``blobs`` row. ``conn`` is back in its own isolation level after."""
+    level = conn.default_isolation_level
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        params = {"k": _PG_BLOB_LOCK, "token": token, "host": host, "pid": pid, "now": now,
+                  "digests": digests}  # fmt: skip
+        with conn.begin():  # SQLAlchemy's own bookkeeping: psycopg sends no BEGIN or COMMIT
+            return set(conn.execute(_PG_PENDING, params).scalars())
+    finally:
+        conn.execution_options(isolation_level=level)
 
 
 @contextlib.contextmanager

@@ -213,13 +213,18 @@ def _register_pending(
     conn: Connection, token: str, blobs: Mapping[str, bytes | memoryview]
 ) -> set[str]:
     """Step 1 of the blob protocol, in a transaction of its own (committed, so gc sees it);
-    returns the digests that already have a ``blobs`` row."""
+    returns the digests that already have a ``blobs`` row. On PostgreSQL one statement
+    (``_db.register_pending_at_once``)."""
     now, host, pid = time.time(), pid_scope(), os.getpid()
+    if conn.dialect.name == "postgresql":
+        return _db.register_pending_at_once(
+            conn, list(blobs), token=token, host=host, pid=pid, now=now
+        )
     rows = [
         {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now} for d in blobs
     ]
     with conn.begin():
-        _db.blob_lock(conn, exclusive=False, durable=False)
+        _db.blob_lock(conn, exclusive=False)
         conn.execute(insert(PendingBlobRow), rows)
         known = conn.execute(
             select(BlobRow.digest).where(BlobRow.digest.in_(list(blobs)))
