@@ -18,11 +18,12 @@ import io
 import json
 import zipfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jaxport import CorruptArchiveError
+from jaxport import CorruptArchiveError, RunError, _npz
 
 __all__ = [
     "NO_DIFFERENCE",
@@ -103,22 +104,76 @@ def decode_model_examples(data: bytes) -> dict[str, Pairs]:
 
 
 def _decode(data: bytes) -> dict[str, Pairs]:
-    import jax.numpy as jnp
-
+    """The blob's pairs per prefix, read without trusting it: every entry a stored (not
+    deflated) raw-bytes array whose declared length is its length, the entries together no
+    larger than the blob (no entry read twice), ``meta`` a list of ``[key, dtype, shape]``."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            meta = json.loads(npz["meta"].tobytes())
-            found: dict[str, dict[int, tuple[list[np.ndarray], list[np.ndarray]]]] = {}
-            for key, dtype_name, shape in meta:
-                prefix, _, rest = key.rpartition(".")
-                i, side, _ = rest.split("_")
-                dtype = np.dtype(getattr(jnp, dtype_name, dtype_name))
-                leaf = np.frombuffer(npz[key].tobytes(), dtype=dtype).reshape(shape)
-                pairs = found.setdefault(f"{prefix}." if prefix else "", {})
-                pairs.setdefault(int(i), ([], []))[0 if side == "in" else 1].append(leaf)
-    except (ValueError, KeyError, OSError, TypeError) as e:
+        raw = _raw_entries(data)
+        meta = _meta(raw.pop("meta"))
+        found: dict[str, dict[int, tuple[list[np.ndarray], list[np.ndarray]]]] = {}
+        for key, dtype_name, shape in meta:
+            prefix, _, rest = key.rpartition(".")
+            i, side, _ = rest.split("_")
+            if side not in ("in", "out"):
+                raise ValueError(f"entry {key!r} is neither an input nor an output")
+            leaf = np.frombuffer(raw[key], dtype=_dtype(dtype_name)).reshape(shape)
+            pairs = found.setdefault(f"{prefix}." if prefix else "", {})
+            pairs.setdefault(int(i), ([], []))[0 if side == "in" else 1].append(leaf)
+    except (ValueError, KeyError, TypeError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise CorruptArchiveError(f"not a golden-examples blob: {e}") from None
     return {prefix: [pairs[i] for i in sorted(pairs)] for prefix, pairs in found.items()}
+
+
+def _raw_entries(data: bytes) -> dict[str, bytes]:
+    """Each ``.npy`` entry's bytes (``encode_examples`` writes stored uint8 arrays only), every
+    header checked before any data is read (``jaxport/_npz.py``)."""
+    where = Path("the golden-examples blob")
+    with zipfile.ZipFile(io.BytesIO(data)) as npz:
+        try:
+            found = _npz.headers(npz, where)
+        except RunError as e:
+            raise ValueError(str(e).removeprefix(f"{where}: ")) from None
+        for h in found.values():
+            stored = h.member.compress_type == zipfile.ZIP_STORED
+            if not stored or h.dtype != np.uint8 or len(h.shape) != 1:
+                raise ValueError(f"entry {h.key[:80]!r} is not a stored raw-bytes array")
+        try:
+            return {key: _npz.read(npz, h, where).tobytes() for key, h in found.items()}
+        except RunError as e:
+            raise ValueError(str(e).removeprefix(f"{where}: ")) from None
+
+
+def _meta(data: bytes) -> list[tuple[str, str, list[int]]]:
+    try:
+        meta = json.loads(data)
+    except RecursionError:
+        raise ValueError("meta is nested too deep") from None
+    if not isinstance(meta, list):
+        raise ValueError("meta is not a list")
+    for item in meta:
+        if not (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+            and isinstance(item[2], list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in item[2])
+        ):
+            raise ValueError("meta is not a list of [key, dtype, shape]")
+    return [(k, d, shape) for k, d, shape in meta]
+
+
+def _dtype(name: str) -> np.dtype:
+    """A leaf's dtype by name: numpy's, or jax's extra ones (bfloat16, float8_*, int4, ...);
+    never one that holds Python objects."""
+    import jax.numpy as jnp
+
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"dtype {name[:40]!r}")
+    dtype = np.dtype(getattr(jnp, name, name))
+    if dtype.hasobject:
+        raise ValueError(f"dtype {name!r} holds Python objects")
+    return dtype
 
 
 def tolerance(dtype: np.dtype) -> tuple[float, float]:

@@ -71,7 +71,8 @@ def prefill(reg: jaxport.Registry, n: int) -> None:
             cc = template.calling_convention_version - (1 if i % 97 == 0 else 0)
             rows.append(
                 {
-                    "id": 1000 + i, "version_id": 1000 + i, "digest": digests[i], "fun_name": "f",
+                    "id": 1000 + i, "version_id": 1000 + i, "model_id": 1000 + i // 10,
+                    "digest": digests[i], "fun_name": "f",
                     "platforms": ",".join(plats), "nr_devices": 1, "sharded": False,
                     "calling_convention_version": cc, "format_version": 3,
                     "jax_version": template.jax_version, "jaxlib_version": template.jaxlib_version,

@@ -149,6 +149,7 @@ def prefill(reg: jaxport.Registry, n_versions: int) -> None:
                 {
                     "id": _FIRST_ID + i,
                     "version_id": _FIRST_ID + i,
+                    "model_id": _FIRST_ID + i // 10,
                     "digest": template.digest,
                     "fun_name": "f",
                     "platforms": ",".join(plats),

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from jaxport.registry._events import Event as Event
     from jaxport.registry._events import acting_as as acting_as
     from jaxport.registry._events import current_actor as current_actor
+    from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
     from jaxport.registry._golden import examples_from_blob as examples_from_blob
     from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._names import Reference as Reference

@@ -6,10 +6,12 @@ MB of them writes the whole twice more, and on this machine memory writes (about
 what a pull costs. ``http.client`` reads a body of known length straight from the socket into
 one ``bytes`` (``HTTPResponse.read``: one write), so a server that no proxy stands in front of
 is read that way (``benchmarks/bench_server.py``: 0.88x the direct blob-store read instead of
-0.54x). Where the environment names a proxy for the server (``HTTP_PROXY``, ``HTTPS_PROXY``,
-``ALL_PROXY``, less ``NO_PROXY``: what httpx reads), the body comes through httpx instead, so
-both paths reach the server the same way; TLS uses httpx's own context (certifi, or
-``SSL_CERT_FILE``/``SSL_CERT_DIR``).
+0.54x). Wherever httpx might route the request differently, the body comes through httpx
+instead, so both paths reach the server the same way: when any proxy is configured
+(``urllib.request.getproxies``, which httpx reads: ``HTTP_PROXY``, ``HTTPS_PROXY``,
+``ALL_PROXY``, the system's on macOS and Windows; ``NO_PROXY`` is then left to httpx), and for
+a URL with credentials or non-ASCII characters. TLS uses httpx's own context (certifi, or
+``SSL_CERT_FILE``/``SSL_CERT_DIR``); the connection gets ``CONNECT_TIMEOUT`` like httpx's.
 
 Either way the body is bounded by ``max_size`` before a byte of it is read, and returned only
 once its sha256 matches the digest.
@@ -37,6 +39,8 @@ __all__ = ["download"]
 
 #: Bytes of an error answer read to learn what went wrong.
 _ERROR_BODY = 1 << 20
+#: Seconds to wait for the connection (the client's httpx waits as long).
+CONNECT_TIMEOUT = 10.0
 
 
 def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
@@ -52,7 +56,7 @@ def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
         ServerUnavailableError: no answer after ``ATTEMPTS`` tries (connection errors, 502-504).
         JaxportError: the server's error answer, typed (``error_from``).
     """
-    if _proxied(api.base):
+    if not _direct_ok(api.base):
         data = _through_httpx(api, path, digest, max_size)
     else:
         data = _direct(api, path, digest, max_size)
@@ -64,21 +68,26 @@ def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
     return data
 
 
-def _proxied(url: str) -> bool:
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies_environment()
-    if parts.scheme not in proxies and "all" not in proxies:
+def _direct_ok(url: str) -> bool:
+    """Whether ``http.client`` reaches ``url`` as httpx would: no proxy configured at all, a
+    plain ASCII URL without credentials."""
+    if any(scheme != "no" for scheme in urllib.request.getproxies()):
         return False
-    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-    return not bypass(parts.netloc, proxies)
+    parts = urlsplit(url)
+    return url.isascii() and parts.username is None and parts.hostname is not None
 
 
 def _direct(api: Http, path: str, digest: str, max_size: int) -> bytes:
     parts = urlsplit(api.base + path)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
     for attempt in range(1, ATTEMPTS + 1):
-        connection = _connection(parts.scheme, parts.netloc, api.timeout)
+        connection = None
         try:
-            connection.request("GET", parts.path, headers=api.headers)
+            connection = _connection(parts.scheme, str(parts.hostname), parts.port)
+            connection.connect()
+            assert connection.sock is not None
+            connection.sock.settimeout(api.timeout)  # each read may wait this long
+            connection.request("GET", target, headers=api.headers)
             response = connection.getresponse()
             if response.status not in RETRY_STATUS or attempt == ATTEMPTS:
                 return _body(response, digest, max_size)
@@ -89,7 +98,8 @@ def _direct(api: Http, path: str, digest: str, max_size: int) -> bytes:
                     f"tries: {type(e).__name__}"
                 ) from None
         finally:
-            connection.close()
+            if connection is not None:
+                connection.close()
         backoff(attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -111,10 +121,10 @@ def _body(response: http.client.HTTPResponse, digest: str, max_size: int) -> byt
     return data
 
 
-def _connection(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
+def _connection(scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
     if scheme == "https":
-        return http.client.HTTPSConnection(netloc, timeout=timeout, context=_tls())
-    return http.client.HTTPConnection(netloc, timeout=timeout)
+        return http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT, context=_tls())
+    return http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
 
 
 @functools.cache
@@ -138,7 +148,7 @@ def _through_httpx(api: Http, path: str, digest: str, max_size: int) -> bytes:
 
 
 def _length(header: str | None, digest: str, max_size: int) -> int:
-    if header is None or not header.isdigit():
+    if header is None or not (header.isascii() and header.isdigit()):
         raise IntegrityError(f"blob {digest}: the server's answer gives no length", expected=digest)
     length = int(header)
     if length > max_size:

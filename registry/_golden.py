@@ -16,9 +16,12 @@ from typing import Any
 
 from jaxport import InvalidNameError, UnsupportedFeatureError
 
-__all__ = ["check_examples", "examples_from_blob", "golden_blob", "runs_here"]
+__all__ = ["MAX_EXAMPLES_BYTES", "check_examples", "examples_from_blob", "golden_blob", "runs_here"]
 
 _MODEL = "model"
+#: The largest examples blob a registry server reads from a client (bytes): its arrays are
+#: held in memory while they are checked. Golden examples are a few calls' inputs and outputs.
+MAX_EXAMPLES_BYTES = 256 << 20
 
 
 def check_examples(info: Any, examples: Any) -> None:
@@ -77,7 +80,8 @@ def examples_from_blob(kind: str, data: bytes) -> Any:
     (function; flat arguments) or ``{method: [Example, ...]}`` (model).
 
     Raises:
-        CorruptArchiveError: not an examples blob.
+        CorruptArchiveError: not an examples blob (``audit/_examples.py`` reads it without
+            trusting it: stored entries only, each its declared length, no pickles).
     """
     from jaxport.audit import Example, decode_examples, decode_model_examples
 

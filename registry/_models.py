@@ -139,6 +139,8 @@ class VariantRow(Base):
     __table_args__ = (
         Index("ix_variants_version_id", "version_id"),
         Index("ix_variants_digest", "digest"),
+        # search(name=...): a page of one name's variants in variant_id order (revision 0012).
+        Index("ix_variants_model_id", "model_id", "id"),
         # search(fun_name=...): hash on PostgreSQL (unbounded text; see revision 0011).
         Index("ix_variants_fun_name", "fun_name", postgresql_using="hash"),
         # No index on nr_devices: it has few distinct values, and SQLite would pick it (an
@@ -146,6 +148,8 @@ class VariantRow(Base):
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    #: The name's ``models.id`` (its version's ``model_id``, kept here for ``search(name=)``).
+    model_id: Mapped[int] = mapped_column(Integer)
     digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
     fun_name: Mapped[str] = mapped_column(Text)
     platforms: Mapped[str] = mapped_column(Text)  # comma-separated, in the Exported's order

@@ -272,7 +272,7 @@ def _commit(
         sizes[golden[0]] = len(golden[1])
     blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
     _db.insert_ignoring_duplicates(conn, BlobRow.__table__, blob_rows, ["digest"])
-    variants = _insert_variants(conn, name, version, version_id, items, now)
+    variants = _insert_variants(conn, name, version, (model_id, version_id), items, now)
     if golden is not None:
         conn.execute(
             insert(ExamplesRow),
@@ -543,11 +543,17 @@ def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
 
 
 def _insert_variants(
-    conn: Connection, name: str, version: int, version_id: int, items: Sequence[_Item], now: float
+    conn: Connection,
+    name: str,
+    version: int,
+    row_ids: tuple[int, int],
+    items: Sequence[_Item],
+    now: float,
 ) -> tuple[VariantInfo, ...]:
     """Inserts the variants (their platforms and parts too) in three statements at most, and
     returns them as a read would."""
-    rows = [variant_row(version_id, i.digest, i.size, i.info, now) for i in items]
+    model_id, version_id = row_ids  # the name's and the version's
+    rows = [variant_row(model_id, version_id, i.digest, i.size, i.info, now) for i in items]
     id_of = {digest: variant_id for digest, variant_id in conn.execute(_INSERT_VARIANTS, rows)}
     ids = [id_of[i.digest] for i in items]
     platforms = [
@@ -572,7 +578,7 @@ def _insert_variants(
 
 
 def variant_row(
-    version_id: int, digest: str, size: int, info: ArchiveInfo, now: float
+    model_id: int, version_id: int, digest: str, size: int, info: ArchiveInfo, now: float
 ) -> dict[str, Any]:
     """The ``variants`` row of an archive (``metadata_json``: the archive's own metadata); a
     model's ``sharded`` and ``shape_polymorphic`` cover every method's signature."""
@@ -580,6 +586,7 @@ def variant_row(
     avals += tuple(a for m in info.methods for a in (*m.in_avals, *m.out_avals))
     converted = info.metadata.get(CONVERTED_KEY) == "jax-native"
     return {
+        "model_id": model_id,
         "version_id": version_id,
         "digest": digest,
         "fun_name": info.fun_name,

@@ -15,8 +15,8 @@ WHERE and ORDER BY:
   more statements, to say why.
 - ``list``: a page of versions in ``(name, version)`` order, their variants joined; the key
   ``after`` is two index ranges (the rest of its name, then the names after it).
-- ``search``: one filter drives, through its index, in ``variant_id`` order: the name (its
-  versions: a page costs O(its variants)), else ``fun_name``, else the platform
+- ``search``: one filter drives, through its index, in ``variant_id`` order: the name
+  (``variants (model_id, id)``), else ``fun_name``, else the platform
   (``variant_platforms``), else the primary key; every other filter is checked on the rows it
   yields, written so that SQLite (which keeps no statistics) cannot pick its index instead.
   ``jax_version``, ``nr_devices``, ``calling_convention_version`` and ``shape_polymorphic``
@@ -183,8 +183,8 @@ class Queries:
             check_name(name)
         q = _variants_select()
         key: Any = VariantRow.id
-        if name is not None:
-            q = q.where(NameRow.name == name)
+        if name is not None:  # drives: a range of ix_variants_model_id, in variant_id order
+            q = q.where(VariantRow.model_id == _model_id(name))
         if fun_name is not None:  # drives unless the name does
             column = VariantRow.fun_name if name is None else _unindexed(VariantRow.fun_name)
             q = q.where(column == fun_name)

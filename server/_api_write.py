@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, PermissionDeniedError
 from jaxport.registry import (
+    MAX_EXAMPLES_BYTES,
     ArchiveParts,
     Registry,
     TokenInfo,
@@ -156,13 +157,20 @@ def _examples(registry: Registry, examples: Examples | None) -> Any:
 
     Raises:
         IntegrityError: the blob was not uploaded (``.expected`` names it) or is corrupt.
-        CorruptArchiveError: it is not an examples blob.
+        CorruptArchiveError: it is not an examples blob, or holds more than
+            ``MAX_EXAMPLES_BYTES``.
     """
     if examples is None:
         return None
     if not registry.blobs.exists(examples.digest):
         raise IntegrityError(
             f"the examples blob {examples.digest} was not uploaded", expected=examples.digest
+        )
+    size = registry.blobs.size(examples.digest)
+    if size > MAX_EXAMPLES_BYTES:
+        raise CorruptArchiveError(
+            f"the examples blob holds {size:,} bytes; a server reads at most "
+            f"{MAX_EXAMPLES_BYTES:,} (push larger examples with a direct registry)"
         )
     return examples_from_blob(examples.kind, registry.read_blob(examples.digest))
 

@@ -100,6 +100,18 @@ def test_no_length_is_refused(stand):
         _get(stand)
 
 
+def test_a_length_that_only_looks_like_digits_is_refused(stand):
+    stand.answers.append((200, {"Content-Length": "\u00b2"}, BODY))  # '²'.isdigit() is True
+    with pytest.raises(jaxport.IntegrityError, match="no length"):
+        _get(stand)
+
+
+def test_a_url_with_credentials_goes_through_httpx(stand):
+    stand.answers.append(_ok())
+    url = stand.url.replace("http://", "http://user:pw@")  # type: ignore[attr-defined]
+    assert download(Http(url, "t"), f"/blobs/{DIGEST}", DIGEST, 1 << 20) == BODY
+
+
 def test_503_is_retried(stand):
     stand.answers += [(503, {"Content-Length": "0"}, b""), _ok()]
     assert _get(stand) == BODY

@@ -73,6 +73,7 @@ def test_revision_1_database_with_data_upgrades_intact(db_url, tmp_path):
     assert ref.variants[0].kind == "function"  # revision 0004's default for older rows
     assert reg.aliases("m") == {"prod": 1}
     assert reg.resolve("m@prod", platform="cpu").chosen.digest == "a" * 64
+    assert [v.digest for v in reg.search(name="m")] == ["a" * 64]  # revision 0012's model_id
     reg.close()
 
 

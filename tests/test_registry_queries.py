@@ -143,3 +143,26 @@ def test_search_pages_are_every_match(many, filters):
         pages += [v.variant_id for v in page]
         after = page[-1].variant_id
     assert pages == by_python and pages
+
+
+def test_sqlite_reads_a_name_search_from_its_index_in_order(tmp_path):
+    """A page of ``search(name=...)`` is a range of ``ix_variants_model_id`` read in
+    ``variant_id`` order (SQLite's plan: no sort), whatever the name's size."""
+    import jaxport
+
+    registry = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "b")
+    registry.push(_exp(), "w")
+    add_versions(registry, "w", 50)
+    statements = []
+    sa.event.listen(
+        registry._engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, parameters, *a: statements.append((statement, parameters)),
+    )
+    assert len(registry.search(name="w", limit=7, after=3)) == 7
+    statement, parameters = statements[-1]
+    with registry._engine.connect() as conn:
+        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+    details = " | ".join(row[-1] for row in plan)
+    assert "ix_variants_model_id" in details and "TEMP B-TREE" not in details, details
+    registry.close()
