@@ -42,7 +42,8 @@ class _Stand(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stand(monkeypatch) -> Iterator[type[_Stand]]:
-    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):  # the direct path
+        monkeypatch.delenv(var.lower(), raising=False)
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr("jaxport.registry._http.backoff", lambda attempt: None)
     monkeypatch.setattr("jaxport.registry._download.backoff", lambda attempt: None)
@@ -63,7 +64,11 @@ def _get(stand: type[_Stand], max_size: int = 1 << 20) -> bytes:
     return download(Http(stand.url, "secret"), f"/blobs/{DIGEST}", DIGEST, max_size)  # type: ignore[attr-defined]
 
 
-def test_the_body_is_returned_once_it_matches(stand):
+def test_the_body_is_returned_once_it_matches(stand, monkeypatch):
+    def not_httpx(*a: object) -> bytes:
+        raise AssertionError("read through httpx, not straight from the socket")
+
+    monkeypatch.setattr("jaxport.registry._download._through_httpx", not_httpx)
     stand.answers.append(_ok())
     assert _get(stand) == BODY
     assert stand.seen == [f"/api/v1/blobs/{DIGEST}"]
