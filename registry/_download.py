@@ -85,8 +85,8 @@ def _direct(api: Http, path: str, digest: str, max_size: int) -> bytes:
         try:
             connection = _connection(parts.scheme, str(parts.hostname), parts.port)
             connection.connect()
-            assert connection.sock is not None
-            connection.sock.settimeout(api.timeout)  # each read may wait this long
+            if connection.sock is not None:  # each read may wait this long
+                connection.sock.settimeout(api.timeout)
             connection.request("GET", target, headers=api.headers)
             response = connection.getresponse()
             if response.status not in RETRY_STATUS or attempt == ATTEMPTS:
