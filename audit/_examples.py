@@ -128,19 +128,16 @@ def _raw_entries(data: bytes) -> dict[str, bytes]:
     """Each ``.npy`` entry's bytes (``encode_examples`` writes stored uint8 arrays only), every
     header checked before any data is read (``jaxport/_npz.py``)."""
     where = Path("the golden-examples blob")
-    with zipfile.ZipFile(io.BytesIO(data)) as npz:
-        try:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as npz:
             found = _npz.headers(npz, where)
-        except RunError as e:
-            raise ValueError(str(e).removeprefix(f"{where}: ")) from None
-        for h in found.values():
-            stored = h.member.compress_type == zipfile.ZIP_STORED
-            if not stored or h.dtype != np.uint8 or len(h.shape) != 1:
-                raise ValueError(f"entry {h.key[:80]!r} is not a stored raw-bytes array")
-        try:
+            for h in found.values():
+                stored = h.member.compress_type == zipfile.ZIP_STORED
+                if not stored or h.dtype != np.uint8 or len(h.shape) != 1:
+                    raise ValueError(f"entry {h.key[:80]!r} is not a stored raw-bytes array")
             return {key: _npz.read(npz, h, where).tobytes() for key, h in found.items()}
-        except RunError as e:
-            raise ValueError(str(e).removeprefix(f"{where}: ")) from None
+    except RunError as e:  # _npz's own error, for jaxport run's inputs
+        raise ValueError(str(e).removeprefix(f"{where}: ")) from None
 
 
 def _meta(data: bytes) -> list[tuple[str, str, list[int]]]:

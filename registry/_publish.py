@@ -45,7 +45,7 @@ import socket
 import time
 import types
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,9 +95,8 @@ CONVERTED_KEY = "jaxport.converted_from"
 #: What ``push`` accepts: an Exported, a jaxport.Model, archive or jax-native bytes, or a path.
 Source = Any
 
-#: ``_insert_version``'s and ``_next_version``'s statements per dialect, built once.
-_INSERT_VERSION: dict[str, Any] = {}
-_NEXT_VERSION: dict[str, Any] = {}
+#: Statements ``_built`` made: (builder, dialect name) -> statement.
+_BUILT: dict[tuple[Callable[[Connection], Any], str], Any] = {}
 #: A push's variants have distinct digests (``_check_distinct``): they tell the ids returned
 #: apart (SQLite inserts row by row when asked for them in parameter order).
 _INSERT_VARIANTS = insert(VariantRow).returning(VariantRow.digest, VariantRow.id)
@@ -256,11 +255,11 @@ def _commit(
     metadata_json = json.dumps(meta, sort_keys=True)
     row = {"model_id": model_id, "version": version, "created_at": now,
            "metadata_json": metadata_json, "content_key": key}  # fmt: skip
-    version_id = conn.execute(_insert_version(conn), row).scalar_one_or_none()
+    version_id = conn.execute(_built(conn, _version_insert), row).scalar_one_or_none()
     if version_id is None:  # this content is a version already: give the number back
         existing = _version_with(conn, model_id, key)
         if existing is None:  # deleted since the insert looked: there is none now
-            version_id = conn.execute(_insert_version(conn), row).scalar_one()
+            version_id = conn.execute(_built(conn, _version_insert), row).scalar_one()
         else:
             back = update(NameRow).where(NameRow.id == model_id)
             conn.execute(back.values(last_version=NameRow.last_version - 1))
@@ -508,27 +507,34 @@ def _next_version(conn: Connection, name: str, now: float) -> tuple[int, int]:
     """Allocates the next version number of ``name`` (its ``models`` row made if need be),
     in one upsert whose row lock queues concurrent pushes to the name until commit:
     ``(model id, version)``."""
-    dialect = conn.dialect.name
-    if dialect not in _NEXT_VERSION:  # built once per dialect: it costs more than it runs
-        upsert = _db.insert_on_conflict(conn, NameRow.__table__).on_conflict_do_update(
-            index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
-        )
-        _NEXT_VERSION[dialect] = upsert.returning(NameRow.id, NameRow.last_version)
     row = {"name": name, "last_version": 1, "created_at": now}
-    model_id, version = conn.execute(_NEXT_VERSION[dialect], row).one()
+    model_id, version = conn.execute(_built(conn, _name_upsert), row).one()
     return int(model_id), int(version)
 
 
-def _insert_version(conn: Connection) -> Any:
+def _built(conn: Connection, build: Callable[[Connection], Any]) -> Any:
+    """``build(conn)``, made once per dialect: building a statement costs more than a push's
+    run of it."""
+    key = (build, conn.dialect.name)
+    if key not in _BUILT:
+        _BUILT[key] = build(conn)
+    return _BUILT[key]
+
+
+def _name_upsert(conn: Connection) -> Any:
+    upsert = _db.insert_on_conflict(conn, NameRow.__table__).on_conflict_do_update(
+        index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
+    )
+    return upsert.returning(NameRow.id, NameRow.last_version)
+
+
+def _version_insert(conn: Connection) -> Any:
     """The INSERT of a ``versions`` row that returns its id, or nothing where the name has a
     version of that content already (its unique ``content_key``): one statement for a new
     version, no look-up before it."""
-    dialect = conn.dialect.name
-    if dialect not in _INSERT_VERSION:
-        statement = _db.insert_on_conflict(conn, VersionRow.__table__)
-        statement = statement.on_conflict_do_nothing(index_elements=["content_key", "model_id"])
-        _INSERT_VERSION[dialect] = statement.returning(VersionRow.id)
-    return _INSERT_VERSION[dialect]
+    statement = _db.insert_on_conflict(conn, VersionRow.__table__)
+    statement = statement.on_conflict_do_nothing(index_elements=["content_key", "model_id"])
+    return statement.returning(VersionRow.id)
 
 
 def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
