@@ -1,8 +1,8 @@
 """What the CLI prints besides tables: JSON documents, errors in CLI words, and output files.
 
-``--json`` output is one JSON document on stdout; every ``*_at`` field (unix seconds in the API)
-becomes ISO 8601 in UTC with its offset. Errors go to stderr: ``Type: message``, or under
-``--json`` the object ``{"error": {"type": ..., "message": ...}}``.
+``--json`` output is one JSON document on stdout; every ``*_at`` field and an event's ``at``
+(unix seconds in the API) becomes ISO 8601 in UTC with its offset. Errors go to stderr:
+``Type: message``, or under ``--json`` the object ``{"error": {"type": ..., "message": ...}}``.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def iso_time(seconds: float) -> str:
 
 
 def to_json(data: Any) -> Any:
-    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at`` -> ISO.
+    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at`` and
+    ``at`` -> ISO.
 
     A model's ``ArchiveInfo`` or ``VariantInfo`` (``kind == "model"``) leaves out the
     ``FUNCTION_ONLY`` fields, which a model leaves empty (its methods have their own).
@@ -125,7 +126,8 @@ def to_json(data: Any) -> Any:
 
 
 def _field(key: str, value: Any) -> Any:
-    if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+    moment = key == "at" or key.endswith("_at")
+    if moment and isinstance(value, int | float) and not isinstance(value, bool):
         return iso_time(value)
     return to_json(value)
 

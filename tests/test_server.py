@@ -339,7 +339,8 @@ def test_cli_against_the_server(served, tmp_path):
     assert pulled.returncode == 0, pulled.stderr
     assert (tmp_path / "out.jaxport").read_bytes() == archive.read_bytes()
     log = cli("log", "--json")
-    assert json.loads(log.stdout)["events"][0]["kind"] == "push"
+    newest = json.loads(log.stdout)["events"][0]
+    assert newest["kind"] == "push" and newest["at"].endswith("+00:00")  # ISO 8601, UTC
     made = cli("token", "create", "reader", "--scope", "read")
     assert made.returncode == 0 and made.stdout.strip().startswith("jxp_")
     denied = cli("push", str(archive), "--name", "x", token=made.stdout.strip())
