@@ -149,6 +149,9 @@ class Sized:
                 "tags.rocm = '1'", max_results=50
             ),
             "search: nothing matches (fun_name)": lambda i: search("name = 'none'", max_results=50),
+            "search: nothing matches (jax_version)": lambda i: search(
+                "tags.jax_version = '0.1'", max_results=50
+            ),
         }
 
     def push(self, i: int) -> Any:

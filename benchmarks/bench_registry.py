@@ -88,6 +88,7 @@ PEERS = {
     "search: a page of 50 (platform)": "search_model_versions(tag = value, max_results=50)",
     "search: nothing matches (platform)": "search_model_versions(tag = value, max_results=50)",
     "search: nothing matches (fun_name)": "search_model_versions(name = 'none', max_results=50)",
+    "search: nothing matches (jax_version)": "search_model_versions(tag = value, max_results=50)",
 }
 
 #: Issue #18's targets at the largest size (p50 in ms).
@@ -311,6 +312,9 @@ class Sized:
             ),
             "search: nothing matches (platform)": lambda i: reg.search(platform="rocm", limit=50),
             "search: nothing matches (fun_name)": lambda i: reg.search(fun_name="none", limit=50),
+            "search: nothing matches (jax_version)": lambda i: reg.search(
+                jax_version="0.1", limit=50
+            ),
             "pull": lambda i: reg.pull("target@prod", platform="cpu"),
         }
 

@@ -38,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "JAX_VERSION",
     "AliasMoveRow",
     "AliasRow",
     "AuditRow",
@@ -65,6 +66,9 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+#: The type of ``variants.jax_version``: bytewise comparison on both backends.
+JAX_VERSION = String(40).with_variant(String(40, collation="C"), "postgresql")
 
 
 class Base(DeclarativeBase):
@@ -143,8 +147,13 @@ class VariantRow(Base):
         Index("ix_variants_model_id", "model_id", "id"),
         # search(fun_name=...): hash on PostgreSQL (unbounded text; see revision 0011).
         Index("ix_variants_fun_name", "fun_name", postgresql_using="hash"),
-        # No index on nr_devices: it has few distinct values, and SQLite would pick it (an
-        # OR over two device counts) over the selective model -> versions -> variants path.
+        # search driven by one of these alone (revision 0013; ``_search``). Queries that
+        # filter on them otherwise write them ``unindexed``: SQLite keeps no statistics and
+        # would pick these low-cardinality indexes over the selective paths.
+        Index("ix_variants_jax_version", "jax_version", "id"),
+        Index("ix_variants_calling_convention", "calling_convention_version", "id"),
+        Index("ix_variants_shape_polymorphic", "shape_polymorphic", "id"),
+        Index("ix_variants_nr_devices", "nr_devices", "id"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
@@ -157,7 +166,9 @@ class VariantRow(Base):
     sharded: Mapped[bool] = mapped_column(Boolean)
     calling_convention_version: Mapped[int] = mapped_column(Integer)
     format_version: Mapped[int] = mapped_column(Integer)
-    jax_version: Mapped[str] = mapped_column(String(40))
+    #: Compared bytewise on both backends (collation "C" on PostgreSQL, revision 0013), so
+    #: that the versions starting with ``P.`` are one range.
+    jax_version: Mapped[str] = mapped_column(JAX_VERSION)
     jaxlib_version: Mapped[str] = mapped_column(String(40))
     vjp_order: Mapped[int] = mapped_column(Integer)
     shape_polymorphic: Mapped[bool] = mapped_column(Boolean)

@@ -15,12 +15,8 @@ WHERE and ORDER BY:
   more statements, to say why.
 - ``list``: a page of versions in ``(name, version)`` order, their variants joined; the key
   ``after`` is two index ranges (the rest of its name, then the names after it).
-- ``search``: one filter drives, through its index, in ``variant_id`` order: the name
-  (``variants (model_id, id)``), else ``fun_name``, else the platform
-  (``variant_platforms``), else the primary key; every other filter is checked on the rows it
-  yields, written so that SQLite (which keeps no statistics) cannot pick its index instead.
-  ``jax_version``, ``nr_devices``, ``calling_convention_version`` and ``shape_polymorphic``
-  have no index: alone, a search on them that matches little reads many rows.
+- ``search``: one filter drives, through its index, in ``variant_id`` order (``_search``);
+  every other filter is checked on the rows it yields.
 - An unknown name is told apart from an empty answer only when the answer is empty.
 """
 
@@ -40,7 +36,6 @@ from jaxport.registry._models import (
     AliasRow,
     ExamplesRow,
     NameRow,
-    VariantPlatformRow,
     VariantRow,
     VersionRow,
 )
@@ -48,12 +43,12 @@ from jaxport.registry._names import (
     Reference,
     check_count,
     check_name,
-    check_text,
     check_version,
-    normalize_platform,
     parse_reference,
 )
-from jaxport.registry._rules import devices_predicate, platform_join, platform_predicate
+from jaxport.registry._rules import devices_predicate, platform_predicate
+from jaxport.registry._search import SearchFilters, search_statement
+from jaxport.registry._selects import model_id_select, variants_select
 from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 
 __all__ = ["Queries", "check_limit", "live_names", "nothing_matches"]
@@ -123,7 +118,7 @@ class Queries:
             InvalidNameError: the prefix matches several archives.
         """
         rows = conn.execute(
-            _variants_select()
+            variants_select()
             .where(VariantRow.digest >= prefix, VariantRow.digest < prefix + "g")
             .order_by(VariantRow.id)
             .limit(1000)
@@ -161,59 +156,16 @@ class Queries:
         self, filters: dict[str, Any], *, limit: int, after: int | None
     ) -> list[VariantInfo]:
         """Variants matching every filter given, oldest first (see ``Registry.search``), in
-        one statement; the filter that drives it is chosen as the module docstring says."""
+        one statement (``_search``: which filter drives it, through which index)."""
         size = check_limit(limit)
-        platform = filters.get("platform")
-        if platform is not None:
-            platform = normalize_platform(platform)
-        nr_devices = filters.get("nr_devices")
-        if nr_devices is not None:
-            nr_devices = _check_count(nr_devices)
-        if (prefix := filters.get("jax_version")) is not None:
-            check_text(prefix, "jax_version")
-        if (cc := filters.get("calling_convention_version")) is not None:
-            cc = check_count(cc, "calling convention")
-        if (fun_name := filters.get("fun_name")) is not None:
-            check_text(fun_name, "fun_name")
-        if (poly := filters.get("shape_polymorphic")) is not None and not isinstance(poly, bool):
-            raise InvalidNameError(f"shape_polymorphic must be a bool, got {poly!r:.40}")
+        checked = SearchFilters.check(filters)
         if after is not None:
             after = check_count(after, "after (a variant_id)", 2**63 - 1)
-        if (name := filters.get("name")) is not None:
-            check_name(name)
-        q = _variants_select()
-        key: Any = VariantRow.id
-        if name is not None:  # drives: a range of ix_variants_model_id, in variant_id order
-            q = q.where(VariantRow.model_id == _model_id(name))
-        if fun_name is not None:  # drives unless the name does
-            column = VariantRow.fun_name if name is None else _unindexed(VariantRow.fun_name)
-            q = q.where(column == fun_name)
-        if platform is not None:
-            if name is None and fun_name is None:  # drives, in variant_id order
-                q = q.join(VariantPlatformRow, platform_join(platform))
-                key = VariantPlatformRow.variant_id
-            else:
-                q = q.where(platform_predicate(platform))
-        if nr_devices is not None:
-            q = q.where(devices_predicate(nr_devices))
-        if prefix is not None:
-            q = q.where(
-                (VariantRow.jax_version == prefix)
-                | VariantRow.jax_version.startswith(f"{prefix}.", autoescape=True)
-            )
-        if cc is not None:
-            q = q.where(VariantRow.calling_convention_version == cc)
-        if poly is not None:
-            q = q.where(VariantRow.shape_polymorphic == poly)
-        if after is not None:
-            q = q.where(VariantRow.id > after)
-            if key is not VariantRow.id:  # PostgreSQL does not carry it across the join
-                q = q.where(key > after)
-        q = q.order_by(key).limit(size)
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
-            found = [VariantInfo.from_row(r.m_name, r.v_number, r) for r in conn.execute(q)]
-            if not found and name is not None:
-                model_id_of(conn, name)  # NotFoundError for an unknown name
+            rows = conn.execute(search_statement(checked, size, after))
+            found = [VariantInfo.from_row(r.m_name, r.v_number, r) for r in rows]
+            if not found and checked.name is not None:
+                model_id_of(conn, checked.name)  # NotFoundError for an unknown name
             return found
 
     def names(self) -> list[str]:
@@ -273,7 +225,7 @@ class Queries:
         """The (oldest) model variant whose archive has exactly this digest, if any."""
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
             row = conn.execute(
-                _variants_select()
+                variants_select()
                 .where(VariantRow.digest == digest, VariantRow.kind == "model")
                 .order_by(VariantRow.id)
                 .limit(1)
@@ -397,23 +349,6 @@ def nothing_matches(r: Resolution) -> str:
     )
 
 
-def _variants_select() -> Any:
-    return (
-        select(
-            VariantRow.__table__, VersionRow.version.label("v_number"), NameRow.name.label("m_name")
-        )
-        .join(VersionRow, VariantRow.version_id == VersionRow.id)
-        .join(NameRow, NameRow.id == VersionRow.model_id)
-    )
-
-
-def _model_id(name: str, *conditions: Any) -> Any:
-    """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
-    a query of one name's versions then reads its ``(model_id, version)`` index in version
-    order (PostgreSQL does not, across a join to ``models``)."""
-    return select(NameRow.id).where(NameRow.name == name, *conditions).scalar_subquery()
-
-
 def _versions(name: str | None = None, *conditions: Any) -> Any:
     """Versions with their names, labelled as ``_with_variants`` reads them: every name's, or
     only ``name``'s (if ``conditions`` on its ``models`` row hold). Only columns that the
@@ -423,7 +358,7 @@ def _versions(name: str | None = None, *conditions: Any) -> Any:
         named = select(NameRow.name.label("m_name"), *columns)
         return named.join(NameRow, NameRow.id == VersionRow.model_id).where(*conditions)
     m_name = literal(name, NameRow.name.type).label("m_name")
-    return select(m_name, *columns).where(VersionRow.model_id == _model_id(name, *conditions))
+    return select(m_name, *columns).where(VersionRow.model_id == model_id_select(name, *conditions))
 
 
 def _in_order(versions: Any, name: str | None) -> Any:
@@ -438,7 +373,7 @@ def _aliased(name: str, alias: str) -> Any:
     """The version ``name@alias`` points at, as a scalar subquery."""
     return (
         select(AliasRow.version)
-        .where(AliasRow.model_id == _model_id(name), AliasRow.alias == alias)
+        .where(AliasRow.model_id == model_id_select(name), AliasRow.alias == alias)
         .scalar_subquery()
     )
 
@@ -511,7 +446,7 @@ def _window(ref: Reference) -> Any:
     a NULL ``id``, so every version read has a row."""
     assert ref.name is not None
     versions = select(VersionRow.id, VersionRow.version).where(
-        VersionRow.model_id == _model_id(ref.name)
+        VersionRow.model_id == model_id_select(ref.name)
     )
     if ref.alias is not None:
         versions = versions.where(VersionRow.version == _aliased(ref.name, ref.alias))
@@ -558,15 +493,8 @@ def _pick(
     return found, rejected
 
 
-def _unindexed(column: Any) -> Any:
-    """``column`` as an expression no index serves (``column || ''``), for a filter that must
-    not drive a query: SQLite, which keeps no statistics, would pick its index over a more
-    selective one."""
-    return column.concat("")
-
-
 def _candidates(model_id: int, version: int | None) -> Any:
-    q = _variants_select().where(VersionRow.model_id == model_id)
+    q = variants_select().where(VersionRow.model_id == model_id)
     return q if version is None else q.where(VersionRow.version == version)
 
 

@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import and_, exists, or_
 
 from jaxport.registry._models import VariantPlatformRow, VariantRow
+from jaxport.registry._selects import unindexed
 
 __all__ = [
     "device_reason",
+    "devices_parts",
     "devices_predicate",
     "platform_join",
     "platform_predicate",
@@ -47,11 +49,20 @@ def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | N
 
 
 def devices_predicate(nr_devices: int) -> Any:
-    """SQL: the variant runs on ``nr_devices`` devices."""
-    return or_(
-        VariantRow.nr_devices == nr_devices,
-        and_(VariantRow.nr_devices == 1, VariantRow.sharded.is_(False)),
-    )
+    """SQL: the variant runs on ``nr_devices`` devices, checked on rows that another index
+    yields (SQLite would otherwise drive by ``ix_variants_nr_devices``, an OR over two
+    counts, over the selective path)."""
+    count = unindexed(VariantRow.nr_devices)
+    return or_(count == nr_devices, and_(count == 1, VariantRow.sharded.is_(False)))
+
+
+def devices_parts(nr_devices: int) -> list[Any]:
+    """SQL: ``devices_predicate`` as the conditions whose OR it is, each a range of the index
+    ``variants (nr_devices, id)``: exactly ``nr_devices``; else 1 device, unsharded."""
+    exact = VariantRow.nr_devices == nr_devices
+    if nr_devices == 1:
+        return [exact]
+    return [exact, and_(VariantRow.nr_devices == 1, VariantRow.sharded.is_(False))]
 
 
 def device_reason(exported_for: int, sharded: bool, nr_devices: int | None) -> str | None:

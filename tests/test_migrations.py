@@ -74,6 +74,15 @@ def test_revision_1_database_with_data_upgrades_intact(db_url, tmp_path):
     assert reg.aliases("m") == {"prod": 1}
     assert reg.resolve("m@prod", platform="cpu").chosen.digest == "a" * 64
     assert [v.digest for v in reg.search(name="m")] == ["a" * 64]  # revision 0012's model_id
+    for filters in (  # revision 0013's indexes, each driving alone
+        {"jax_version": "0.10"},
+        {"jax_version": "0.10.2"},
+        {"calling_convention_version": 10},
+        {"shape_polymorphic": False},
+        {"nr_devices": 4},
+    ):
+        assert [v.digest for v in reg.search(**filters)] == ["a" * 64], filters
+    assert reg.search(jax_version="0.1") == reg.search(shape_polymorphic=True) == []
     reg.close()
 
 

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from _helpers import add_versions
 from jaxport.registry import _queries
-from jaxport.registry._models import NameRow, VersionRow
+from jaxport.registry._models import NameRow, VariantRow, VersionRow
 from jaxport.registry._names import parse_reference
 
 PLATFORMS = [None, "cpu", "tpu", "cuda", "rocm"]
@@ -145,6 +145,115 @@ def test_search_pages_are_every_match(many, filters):
     assert pages == by_python and pages
 
 
+def _matches(v, filters) -> bool:
+    """``search``'s filters, in Python."""
+    prefix = filters.get("jax_version")
+    return (
+        v.runs_on(filters.get("platform"), filters.get("nr_devices")) is None
+        and filters.get("name", v.name) == v.name
+        and filters.get("fun_name", v.fun_name) == v.fun_name
+        and (prefix is None or v.jax_version == prefix or v.jax_version.startswith(f"{prefix}."))
+        and filters.get("calling_convention_version", v.calling_convention_version)
+        == v.calling_convention_version
+        and filters.get("shape_polymorphic", v.shape_polymorphic) == v.shape_polymorphic
+    )
+
+
+@pytest.fixture
+def varied(many):
+    """``many`` with some variants' columns changed in SQL: jax versions that share a prefix
+    as text but not as a release (0.10.2 and 0.10.20), older calling conventions, polymorphic
+    shapes, 4-device and 1-device sharded exports."""
+    changes = [
+        (7, {"jax_version": "0.10.20"}),
+        (11, {"jax_version": "0.9.1", "calling_convention_version": 9}),
+        (13, {"jax_version": "0.10.2.dev1", "shape_polymorphic": True}),
+        (17, {"jax_version": "0.10", "nr_devices": 4, "sharded": True}),
+        (19, {"jax_version": "0.10-rc1", "sharded": True}),
+    ]
+    with many._engine.begin() as conn:
+        for every, values in changes:
+            conn.execute(sa.update(VariantRow).where(VariantRow.id % every == 0).values(**values))
+    return many
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"jax_version": "0.10.2"},
+        {"jax_version": "0.10"},
+        {"jax_version": "0.9"},
+        {"jax_version": "0.1"},
+        {"calling_convention_version": 9},
+        {"shape_polymorphic": True},
+        {"shape_polymorphic": False},
+        {"nr_devices": 1},
+        {"nr_devices": 4},
+        {"nr_devices": 8},
+        {"jax_version": "0.10", "nr_devices": 4},
+        {"shape_polymorphic": False, "nr_devices": 8, "calling_convention_version": 9},
+        {"platform": "tpu", "jax_version": "0.10.2", "shape_polymorphic": False},
+        {"fun_name": "sin", "nr_devices": 1, "jax_version": "0.9"},
+        {"name": "w", "jax_version": "0.10.20", "nr_devices": 4},
+        {"name": "y", "shape_polymorphic": True},
+    ],
+    ids=str,
+)
+def test_search_by_any_filter_pages_are_every_match(varied, filters):
+    expected = [v.variant_id for v in varied.search(limit=1_000_000) if _matches(v, filters)]
+    pages, after = [], None
+    while page := varied.search(**filters, limit=7, after=after):
+        pages += [v.variant_id for v in page]
+        after = page[-1].variant_id
+    assert pages == expected
+
+
+@pytest.mark.parametrize(
+    ("filters", "index", "sorted_"),
+    [
+        ({"fun_name": "sin"}, "ix_variants_fun_name", True),
+        ({"platform": "tpu"}, "ix_variant_platforms_platform", False),
+        ({"jax_version": "0.10.2"}, "ix_variants_jax_version", True),
+        ({"calling_convention_version": 9}, "ix_variants_calling_convention", False),
+        ({"shape_polymorphic": True}, "ix_variants_shape_polymorphic", False),
+        ({"nr_devices": 1}, "ix_variants_nr_devices", False),
+        ({"nr_devices": 8}, "ix_variants_nr_devices", True),
+        ({"nr_devices": 8, "jax_version": "0.9"}, "ix_variants_jax_version", True),
+        ({"shape_polymorphic": True, "nr_devices": 8}, "ix_variants_shape_polymorphic", False),
+    ],
+    ids=str,
+)
+def test_sqlite_drives_a_search_by_one_index(tmp_path, filters, index, sorted_):
+    """A search is driven by the index of its first filter in ``_search``'s order, the
+    others checked on its rows: ``variants`` is never scanned whole, so a search that
+    matches nothing reads nothing past that index's range. Only ranges read in
+    ``variant_id`` order when one (the union of two: ``nr_devices``, ``jax_version``; the
+    hash of ``fun_name`` on PostgreSQL) is not sorted."""
+    import jaxport
+
+    registry = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "b")
+    registry.push(_exp(), "w")
+    details = _plan(registry, lambda: registry.search(**filters, limit=7, after=3))
+    assert index in details and "SCAN variants" not in details, details
+    assert sorted_ or "TEMP B-TREE" not in details, details
+    registry.close()
+
+
+def _plan(registry, call) -> str:
+    """SQLite's plan of the last statement ``call`` runs."""
+    statements = []
+    sa.event.listen(
+        registry._engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, parameters, *a: statements.append((statement, parameters)),
+    )
+    call()
+    statement, parameters = statements[-1]
+    with registry._engine.connect() as conn:
+        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+    return " | ".join(row[-1] for row in plan)
+
+
 def test_sqlite_reads_a_name_search_from_its_index_in_order(tmp_path):
     """A page of ``search(name=...)`` is a range of ``ix_variants_model_id`` read in
     ``variant_id`` order (SQLite's plan: no sort), whatever the name's size."""
@@ -153,16 +262,8 @@ def test_sqlite_reads_a_name_search_from_its_index_in_order(tmp_path):
     registry = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "b")
     registry.push(_exp(), "w")
     add_versions(registry, "w", 50)
-    statements = []
-    sa.event.listen(
-        registry._engine,
-        "before_cursor_execute",
-        lambda conn, cursor, statement, parameters, *a: statements.append((statement, parameters)),
-    )
-    assert len(registry.search(name="w", limit=7, after=3)) == 7
-    statement, parameters = statements[-1]
-    with registry._engine.connect() as conn:
-        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
-    details = " | ".join(row[-1] for row in plan)
+    found = []
+    details = _plan(registry, lambda: found.extend(registry.search(name="w", limit=7, after=3)))
+    assert len(found) == 7
     assert "ix_variants_model_id" in details and "TEMP B-TREE" not in details, details
     registry.close()

@@ -1,0 +1,37 @@
+"""Statement pieces the read queries share (``_queries``, ``_search``): variants with their
+version number and name, a name's id as a scalar subquery, and a column no index may serve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from jaxport.registry._models import NameRow, VariantRow, VersionRow
+
+__all__ = ["model_id_select", "unindexed", "variants_select"]
+
+
+def variants_select() -> Any:
+    """Every column of ``variants``, with ``v_number`` (its version) and ``m_name`` (its name)."""
+    return (
+        select(
+            VariantRow.__table__, VersionRow.version.label("v_number"), NameRow.name.label("m_name")
+        )
+        .join(VersionRow, VariantRow.version_id == VersionRow.id)
+        .join(NameRow, NameRow.id == VersionRow.model_id)
+    )
+
+
+def model_id_select(name: str, *conditions: Any) -> Any:
+    """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
+    a query of one name's versions then reads its ``(model_id, version)`` index in version
+    order (PostgreSQL does not, across a join to ``models``)."""
+    return select(NameRow.id).where(NameRow.name == name, *conditions).scalar_subquery()
+
+
+def unindexed(column: Any) -> Any:
+    """``column`` as an expression no index serves (``coalesce(column, column)``: the same
+    value and type), for a filter that must not drive a query: SQLite, which keeps no
+    statistics, would pick its index over a more selective one."""
+    return func.coalesce(column, column)
