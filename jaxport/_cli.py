@@ -164,7 +164,11 @@ def _emit(as_json: bool, data: Any, render: Any) -> None:
 
     from jaxport._cli_render import Trimmed
 
-    Console(highlight=False).print(Trimmed(render(data)))
+    rendered = render(data)
+    if isinstance(rendered, str):  # a message: the terminal wraps it, paths stay whole
+        Console(highlight=False, soft_wrap=True).print(rendered)
+        return
+    Console(highlight=False).print(Trimmed(rendered))
 
 
 def _parse_meta(

@@ -453,3 +453,15 @@ def test_pull_to_stdout_never_truncates_silently(env, tmp_path):
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=120) == 1 and "BrokenPipeError" in err and "Traceback" not in err
+
+
+def test_a_message_keeps_a_long_path_whole(env, tmp_path):
+    """A one-line message (here ``pull``'s) is not folded at 80 columns: a path longer than
+    the terminal stays one string to copy; the terminal wraps it."""
+    deep = tmp_path / ("d" * 60) / "an-archive-with-a-long-name.jaxport"
+    deep.parent.mkdir()
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((3,), jnp.float32))
+    jaxport.save(exp, tmp_path / "sin.jaxport")
+    run(env, "push", str(tmp_path / "sin.jaxport"), "--name", "sin")
+    out = run(env, "pull", "sin", "-o", str(deep)).out
+    assert len(str(deep)) > WIDTH and str(deep) in out and out.count("\n") == 1, out
