@@ -28,7 +28,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    create_engine,
+    event,
+    func,
+    inspect,
+    literal,
+    select,
+    text,
+)
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from jaxport import RegistryError, SchemaVersionError, __version__
@@ -49,6 +60,7 @@ __all__ = [
     "safe_url",
     "schema_revision",
     "schema_writer",
+    "shared_blob_lock",
     "translating_db_errors",
     "upgrade",
     "upgrade_database",
@@ -164,6 +176,13 @@ def blob_lock(conn: Connection, *, exclusive: bool) -> None:
     if conn.dialect.name == "postgresql":
         fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_BLOB_LOCK})
+
+
+def shared_blob_lock() -> Any:
+    """The shared blob lock as a one-row SELECT, for a statement that takes it first, in the
+    same round trip (PostgreSQL; ``blob_lock``)."""
+    lock = func.pg_advisory_xact_lock_shared(literal(_PG_BLOB_LOCK, BigInteger))
+    return select(lock.label("granted"))
 
 
 #: A push's pending rows on PostgreSQL in one statement, its own transaction: the shared blob

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, insert, select
 
 from jaxport import InvalidNameError
 from jaxport.registry import _db
+from jaxport.registry._batch import WriteBatch
 from jaxport.registry._models import EventRow
 from jaxport.registry._names import check_count
 
@@ -33,6 +34,7 @@ __all__ = ["Event", "EventLog", "acting_as", "current_actor"]
 #: The largest row id SQLite and PostgreSQL (BIGINT) hold: a larger ``before`` is refused,
 #: never sent to the database (SQLite cannot bind it).
 _MAX_ID = 2**63 - 1
+_INSERT_EVENT = insert(EventRow).returning(EventRow.id)
 
 #: Event kinds, in the order a reader meets them in the docs.
 KINDS = ("push", "alias", "delete", "gc", "sign", "token-create", "token-revoke")
@@ -107,14 +109,18 @@ class EventLog:
         name: str | None = None,
         version: int | None = None,
         detail: Mapping[str, Any] | None = None,
+        *,
+        writes: WriteBatch | None = None,
     ) -> Event:
         """Appends one event in ``conn``'s transaction (the write's own: both commit or
-        neither); ``notify`` it once that transaction committed."""
+        neither), with the ``writes`` added so far; ``notify`` it once that transaction
+        committed."""
         row = {
             "at": time.time(), "actor": current_actor(), "kind": kind, "name": name,
             "version": version, "detail": json.dumps(dict(detail or {}), sort_keys=True),
         }  # fmt: skip
-        event_id = conn.execute(insert(EventRow).returning(EventRow.id), row).scalar_one()
+        execute = conn.execute if writes is None else writes.execute
+        event_id = execute(_INSERT_EVENT, row).scalar_one()
         return _event({**row, "id": event_id})
 
     def notify(self, event: Event | None) -> None:

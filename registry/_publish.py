@@ -25,7 +25,10 @@ The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
 The push holds one pooled connection from step 1 to step 3 (two transactions: gc must see the
 pending rows while the blobs are written, and must be able to run meanwhile); its statements
 do not grow with the number of variants or parts (multi-row INSERTs), and the version it
-returns is built from the rows it inserted, not read back. On failure the pending rows are
+returns is built from the rows it inserted, not read back. On PostgreSQL step 1 is one
+statement (``_db.register_pending_at_once``) and step 3 four: the blob lock rides on the
+name's upsert, the blob rows on the version's INSERT, the platforms, parts, examples and the
+pending rows' DELETE on the event's INSERT (``_batch.WriteBatch``). On failure the pending rows are
 deleted; a killed push's rows are dropped by gc once its
 process is gone (rows name the process: ``pid_scope`` and pid), and expire after
 ``PENDING_TTL`` seconds where gc cannot tell (another host's). A blob's temporary file is named
@@ -49,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 from jaxport import (
     DuplicateVariantError,
@@ -60,6 +63,7 @@ from jaxport._files import read_regular
 from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
+from jaxport.registry._batch import WriteBatch
 from jaxport.registry._blobs import BlobStore
 from jaxport.registry._events import EventLog
 from jaxport.registry._golden import check_examples, golden_blob, runs_here
@@ -170,18 +174,19 @@ class Publisher:
             try:
                 repaired = self._write_blobs(blobs, known)
                 with conn.begin():
-                    _db.blob_lock(conn, exclusive=False)
-                    ref, created = _commit(conn, name, items, meta, golden, examples)
+                    writes = WriteBatch(conn)
+                    ref, created = _commit(writes, name, items, meta, golden, examples)
                     verdicts.record(conn)
                     for alias in alias_names:
                         move_alias(conn, name, alias, ref.version)
-                    conn.execute(delete(PendingBlobRow).where(PendingBlobRow.token == token))
+                    writes.add(delete(PendingBlobRow).where(PendingBlobRow.token == token))
                     event = None
                     if created or repaired:
                         event = self._events.insert(conn, "push", name, ref.version, {
                             "created": created, "aliases": alias_names, "repaired": list(repaired),
                             "digests": [v.digest for v in ref.variants],
-                        })  # fmt: skip
+                        }, writes=writes)  # fmt: skip
+                    writes.flush()
             except BaseException:
                 _forget_pending(conn, token)
                 raise
@@ -240,22 +245,34 @@ def _forget_pending(conn: Connection, token: str) -> None:
 
 
 def _commit(
-    conn: Connection,
+    writes: WriteBatch,
     name: str,
     items: Sequence[_Item],
     meta: dict[str, str],
     golden: tuple[str, bytes] | None,
     examples: Sequence[Any] | None,
 ) -> tuple[Ref, bool]:
-    """Step 3, in ``conn``'s transaction: the version of this content (made now, or already
-    there) and whether it was made."""
+    """Step 3, in the transaction of ``writes``' connection: the version of this content (made
+    now, or already there) and whether it was made. Its first statement takes the shared blob
+    lock (``_name_upsert``); the blob rows ride on the version's INSERT, the platform, part and
+    examples rows on a later statement (``WriteBatch``)."""
+    conn = writes.connection
     key = content_key([i.digest for i in items], golden[0] if golden else None)
     now = time.time()
     model_id, version = _next_version(conn, name, now)  # the name's row stays locked
     metadata_json = json.dumps(meta, sort_keys=True)
     row = {"model_id": model_id, "version": version, "created_at": now,
            "metadata_json": metadata_json, "content_key": key}  # fmt: skip
-    version_id = conn.execute(_built(conn, _version_insert), row).scalar_one_or_none()
+    # A model archive's own digest gets a row too (the variants' foreign key), no file. Where
+    # the content is a version already, its blobs have rows: the INSERT does nothing.
+    sizes = {i.digest: i.size for i in items}
+    sizes |= {p.digest: p.size for i in items for p in i.parts}
+    if golden is not None:
+        sizes[golden[0]] = len(golden[1])
+    # In digest order: pushes sharing blobs lock their rows in one order (no deadlock).
+    blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sorted(sizes.items())]
+    writes.insert(BlobRow.__table__, blob_rows, skip_existing=["digest"])
+    version_id = writes.execute(_built(conn, _version_insert), row).scalar_one_or_none()
     if version_id is None:  # this content is a version already: give the number back
         existing = _version_with(conn, model_id, key)
         if existing is None:  # deleted since the insert looked: there is none now
@@ -264,19 +281,10 @@ def _commit(
             back = update(NameRow).where(NameRow.id == model_id)
             conn.execute(back.values(last_version=NameRow.last_version - 1))
             return ref_on(conn, name, existing), False
-    # A model archive's own digest gets a row too (the variants' foreign key), no file.
-    sizes = {i.digest: i.size for i in items}
-    sizes |= {p.digest: p.size for i in items for p in i.parts}
+    variants = _insert_variants(writes, name, version, (model_id, version_id), items, now)
     if golden is not None:
-        sizes[golden[0]] = len(golden[1])
-    blob_rows = [{"digest": d, "size": n, "created_at": now} for d, n in sizes.items()]
-    _db.insert_ignoring_duplicates(conn, BlobRow.__table__, blob_rows, ["digest"])
-    variants = _insert_variants(conn, name, version, (model_id, version_id), items, now)
-    if golden is not None:
-        conn.execute(
-            insert(ExamplesRow),
-            {"version_id": version_id, "digest": golden[0], "count": len(examples or ())},
-        )
+        examples_row = {"version_id": version_id, "digest": golden[0], "count": len(examples or ())}
+        writes.insert(ExamplesRow.__table__, [examples_row])
     return Ref(name, version, variants, json.loads(metadata_json), now), True
 
 
@@ -522,7 +530,16 @@ def _built(conn: Connection, build: Callable[[Connection], Any]) -> Any:
 
 
 def _name_upsert(conn: Connection) -> Any:
-    upsert = _db.insert_on_conflict(conn, NameRow.__table__).on_conflict_do_update(
+    """The upsert of the name's row that allocates a version number; on PostgreSQL it takes
+    the shared blob lock first, in the same statement (its row comes from the lock's SELECT).
+    SQLite's write transactions exclude gc's already."""
+    upsert = _db.insert_on_conflict(conn, NameRow.__table__)
+    if conn.dialect.name == "postgresql":
+        columns = ["name", "last_version", "created_at"]
+        values = [bindparam(c, type_=NameRow.__table__.c[c].type) for c in columns]
+        lock = _db.shared_blob_lock().cte("blob_lock")
+        upsert = upsert.from_select(columns, select(*values).select_from(lock))
+    upsert = upsert.on_conflict_do_update(
         index_elements=["name"], set_={"last_version": NameRow.last_version + 1}
     )
     return upsert.returning(NameRow.id, NameRow.last_version)
@@ -549,34 +566,33 @@ def _version_with(conn: Connection, model_id: int, key: str) -> int | None:
 
 
 def _insert_variants(
-    conn: Connection,
+    writes: WriteBatch,
     name: str,
     version: int,
     row_ids: tuple[int, int],
     items: Sequence[_Item],
     now: float,
 ) -> tuple[VariantInfo, ...]:
-    """Inserts the variants (their platforms and parts too) in three statements at most, and
-    returns them as a read would."""
+    """Inserts the variants in one statement, their platforms and parts added to ``writes``,
+    and returns them as a read would."""
     model_id, version_id = row_ids  # the name's and the version's
     rows = [variant_row(model_id, version_id, i.digest, i.size, i.info, now) for i in items]
-    id_of = {digest: variant_id for digest, variant_id in conn.execute(_INSERT_VARIANTS, rows)}
+    inserted = writes.execute(_INSERT_VARIANTS, rows)
+    id_of = {digest: variant_id for digest, variant_id in inserted}
     ids = [id_of[i.digest] for i in items]
     platforms = [
         {"variant_id": variant_id, "platform": p}
         for variant_id, item in zip(ids, items, strict=True)
         for p in dict.fromkeys(item.info.platforms)
     ]
-    if platforms:
-        conn.execute(insert(VariantPlatformRow), platforms)
+    writes.insert(VariantPlatformRow.__table__, platforms)
     parts = [
         {"variant_id": variant_id, "position": p.position, "digest": p.digest,
          "offset": p.offset, "size": p.size}
         for variant_id, item in zip(ids, items, strict=True)
         for p in item.parts
     ]  # fmt: skip
-    if parts:
-        conn.execute(insert(VariantPartRow), parts)
+    writes.insert(VariantPartRow.__table__, parts)
     return tuple(
         VariantInfo.from_row(name, version, types.SimpleNamespace(**row, id=variant_id))
         for variant_id, row in zip(ids, rows, strict=True)
