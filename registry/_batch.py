@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, Connection, CursorResult, Table, bindparam, func, select
+from sqlalchemy import ARRAY, Connection, CursorResult, FromClause, bindparam, func, select
 
 from jaxport.registry import _db
 
@@ -40,7 +40,11 @@ class WriteBatch:
         return self._conn
 
     def insert(
-        self, table: Table, rows: Sequence[dict[str, Any]], *, skip_existing: Sequence[str] = ()
+        self,
+        table: FromClause,
+        rows: Sequence[dict[str, Any]],
+        *,
+        skip_existing: Sequence[str] = (),
     ) -> None:
         """An INSERT of ``rows`` into ``table``, skipping those whose ``skip_existing`` columns
         (a unique index) already hold their values, if given."""

@@ -578,7 +578,7 @@ def _insert_variants(
     model_id, version_id = row_ids  # the name's and the version's
     rows = [variant_row(model_id, version_id, i.digest, i.size, i.info, now) for i in items]
     inserted = writes.execute(_INSERT_VARIANTS, rows)
-    id_of = {digest: variant_id for digest, variant_id in inserted}
+    id_of = {r.digest: r.id for r in inserted}
     ids = [id_of[i.digest] for i in items]
     platforms = [
         {"variant_id": variant_id, "platform": p}
