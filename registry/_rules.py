@@ -25,14 +25,14 @@ __all__ = [
 ]
 
 
-def platform_predicate(platform: str) -> Any:
+def platform_predicate(platform: Any) -> Any:
     """SQL: the variant was exported for ``platform``."""
     return exists().where(
         VariantPlatformRow.variant_id == VariantRow.id, VariantPlatformRow.platform == platform
     )
 
 
-def platform_join(platform: str) -> Any:
+def platform_join(platform: Any) -> Any:
     """SQL: ``platform_predicate`` as the condition of a join to ``variant_platforms`` (one
     row per variant and platform, so the join keeps each variant once), which lets that
     table's ``(platform, variant_id)`` index drive a query in ``variant_id`` order."""
@@ -48,7 +48,7 @@ def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | N
     return f"exported for {', '.join(platforms)}, not {platform}"
 
 
-def devices_predicate(nr_devices: int) -> Any:
+def devices_predicate(nr_devices: Any) -> Any:
     """SQL: the variant runs on ``nr_devices`` devices, checked on rows that another index
     yields (SQLite would otherwise drive by ``ix_variants_nr_devices``, an OR over two
     counts, over the selective path)."""
@@ -56,11 +56,12 @@ def devices_predicate(nr_devices: int) -> Any:
     return or_(count == nr_devices, and_(count == 1, VariantRow.sharded.is_(False)))
 
 
-def devices_parts(nr_devices: int) -> list[Any]:
+def devices_parts(nr_devices: Any, *, one_device: bool) -> list[Any]:
     """SQL: ``devices_predicate`` as the conditions whose OR it is, each a range of the index
-    ``variants (nr_devices, id)``: exactly ``nr_devices``; else 1 device, unsharded."""
+    ``variants (nr_devices, id)``: exactly ``nr_devices``; else (unless ``one_device``: the
+    count is 1) 1 device, unsharded. ``nr_devices``: an int or a bound parameter."""
     exact = VariantRow.nr_devices == nr_devices
-    if nr_devices == 1:
+    if one_device:
         return [exact]
     return [exact, and_(VariantRow.nr_devices == 1, VariantRow.sharded.is_(False))]
 

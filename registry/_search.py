@@ -19,10 +19,11 @@ nothing costs O(log n) when its driving filter matches nothing (alone, every fil
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import and_, select, true, union_all
+from sqlalchemy import and_, bindparam, select, true, union_all
 
 from jaxport import InvalidNameError
 from jaxport.registry._models import VariantPlatformRow, VariantRow
@@ -76,22 +77,39 @@ class SearchFilters:
         return cls(name, fun_name, platform, prefix, cc, poly, nr_devices)
 
 
-def search_statement(filters: SearchFilters, size: int, after: int | None) -> Any:
+def search_statement(
+    filters: SearchFilters, size: int, after: int | None
+) -> tuple[Any, dict[str, Any]]:
     """A page of at most ``size`` variants matching ``filters`` with ``variant_id`` above
-    ``after``, in ``variant_id`` order, as rows of ``variants_select``."""
-    q, key = variants_select(), VariantRow.id
-    driving = _driving(filters)
-    if driving == "platform":
-        assert filters.platform is not None
-        q = q.join(VariantPlatformRow, platform_join(filters.platform))
-        key = VariantPlatformRow.variant_id
-    checks = [_check(filters, field) for field in _ORDER if field != driving]
-    q = q.where(*(c for c in checks if c is not None))
+    ``after``, in ``variant_id`` order, as rows of ``variants_select``: the statement and its
+    parameters. The statement depends only on which filters are given (built once per shape:
+    building a union of joins costs more than running it)."""
+    given = tuple(f for f in _ORDER if getattr(filters, f) is not None)
+    statement = _statement(given, filters.nr_devices == 1, size, after is not None)
+    parameters: dict[str, Any] = {f: getattr(filters, f) for f in given}
+    if filters.jax_version is not None:  # the versions longer than it: one range
+        parameters["jax_version_dot"] = f"{filters.jax_version}."
+        parameters["jax_version_slash"] = f"{filters.jax_version}/"
     if after is not None:
-        q = q.where(VariantRow.id > after)
+        parameters["after"] = after
+    return statement, parameters
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(given: tuple[str, ...], one_device: bool, size: int, paged: bool) -> Any:
+    """``search_statement``'s statement for the filters ``given`` (``one_device``: the
+    device count asked for is 1), ``after`` given if ``paged``; values are bound by name."""
+    q, key = variants_select(), VariantRow.id
+    driving = given[0] if given else None
+    if driving == "platform":
+        q = q.join(VariantPlatformRow, platform_join(bindparam("platform")))
+        key = VariantPlatformRow.variant_id
+    q = q.where(*(_check(field) for field in given[1:]))
+    if paged:
+        q = q.where(VariantRow.id > bindparam("after"))
         if key is not VariantRow.id:  # PostgreSQL does not carry it across the join
-            q = q.where(key > after)
-    pages = [q.where(part).order_by(key).limit(size) for part in _parts(filters, driving)]
+            q = q.where(key > bindparam("after"))
+    pages = [q.where(part).order_by(key).limit(size) for part in _parts(driving, one_device)]
     if len(pages) == 1:
         return pages[0]
     both = union_all(*(select(p.subquery()) for p in pages)).subquery()
@@ -110,37 +128,34 @@ _ORDER = (
 )
 
 
-def _driving(filters: SearchFilters) -> str | None:
-    return next((f for f in _ORDER if getattr(filters, f) is not None), None)
-
-
-def _parts(filters: SearchFilters, driving: str | None) -> list[Any]:
+def _parts(driving: str | None, one_device: bool) -> list[Any]:
     """The driving filter as conditions that an index serves in ``variant_id`` order (one
     part of ``jax_version`` excepted: the range of its longer versions), whose OR is it."""
-    value: Any = None if driving is None else getattr(filters, driving)
     if driving is None or driving == "platform":  # platform: the join is the condition
         return [true()]
+    value: Any = bindparam(driving)
     if driving == "name":
         return [VariantRow.model_id == model_id_select(value)]
     if driving == "jax_version":
-        column = VariantRow.jax_version
-        return [column == value, and_(column >= f"{value}.", column < f"{value}/")]
+        return [VariantRow.jax_version == value, _longer_versions(VariantRow.jax_version)]
     if driving == "nr_devices":
-        return devices_parts(value)
+        return devices_parts(value, one_device=one_device)
     return [getattr(VariantRow, driving) == value]
 
 
-def _check(filters: SearchFilters, field: str) -> Any:
-    """``field``'s condition (None: not filtered on), no index serving it (the name always
-    drives when given)."""
-    value: Any = getattr(filters, field)
-    if value is None:
-        return None
+def _check(field: str) -> Any:
+    """``field``'s condition, no index serving it (the name always drives when given)."""
+    value: Any = bindparam(field)
     if field == "platform":
         return platform_predicate(value)
     if field == "jax_version":
         column = unindexed(VariantRow.jax_version)
-        return (column == value) | and_(column >= f"{value}.", column < f"{value}/")
+        return (column == value) | _longer_versions(column)
     if field == "nr_devices":
         return devices_predicate(value)
     return unindexed(getattr(VariantRow, field)) == value
+
+
+def _longer_versions(column: Any) -> Any:
+    """``column`` starts with the ``jax_version`` asked for and a dot: one range, bytewise."""
+    return and_(column >= bindparam("jax_version_dot"), column < bindparam("jax_version_slash"))

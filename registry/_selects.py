@@ -23,10 +23,10 @@ def variants_select() -> Any:
     )
 
 
-def model_id_select(name: str, *conditions: Any) -> Any:
-    """The id of ``name`` (if ``conditions`` on its ``models`` row hold), as a scalar subquery:
-    a query of one name's versions then reads its ``(model_id, version)`` index in version
-    order (PostgreSQL does not, across a join to ``models``)."""
+def model_id_select(name: Any, *conditions: Any) -> Any:
+    """The id of ``name`` (a str or a bound parameter; if ``conditions`` on its ``models`` row
+    hold), as a scalar subquery: a query of one name's versions then reads its ``(model_id,
+    version)`` index in version order (PostgreSQL does not, across a join to ``models``)."""
     return select(NameRow.id).where(NameRow.name == name, *conditions).scalar_subquery()
 
 
