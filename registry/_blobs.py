@@ -179,10 +179,12 @@ class LocalBlobStore:
 
     def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
-        if path.exists() and not replace:
+        if not replace and path.exists():
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._path(digest), [data], sync_dir=True)  # checked again once made
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path = self._path(digest)  # checked again once made
+        atomic_write(path, [data], sync_dir=True)
 
     def get(self, digest: str) -> bytes:
         return self._path(digest).read_bytes()
