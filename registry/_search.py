@@ -34,7 +34,7 @@ from jaxport.registry._rules import (
     platform_join,
     platform_predicate,
 )
-from jaxport.registry._selects import model_id_select, unindexed, variants_select
+from jaxport.registry._selects import model_id_select, unindexed, variants_looked_up
 
 __all__ = ["SearchFilters", "search_statement"]
 
@@ -81,7 +81,7 @@ def search_statement(
     filters: SearchFilters, size: int, after: int | None
 ) -> tuple[Any, dict[str, Any]]:
     """A page of at most ``size`` variants matching ``filters`` with ``variant_id`` above
-    ``after``, in ``variant_id`` order, as rows of ``variants_select``: the statement and its
+    ``after``, in ``variant_id`` order, with ``variants_select``'s columns: the statement and its
     parameters. The statement depends only on which filters are given (built once per shape:
     building a union of joins costs more than running it)."""
     given = tuple(f for f in _ORDER if getattr(filters, f) is not None)
@@ -99,7 +99,7 @@ def search_statement(
 def _statement(given: tuple[str, ...], one_device: bool, size: int, paged: bool) -> Any:
     """``search_statement``'s statement for the filters ``given`` (``one_device``: the
     device count asked for is 1), ``after`` given if ``paged``; values are bound by name."""
-    q, key = variants_select(), VariantRow.id
+    q, key = variants_looked_up(), VariantRow.id
     driving = given[0] if given else None
     if driving == "platform":
         q = q.join(VariantPlatformRow, platform_join(bindparam("platform")))
