@@ -386,8 +386,6 @@ def loads(
             )
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
-        if head.archive.VjpOrder() > 0:
-            reader.continue_reads()  # .vjp() reads on from the primal's end
         read_module = checked_module_reader(reader, table, policy, path)
         exported: Exported = decode_exported(
             table,

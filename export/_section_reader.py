@@ -109,29 +109,14 @@ class SectionReader:
                 path=self._path,
             )
 
-    def continue_reads(self) -> None:
-        """From now on, for as long as the reader lives, a read that starts where the previous
-        read of the same zstd section ended continues its decompression: an archive's VJP
-        module, read when ``.vjp()`` asks, follows its primal's in section 0, and would
-        otherwise cost the primal's decompression again. What stays between reads is the
-        decompressor (its window, a few MiB at most), not the bytes."""
-        with self._lock:
-            if self._cursors is None:
-                self._cursors = {}
-
     @contextlib.contextmanager
     def in_order(self) -> Iterator[None]:
         """Within the block, a read that starts at or after where the previous read of the
         same zstd section ended continues its decompression instead of starting over (a
         model's methods' modules, read one after the other). The decompressors are freed when
-        the block ends (unless ``continue_reads`` keeps them)."""
+        the block ends."""
         with self._lock:
-            kept = self._cursors is not None  # continue_reads: they stay
-            if not kept:
-                self._cursors = {}
-        if kept:
-            yield
-            return
+            self._cursors = {}
         try:
             yield
         finally:

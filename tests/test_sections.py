@@ -201,26 +201,3 @@ def test_a_mapped_archive_replaced_by_save_still_gives_its_vjp(tmp_path):
     x = np.ones(exp.in_avals[0].shape, np.float32)
     grad = jax.grad(lambda x: jnp.sum(back.call(x)))(x)
     np.testing.assert_array_equal(grad, exp.call(x))
-
-
-def test_vjp_reads_on_from_the_primal_without_decompressing_it_again(tmp_path, monkeypatch):
-    """The VJP module follows the primal's in section 0's one zstd frame: ``.vjp()`` after
-    ``load`` continues the decompression where the primal's ended (one decompression of the
-    frame in all), as a model's methods read ``in_order`` do."""
-    exp = _constants(2 * _MB)
-    path = tmp_path / "f.jaxport"
-    jaxport.save(exp, path, vjp_order=1)
-    assert [s.compression for s in jaxport.inspect(path).sections] == ["zstd"]
-    made = []
-    original = _section_reader._Cursor.__init__
-    monkeypatch.setattr(
-        _section_reader._Cursor,
-        "__init__",
-        lambda self, stored: (made.append(len(stored)), original(self, stored))[1],
-    )
-    back = jaxport.load(path)
-    back.vjp()
-    assert len(made) == 1, made
-    x = np.ones(exp.in_avals[0].shape, np.float32)
-    grad = jax.grad(lambda x: jnp.sum(back.call(x)))(x)
-    np.testing.assert_array_equal(grad, exp.call(x))
