@@ -16,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, Connection, CursorResult, FromClause, bindparam, func, select
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    CursorResult,
+    FromClause,
+    String,
+    bindparam,
+    func,
+    select,
+)
 
 from jaxport.registry import _db
 
@@ -54,7 +63,9 @@ class WriteBatch:
         if self._riding:
             columns = list(rows[0])
             arrays = [
-                func.unnest(bindparam(None, [r[c] for r in rows], ARRAY(table.c[c].type)))
+                func.unnest(
+                    bindparam(None, [r[c] for r in rows], ARRAY(_unbounded(table.c[c].type)))
+                )
                 for c in columns
             ]
             statement = statement.from_select(columns, select(*arrays))
@@ -90,3 +101,10 @@ class WriteBatch:
             *first, last = self._pending
             self._pending = first
             self.execute(last)
+
+
+def _unbounded(column_type: Any) -> Any:
+    """An array element type that keeps every value as it is: ``VARCHAR(n)[]`` would be an
+    explicit cast, which PostgreSQL truncates to ``n`` characters; from ``VARCHAR[]`` the
+    INSERT's assignment to the column refuses a longer value, as a plain INSERT does."""
+    return String() if isinstance(column_type, String) else column_type

@@ -63,3 +63,24 @@ def test_flush_sends_what_is_left_as_one_statement(registry):
         assert conn.execute(sa.select(BlobRow.digest).order_by(BlobRow.digest)).scalars().all() == [
             "a" * 64, "b" * 64,
         ]  # fmt: skip
+
+
+def test_a_value_too_long_for_its_column_is_never_cut(registry):
+    """PostgreSQL truncates a value cast explicitly to ``VARCHAR(n)``: the rows' arrays are not
+    cast to their column's length, so a longer value is refused, as a plain INSERT refuses it
+    (SQLite does not enforce lengths: it keeps the whole value)."""
+    engine = registry._engine
+    long_token = "t" * 40  # pending_blobs.token is VARCHAR(32)
+    row = {"digest": "f" * 64, "token": long_token, "host": "h", "pid": 1, "created_at": 1.0}
+    try:
+        with engine.begin() as conn:
+            writes = WriteBatch(conn)
+            writes.insert(PendingBlobRow.__table__, [row])
+            writes.flush()
+    except sa.exc.DBAPIError:
+        assert engine.dialect.name == "postgresql"
+        stored = []
+    else:
+        with engine.connect() as conn:
+            stored = conn.execute(sa.select(PendingBlobRow.token)).scalars().all()
+    assert stored == ([] if engine.dialect.name == "postgresql" else [long_token])
