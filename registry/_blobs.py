@@ -183,8 +183,9 @@ class LocalBlobStore:
             return
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path = self._path(digest)  # checked again once made
-        atomic_write(path, [data], sync_dir=True)
+        # Checked again now that the directory is there, whoever made it (a symlink made
+        # between the first check and is_dir must not be written through).
+        atomic_write(self._path(digest), [data], sync_dir=True)
 
     def get(self, digest: str) -> bytes:
         return self._path(digest).read_bytes()

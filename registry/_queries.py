@@ -162,7 +162,7 @@ class Queries:
         if after is not None:
             after = check_count(after, "after (a variant_id)", 2**63 - 1)
         with _db.translating_db_errors(), _db.read_connection(self._engine) as conn:
-            rows = conn.execute(*search_statement(checked, size, after))
+            rows = conn.execute(*search_statement(checked, size, after, conn.dialect.name))
             found = [VariantInfo.from_row(r.m_name, r.v_number, r) for r in rows]
             if not found and checked.name is not None:
                 model_id_of(conn, checked.name)  # NotFoundError for an unknown name

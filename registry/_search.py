@@ -23,7 +23,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, true, union_all
+from sqlalchemy import and_, bindparam, case, select, true, union_all
 
 from jaxport import InvalidNameError
 from jaxport.registry._models import VariantPlatformRow, VariantRow
@@ -78,15 +78,18 @@ class SearchFilters:
 
 
 def search_statement(
-    filters: SearchFilters, size: int, after: int | None
+    filters: SearchFilters, size: int, after: int | None, dialect: str
 ) -> tuple[Any, dict[str, Any]]:
     """A page of at most ``size`` variants matching ``filters`` with ``variant_id`` above
-    ``after``, in ``variant_id`` order, with ``variants_select``'s columns: the statement and its
-    parameters. The statement depends only on which filters are given (built once per shape:
-    building a union of joins costs more than running it)."""
+    ``after``, in ``variant_id`` order, with ``variants_select``'s columns, for the database
+    ``dialect`` ("sqlite", "postgresql"): the statement and its parameters. The statement
+    depends only on which filters are given (built once per shape: building a union of joins
+    costs more than running it)."""
     given = tuple(f for f in _ORDER if getattr(filters, f) is not None)
-    statement = _statement(given, filters.nr_devices == 1, size, after is not None)
+    one_device = given[:1] == ("nr_devices",) and filters.nr_devices == 1
+    statement = _statement(given, one_device, after is not None, dialect)
     parameters: dict[str, Any] = {f: getattr(filters, f) for f in given}
+    parameters["size"] = size
     if filters.jax_version is not None:  # the versions longer than it: one range
         parameters["jax_version_dot"] = f"{filters.jax_version}."
         parameters["jax_version_slash"] = f"{filters.jax_version}/"
@@ -95,10 +98,10 @@ def search_statement(
     return statement, parameters
 
 
-@functools.lru_cache(maxsize=256)
-def _statement(given: tuple[str, ...], one_device: bool, size: int, paged: bool) -> Any:
+@functools.lru_cache(maxsize=512)
+def _statement(given: tuple[str, ...], one_device: bool, paged: bool, dialect: str) -> Any:
     """``search_statement``'s statement for the filters ``given`` (``one_device``: the
-    device count asked for is 1), ``after`` given if ``paged``; values are bound by name."""
+    device count that drives is 1), ``after`` given if ``paged``; values are bound by name."""
     q, key = variants_looked_up(), VariantRow.id
     driving = given[0] if given else None
     if driving == "platform":
@@ -109,7 +112,11 @@ def _statement(given: tuple[str, ...], one_device: bool, size: int, paged: bool)
         q = q.where(VariantRow.id > bindparam("after"))
         if key is not VariantRow.id:  # PostgreSQL does not carry it across the join
             q = q.where(key > bindparam("after"))
-    pages = [q.where(part).order_by(key).limit(size) for part in _parts(driving, one_device)]
+    size: Any = bindparam("size")
+    pages = [
+        q.where(part).order_by(key).limit(size if guard is None else case((guard, size), else_=0))
+        for part, guard in _parts(driving, one_device, dialect)
+    ]
     if len(pages) == 1:
         return pages[0]
     both = union_all(*(select(p.subquery()) for p in pages)).subquery()
@@ -128,19 +135,24 @@ _ORDER = (
 )
 
 
-def _parts(driving: str | None, one_device: bool) -> list[Any]:
-    """The driving filter as conditions that an index serves in ``variant_id`` order (one
-    part of ``jax_version`` excepted: the range of its longer versions), whose OR is it."""
+def _parts(driving: str | None, one_device: bool, dialect: str) -> list[tuple[Any, Any]]:
+    """The driving filter as ``(condition, guard)`` pairs whose conditions' OR is it, each read
+    in ``variant_id`` order through an index range (``guard`` None), or (on SQLite, the
+    versions longer than a ``jax_version``: ``_longer_on_sqlite``) through the primary key once
+    ``guard`` (an index probe) has found that any exists."""
     if driving is None or driving == "platform":  # platform: the join is the condition
-        return [true()]
+        return [(true(), None)]
     value: Any = bindparam(driving)
     if driving == "name":
-        return [VariantRow.model_id == model_id_select(value)]
+        return [(VariantRow.model_id == model_id_select(value), None)]
     if driving == "jax_version":
-        return [VariantRow.jax_version == value, _longer_versions(VariantRow.jax_version)]
+        exact = (VariantRow.jax_version == value, None)
+        if dialect == "sqlite":
+            return [exact, _longer_on_sqlite()]
+        return [exact, (_longer_versions(VariantRow.jax_version), None)]
     if driving == "nr_devices":
-        return devices_parts(value, one_device=one_device)
-    return [getattr(VariantRow, driving) == value]
+        return [(p, None) for p in devices_parts(value, one_device=one_device)]
+    return [(getattr(VariantRow, driving) == value, None)]
 
 
 def _check(field: str) -> Any:
@@ -159,3 +171,15 @@ def _check(field: str) -> Any:
 def _longer_versions(column: Any) -> Any:
     """``column`` starts with the ``jax_version`` asked for and a dot: one range, bytewise."""
     return and_(column >= bindparam("jax_version_dot"), column < bindparam("jax_version_slash"))
+
+
+def _longer_on_sqlite() -> tuple[Any, Any]:
+    """The versions longer than the ``jax_version`` asked for (``P.`` and more) on SQLite:
+    read in ``variant_id`` order, so that a page of a prefix most variants match costs a page
+    (SQLite, without statistics, would read the whole range and sort it for every page), and
+    guarded by a probe of ``ix_variants_jax_version`` that makes the page's LIMIT 0, which
+    SQLite checks before reading a row, when there is none. PostgreSQL's planner chooses
+    between the range and the primary key itself, by its statistics."""
+    probe = VariantRow.__table__.alias("longer_version")
+    exists = select(probe.c.id).where(_longer_versions(probe.c.jax_version)).exists()
+    return _longer_versions(unindexed(VariantRow.jax_version)), exists

@@ -6,6 +6,7 @@ rules as predicates, over every variant) makes, also where the answer lies past 
 from __future__ import annotations
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -225,18 +226,74 @@ def test_search_by_any_filter_pages_are_every_match(varied, filters):
 )
 def test_sqlite_drives_a_search_by_one_index(tmp_path, filters, index, sorted_):
     """A search is driven by the index of its first filter in ``_search``'s order, the
-    others checked on its rows: ``variants`` is never scanned whole, so a search that
-    matches nothing reads nothing past that index's range. Only ranges read in
-    ``variant_id`` order when one (the union of two: ``nr_devices``, ``jax_version``; the
-    hash of ``fun_name`` on PostgreSQL) is not sorted."""
+    others checked on its rows, each part read in ``variant_id`` order (only the union of two
+    parts, ``nr_devices`` and ``jax_version``, sorts: at most a page from each; and the hash
+    of ``fun_name``). ``variants`` is scanned in primary-key order only for the versions
+    longer than a ``jax_version`` (``test_sqlite_search_that_matches_nothing_reads_nothing``:
+    not when there is none)."""
     import jaxport
 
     registry = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "b")
     registry.push(_exp(), "w")
     details = _plan(registry, lambda: registry.search(**filters, limit=7, after=3))
-    assert index in details and "SCAN variants" not in details, details
+    by_key = re.search(r"SCAN variants\b|variants USING INTEGER PRIMARY KEY \(rowid>", details)
+    by_key = by_key is not None
+    assert index in details and by_key == ("jax_version" in filters), details
     assert sorted_ or "TEMP B-TREE" not in details, details
     registry.close()
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"fun_name": "none"},
+        {"platform": "rocm"},
+        {"jax_version": "0.1"},
+        {"jax_version": "9"},
+        {"jax_version": jax.__version__ + ".1"},
+        {"calling_convention_version": 3},
+        {"shape_polymorphic": True},
+        {"fun_name": "none", "jax_version": "0.1", "platform": "cpu"},  # fun_name drives
+    ],
+    ids=str,
+)
+def test_sqlite_search_that_matches_nothing_reads_nothing(tmp_path, filters):
+    """SQLite's virtual-machine steps for a search that matches nothing do not grow with the
+    registry (200 against 2,000 versions): its driving filter's index finds nothing and no
+    row of ``variants`` is read (a count of work, not a timing)."""
+    import jaxport
+    from jaxport.registry._search import SearchFilters, search_statement
+
+    registry = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "b")
+    registry.push(_exp(), "w")
+    steps = []
+    for total in (200, 2000):
+        add_versions(registry, "w", total - len(registry.list("w", limit=1_000_000)))
+        assert registry.search(**filters, limit=50) == []
+        statement, parameters = search_statement(SearchFilters.check(filters), 50, None, "sqlite")
+        steps.append(_sqlite_steps(registry, statement, parameters))
+    assert steps[1] <= steps[0] + 5, steps
+    registry.close()
+
+
+def _sqlite_steps(registry, statement, parameters) -> int:
+    """Tens of SQLite virtual-machine instructions ``statement`` runs (a progress handler)."""
+    compiled = statement.compile(dialect=registry._engine.dialect)
+    values = compiled.construct_params(parameters)
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    raw = registry._engine.raw_connection()
+    try:
+        raw.driver_connection.set_progress_handler(step, 10)
+        raw.cursor().execute(str(compiled), [values[k] for k in compiled.positiontup]).fetchall()
+        raw.driver_connection.set_progress_handler(None, 0)
+    finally:
+        raw.close()
+    return steps[0]
 
 
 def _plan(registry, call) -> str:
