@@ -8,12 +8,16 @@ variant_id)``), ``jax_version``, the calling convention version, ``shape_polymor
 others are written (``unindexed``) so that SQLite, which keeps no statistics, cannot drive by
 their index instead (it would pick a low-cardinality one over the selective one).
 
-A driving filter is one or more index ranges ("parts"), each read in ``variant_id`` order and
-cut at a page, their union cut again: ``nr_devices=N`` is two (``N`` devices; 1 device,
-unsharded: the device rule of ``resolve``), ``jax_version=P`` is two (``P`` itself; the range
-of ``P.`` followed by anything, which is sorted). So a page costs O(log n) plus the rows the
-driving filter yields until the other filters have let a page through; a search that matches
-nothing costs O(log n) when its driving filter matches nothing (alone, every filter's does).
+A driving filter is one or more parts, each read in ``variant_id`` order and cut at a page,
+their union cut again: ``nr_devices=N`` is two index ranges (``N`` devices; 1 device,
+unsharded: the device rule of ``resolve``), ``jax_version=P`` is two (``P`` itself, an index
+range; the versions ``P.`` and longer: on PostgreSQL a range its planner reads in order or
+sorts, by its statistics; on SQLite the primary key, under a LIMIT that an index probe sets to
+0 when there is none). So a page costs O(log n) plus the rows the driving filter yields until
+the other filters have let a page through; a search that matches nothing costs O(log n) when
+its driving filter matches nothing (alone, every filter's does:
+``tests/test_registry_queries.py`` counts SQLite's steps). The statement is built once per
+combination of filters given (its values, the page size too, bound by name).
 """
 
 from __future__ import annotations
