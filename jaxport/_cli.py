@@ -467,6 +467,12 @@ def _paged(table: Any, more: str | None) -> Any:
 @click.option("--calling-convention", type=int, help="With this calling convention version.")
 @click.option("--fun-name", help="Exported from the function of this name.")
 @click.option(
+    "--shape-polymorphic/--static-shapes",
+    "shape_polymorphic",
+    default=None,
+    help="Only variants with symbolic dimensions (or only without).",
+)
+@click.option(
     "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Page size."
 )
 @click.option("--after", type=int, metavar="ID", help="Start after this variant_id (next page).")
@@ -480,6 +486,7 @@ def search(
     jax_version: str | None,
     calling_convention: int | None,
     fun_name: str | None,
+    shape_polymorphic: bool | None,
     limit: int,
     after: int | None,
     as_json: bool,
@@ -495,6 +502,7 @@ def search(
             jax_version=jax_version,
             calling_convention_version=calling_convention,
             fun_name=fun_name,
+            shape_polymorphic=shape_polymorphic,
             limit=limit,
             after=after,
         )

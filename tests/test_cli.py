@@ -301,6 +301,9 @@ def test_push_pull_and_read_commands(cli, files, tmp_path):
     assert [v["version"] for v in found] == [1]
     release = ".".join(jax.__version__.split(".")[:2])
     assert len(json.loads(cli("search", "--jax-version", release, "--json").stdout)) >= 1
+    assert json.loads(cli("search", "--shape-polymorphic", "--json").stdout) == []
+    static = json.loads(cli("search", "--static-shapes", "--json").stdout)
+    assert [v["version"] for v in static] == [1, 2]
     table = fits(cli("search").stdout, "version", "platforms", "devices", "jax", "digest")
     assert f"sha256:{digest[:12]}" in table
 
