@@ -20,10 +20,10 @@ from sqlalchemy import (
     ARRAY,
     Connection,
     CursorResult,
-    FromClause,
     String,
     bindparam,
     func,
+    insert,
     select,
 )
 
@@ -50,31 +50,31 @@ class WriteBatch:
 
     def insert(
         self,
-        table: FromClause,
+        table: Any,
         rows: Sequence[dict[str, Any]],
         *,
         skip_existing: Sequence[str] = (),
     ) -> None:
-        """An INSERT of ``rows`` into ``table``, skipping those whose ``skip_existing`` columns
-        (a unique index) already hold their values, if given."""
+        """An INSERT of ``rows`` into ``table`` (a ``Table``), skipping those whose
+        ``skip_existing`` columns (a unique index) already hold their values, if given; on
+        SQLite at once (``_db.insert_ignoring_duplicates``, or a plain INSERT)."""
         if not rows:
             return
-        statement = _db.insert_on_conflict(self._conn, table)
-        if self._riding:
-            columns = list(rows[0])
-            arrays = [
-                func.unnest(
-                    bindparam(None, [r[c] for r in rows], ARRAY(_unbounded(table.c[c].type)))
-                )
-                for c in columns
-            ]
-            statement = statement.from_select(columns, select(*arrays))
+        if not self._riding:
+            if skip_existing:
+                _db.insert_ignoring_duplicates(self._conn, table, list(rows), list(skip_existing))
+            else:
+                self._conn.execute(insert(table), list(rows))
+            return
+        columns = list(rows[0])
+        arrays = [
+            func.unnest(bindparam(None, [r[c] for r in rows], ARRAY(_unbounded(table.c[c].type))))
+            for c in columns
+        ]
+        statement = _db.insert_on_conflict(self._conn, table).from_select(columns, select(*arrays))
         if skip_existing:
             statement = statement.on_conflict_do_nothing(index_elements=list(skip_existing))
-        if self._riding:
-            self._pending.append(statement)
-        else:
-            self._conn.execute(statement, list(rows))
+        self._pending.append(statement)
 
     def add(self, statement: Any) -> None:
         """A write whose values are bound (an UPDATE or DELETE), no RETURNING."""

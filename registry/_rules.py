@@ -49,21 +49,23 @@ def platform_reason(platforms: tuple[str, ...], platform: str | None) -> str | N
 
 
 def devices_predicate(nr_devices: Any) -> Any:
-    """SQL: the variant runs on ``nr_devices`` devices, checked on rows that another index
-    yields (SQLite would otherwise drive by ``ix_variants_nr_devices``, an OR over two
-    counts, over the selective path)."""
+    """SQL: the variant runs on ``nr_devices`` devices (an int or a bound parameter), checked
+    on rows that another index yields (SQLite would otherwise drive by
+    ``ix_variants_nr_devices``, an OR over two counts, over the selective path)."""
     count = unindexed(VariantRow.nr_devices)
-    return or_(count == nr_devices, and_(count == 1, VariantRow.sharded.is_(False)))
+    return or_(*devices_parts(nr_devices, one_device=False, count=count))
 
 
-def devices_parts(nr_devices: Any, *, one_device: bool) -> list[Any]:
-    """SQL: ``devices_predicate`` as the conditions whose OR it is, each a range of the index
-    ``variants (nr_devices, id)``: exactly ``nr_devices``; else (unless ``one_device``: the
-    count is 1) 1 device, unsharded. ``nr_devices``: an int or a bound parameter."""
-    exact = VariantRow.nr_devices == nr_devices
+def devices_parts(
+    nr_devices: Any, *, one_device: bool, count: Any = VariantRow.nr_devices
+) -> list[Any]:
+    """SQL: the device rule as the conditions whose OR it is, on ``count`` (by default the
+    column, so each is a range of the index ``variants (nr_devices, id)``): exactly
+    ``nr_devices``; else (unless ``one_device``: the count is 1) 1 device, unsharded."""
+    exact = count == nr_devices
     if one_device:
         return [exact]
-    return [exact, and_(VariantRow.nr_devices == 1, VariantRow.sharded.is_(False))]
+    return [exact, and_(count == 1, VariantRow.sharded.is_(False))]
 
 
 def device_reason(exported_for: int, sharded: bool, nr_devices: int | None) -> str | None:
