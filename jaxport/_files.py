@@ -17,7 +17,13 @@ from typing import IO
 
 from jaxport._errors import JaxportError
 
-__all__ = ["DEFAULT_MAX_READ", "check_regular_file", "open_regular", "read_regular"]
+__all__ = [
+    "DEFAULT_MAX_READ",
+    "check_regular_file",
+    "open_regular",
+    "open_regular_file",
+    "read_regular",
+]
 
 #: The default limit of ``read_regular``: larger files are refused before a byte is read.
 DEFAULT_MAX_READ = 64 << 30
@@ -25,11 +31,11 @@ DEFAULT_MAX_READ = 64 << 30
 ErrorFactory = Callable[[str], JaxportError]
 
 
-@contextlib.contextmanager
-def open_regular(
+def open_regular_file(
     path: str | os.PathLike[str], error: ErrorFactory, *, max_size: int | None = None
-) -> Iterator[IO[bytes]]:
-    """``path`` opened for reading, once it is known to be a regular file within ``max_size``.
+) -> IO[bytes]:
+    """``path`` opened for reading (the caller closes it), once it is known to be a regular
+    file within ``max_size`` bytes; opening never blocks (a FIFO with no writer is refused).
 
     Raises:
         FileNotFoundError, PermissionError, OSError: as ``open``.
@@ -48,11 +54,24 @@ def open_regular(
         if max_size is not None and info.st_size > max_size:
             raise error(f"{os.fspath(path)} has {info.st_size} bytes, over the limit of {max_size}")
         os.set_blocking(fd, True)
-        f = os.fdopen(fd, "rb")
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with f:
+
+
+@contextlib.contextmanager
+def open_regular(
+    path: str | os.PathLike[str], error: ErrorFactory, *, max_size: int | None = None
+) -> Iterator[IO[bytes]]:
+    """``open_regular_file`` as a context manager that closes the file.
+
+    Raises:
+        FileNotFoundError, PermissionError, OSError: as ``open``.
+        JaxportError: ``error(message)``: a FIFO, device, socket or directory, or a file
+            larger than ``max_size`` bytes.
+    """
+    with open_regular_file(path, error, max_size=max_size) as f:
         yield f
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from jaxport import IntegrityError, JaxportError, RegistryError
+from jaxport._files import open_regular_file
 from jaxport._io import atomic_write
 from jaxport.registry._config import is_fsspec_url, safe_url
 from jaxport.registry._masking import masked, masked_options, secret_values
@@ -187,8 +188,25 @@ class LocalBlobStore:
         # between the first check and is_dir must not be written through).
         atomic_write(self._path(digest), [data], sync_dir=True)
 
+    def open(self, digest: str) -> BinaryIO:
+        """The blob's file, opened for reading (the caller closes it): a regular file only,
+        opened without blocking, so a FIFO or device planted in the store is refused at once
+        instead of blocking its reader (``jaxport._files.open_regular_file``).
+
+        Raises:
+            FileNotFoundError: no such blob.
+            IntegrityError: the blob's path is not a regular file, is a symlink or leads
+                outside the root.
+        """
+
+        def refused(_: str) -> IntegrityError:
+            return IntegrityError(f"blob {digest} is not a regular file: refused", expected=digest)
+
+        return open_regular_file(self._path(digest), refused)  # type: ignore[return-value]
+
     def get(self, digest: str) -> bytes:
-        return self._path(digest).read_bytes()
+        with self.open(digest) as f:
+            return f.read()
 
     def exists(self, digest: str) -> bool:
         return self._path(digest).is_file()

@@ -21,7 +21,6 @@ import io
 import mmap
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
@@ -144,13 +143,14 @@ def _read_tensor(blobs: BlobStore, digest: str) -> bytes | memoryview:
     """A tensor's blob, unverified (the model checks it): memory-mapped from a local store,
     else fetched. Raises: FileNotFoundError."""
     if isinstance(blobs, LocalBlobStore):
-        return _mapped(blobs.path(digest))
+        return _mapped(blobs, digest)
     return blobs.get(digest)
 
 
-def _mapped(path: Path) -> bytes | memoryview:
-    """A read-only memory map of ``path`` (bytes for an empty file, which cannot be mapped)."""
-    with path.open("rb") as f:
+def _mapped(blobs: LocalBlobStore, digest: str) -> bytes | memoryview:
+    """A read-only memory map of a local blob (bytes for an empty file, which cannot be
+    mapped); a regular file only (``LocalBlobStore.open``)."""
+    with blobs.open(digest) as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
@@ -158,8 +158,6 @@ def _mapped(path: Path) -> bytes | memoryview:
 
 def _open(blobs: BlobStore, digest: str) -> Any:
     """A blob opened for reading from its start (the whole blob, for another kind of store)."""
-    if isinstance(blobs, LocalBlobStore):
-        return blobs.path(digest).open("rb")
-    if isinstance(blobs, FsspecBlobStore):
+    if isinstance(blobs, (LocalBlobStore, FsspecBlobStore)):
         return blobs.open(digest)
     return io.BytesIO(blobs.get(digest))

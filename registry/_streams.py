@@ -117,8 +117,6 @@ def _identity(blobs: BlobStore, digest: str) -> tuple[int, int, int, int] | None
 
 def _open(blobs: BlobStore, digest: str) -> BinaryIO:
     try:
-        if isinstance(blobs, LocalBlobStore):
-            return open(blobs.path(digest), "rb")
         opener = getattr(blobs, "open", None)
         if opener is not None:
             return opener(digest)  # type: ignore[no-any-return]
