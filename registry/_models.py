@@ -8,6 +8,7 @@
     blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
     audits ─< queued_audits        (the finding each key of the audit queue recorded, once)
     tokens, events                 (the registry server's bearer tokens; the append-only log)
+    uploads                        (the parts each token uploaded lately: ``registry/_reach.py``)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
@@ -53,6 +54,7 @@ __all__ = [
     "RegistryInfoRow",
     "SignatureRow",
     "TokenRow",
+    "UploadRow",
     "VariantPartRow",
     "VariantPlatformRow",
     "VariantRow",
@@ -346,6 +348,19 @@ class TokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class UploadRow(Base):
+    """A part a token uploaded to the registry server (``registry/_reach.py``): a commit by a
+    prefix-limited token may name it for ``UPLOAD_TTL`` seconds after ``created_at`` (unix
+    seconds). ``token`` is the token's name; a row per (token, digest), renewed by a new
+    upload."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (Index("ix_uploads_created_at", "created_at"),)
+    token: Mapped[str] = mapped_column(String(200), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class EventRow(Base):

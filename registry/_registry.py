@@ -43,6 +43,7 @@ from jaxport.registry._publish import Publisher, Source
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, nothing_matches
 from jaxport.registry._queue import QueuedJob
+from jaxport.registry._reach import Reach
 from jaxport.registry._signatures import (
     Signature,
     SignatureCheck,
@@ -162,6 +163,8 @@ class Registry:
         self._signatures = Signatures(self._engine, self.blobs, self._queries)
         #: The registry server's bearer tokens (``registry/_tokens.py``).
         self.tokens = Tokens(self._engine, self._events)
+        #: What the server's prefix-limited tokens reach beyond their names (``_reach``).
+        self._reach = Reach(self._engine)
 
     def close(self) -> None:
         """Releases the database connections."""
