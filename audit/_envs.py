@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from jaxport import AuditError, InvalidNameError, __version__
+from jaxport import AuditError, InvalidNameError, __version__, _children
 
 __all__ = ["EnvironmentPlan", "cached_environment", "jax_environment", "plan_environment"]
 
@@ -126,9 +126,7 @@ def _run(command: tuple[str, ...]) -> None:
     """One step, without the registry's variables (its URL may hold a password)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXPORT_")}
     try:
-        done = subprocess.run(
-            command, capture_output=True, timeout=_STEP_TIMEOUT, check=False, env=env
-        )
+        done = _children.run(command, timeout=_STEP_TIMEOUT, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise AuditError(f"making the jax environment failed at {command[:3]}: {e}") from None
     if done.returncode != 0:

@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 
-from jaxport import AuditError, NotFoundError
+from jaxport import AuditError, NotFoundError, _children
 from jaxport._environ import worker_environment
 
 __all__ = ["EnvironmentKey", "environment_key", "key_from_metadata"]
@@ -106,13 +106,7 @@ def key_from_metadata(versions: dict[str, str | None], environ: dict[str, str]) 
 def _versions_of(python: str, names: tuple[str, ...]) -> dict[str, str | None]:
     script = _SCRIPT.format(names=repr(names))
     try:
-        done = subprocess.run(
-            [python, "-P", "-c", script],
-            capture_output=True,
-            timeout=60,
-            env=worker_environment(),
-            check=False,
-        )
+        done = _children.run([python, "-P", "-c", script], timeout=60, env=worker_environment())
         found = json.loads(done.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as e:
         raise AuditError(

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from jaxport import AuditError, JaxportError, NotFoundError
+from jaxport import AuditError, JaxportError, NotFoundError, _children
 from jaxport._environ import worker_environment
 from jaxport.audit._report import AuditResult
 
@@ -285,7 +285,7 @@ class _Worker:
         self._stderr = (tmp / f"stderr-{time.monotonic_ns()}").open("w+b")
         env = worker_environment()  # an allow-list: no registry URL, token or credentials
         limit = [] if memory_limit is None else ["--memory-limit", str(int(memory_limit))]
-        self._proc = subprocess.Popen(
+        self._proc = _children.spawn(  # dies with this process
             [exe, "-P", "-m", "jaxport.audit._worker", *limit],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

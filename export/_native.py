@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxport import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError, _children
 from jaxport._environ import worker_environment
 
 __all__ = [
@@ -112,20 +112,15 @@ def run_converter(
     cmd: list[str], timeout: float, unsafe: Callable[[str], UnsafeArchiveError]
 ) -> subprocess.CompletedProcess[bytes]:
     """``cmd`` run to its end in a child with the allow-listed environment
-    (``jaxport._environ``), no stdin and its output captured, for at most ``timeout`` seconds.
+    (``jaxport._environ``), no stdin and its output captured, for at most ``timeout`` seconds;
+    the child dies with this process and has its own deadline (``jaxport._children``).
 
     Raises:
         UnsafeArchiveError: ``unsafe(what)``: no answer within ``timeout``, or the child could
             not be started.
     """
     try:
-        return subprocess.run(
-            cmd,
-            env=worker_environment(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-        )
+        return _children.run(cmd, timeout=timeout, env=worker_environment())
     except subprocess.TimeoutExpired:
         raise unsafe(f"no answer within {timeout:g} s") from None
     except OSError as e:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from jaxport import _children
 from jaxport._environ import worker_environment
 
 __all__ = [
@@ -193,7 +194,7 @@ class Sandbox:
 
     def _start(self) -> _Worker:
         scratch = Path(tempfile.mkstemp(prefix="module-", dir=self._scratch())[1])
-        process = subprocess.Popen(
+        process = _children.spawn(  # dies with this process
             [self.python, "-I", str(_WORKER), str(self.memory_limit)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

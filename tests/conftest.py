@@ -23,7 +23,7 @@ SLOW_MODULES = frozenset({
     "test_audit_scale.py", "test_cli_models.py", "test_examples.py", "test_jax_backcompat.py",
     "test_libraries.py", "test_reports.py", "test_rescue.py", "test_server.py",
     "test_server_attacks.py", "test_server_pages.py", "test_signing.py", "test_window.py",
-    "test_registry_concurrency.py",
+    "test_registry_concurrency.py", "test_children.py",
     "test_registry_models.py", "test_hypothesis_roundtrip.py", "test_audit.py",
     "test_sandbox.py", "test_fuzz.py", "test_bounded_models.py", "test_crash_consistency.py",
     "test_safety.py",

@@ -555,8 +555,17 @@ FORBIDDEN_CALLS = frozenset({
     "asyncio.create_subprocess_shell",
 })  # fmt: skip
 SAFE_YAML_LOADERS = frozenset({"SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader"})
+#: The shared helper every process is started by (it dies with its parent, has a deadline).
+CHILD_STARTERS = frozenset({"jaxport._children.spawn", "jaxport._children.run"})
 #: Every place the package starts a process, and why it may. None runs a shell.
 SUBPROCESS_SITES = {
+    ("jaxport._children", "_Spawner._serve"): (
+        "the one place a child is forked (subprocess.Popen, no shell), by one long-lived thread, "
+        "with PR_SET_PDEATHSIG and, for a one-shot child, an alarm: every site below calls it"
+    ),
+    ("jaxport._children", "run"): (
+        "spawn's one-shot form: the child's output captured, killed at its time limit"
+    ),
     ("jaxport.audit._worker", "_Worker.__init__"): (
         "the audit worker: [python, -P, -m, jaxport.audit._worker, --memory-limit N], no shell, "
         "the registry variables left out of its environment and no URL on its command line "
@@ -669,7 +678,7 @@ class _Scanner(ast.NodeVisitor):
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         if name in FORBIDDEN_CALLS:
             self._add(node, f"calls {name}")
-        if name.startswith("subprocess."):
+        if name.startswith("subprocess.") or name in CHILD_STARTERS:
             self.subprocess_sites.add((self.module, ".".join(self.scope) or "<module>"))
         if "shell" in keywords and not _is_false(keywords["shell"]):
             self._add(node, f"{name}(shell=...) is not shell=False")

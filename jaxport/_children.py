@@ -1,0 +1,149 @@
+"""Every process jaxport starts, started one way: it dies with its parent and has a deadline.
+
+jaxport starts processes to read what it does not trust or cannot bound (the module sandbox's
+workers, the jax-native converter, audit workers, rescue children, ``jaxport run``'s call) and
+to make managed environments (``uv``/``pip``). Each is started by ``spawn`` (or ``run``), which
+gives it two guarantees of its own, enforced by the kernel rather than by the parent's code:
+
+- it dies with its parent: on Linux the child asks, between ``fork`` and ``exec``, for
+  ``SIGKILL`` at its parent's death (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), and
+  exits at once if its parent already died in between. Linux sends that signal when the
+  *thread* that forked exits, so every child is forked by one long-lived thread of this
+  process (``_Spawner``), never by a caller's thread (a server's request thread, an audit's
+  feeding thread) that may end before the child's work does;
+- a one-shot child (``deadline`` given) has a wall-clock deadline of its own: ``alarm(2)``,
+  also kept across ``exec``, kills it (``SIGALRM``) ``DEADLINE_GRACE`` seconds after the
+  parent's own time limit, should the parent be stopped or stuck. Long-lived workers (the
+  sandbox's, an audit's) get no alarm: their parent limits each request and kills them.
+
+On other systems a child's life is bounded by its parent's time limits only. The one
+exception to the guarantees is what a child itself starts (``pip``'s build backends): those
+are its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import math
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["DEADLINE_GRACE", "run", "spawn"]
+
+#: Seconds a one-shot child outlives its parent's time limit before its own alarm kills it.
+DEADLINE_GRACE = 5.0
+#: ``prctl`` option and signal (``<linux/prctl.h>``).
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+
+
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _in_child(parent: int, alarm: int) -> None:
+    """Runs in the child between ``fork`` and ``exec``: death with the parent, the alarm."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request: nobody to serve
+            os._exit(1)
+    if alarm:
+        signal.alarm(alarm)
+
+
+class _Spawner:
+    """One daemon thread, alive as long as the process, that forks every child."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pid = -1
+
+    def popen(self, cmd: Sequence[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+        future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._ensure_thread()
+        self._queue.put((list(cmd), kwargs, future))
+        return future.result()
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked copy of this process
+                self._queue = queue.SimpleQueue()
+                threading.Thread(target=self._serve, name="jaxport-spawner", daemon=True).start()
+                self._pid = os.getpid()
+
+    def _serve(self) -> None:
+        requests = self._queue
+        while True:
+            cmd, kwargs, future = requests.get()
+            try:
+                future.set_result(subprocess.Popen(cmd, **kwargs))
+            except BaseException as e:  # handed to the caller, who raises it
+                future.set_exception(e)
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn(
+    cmd: Sequence[str], *, deadline: float | None = None, **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """Starts ``cmd`` (no shell) as ``subprocess.Popen(cmd, **kwargs)`` does, as a child that
+    dies with this process and, with ``deadline``, is killed by its own alarm
+    ``deadline + DEADLINE_GRACE`` seconds from now.
+
+    Args:
+        cmd: the program and its arguments.
+        deadline: seconds the caller will wait for it (None: a long-lived worker whose
+            requests the caller limits).
+        kwargs: ``subprocess.Popen``'s (``preexec_fn`` is this module's).
+
+    Raises:
+        OSError: the program could not be started.
+    """
+    alarm = 0 if deadline is None else max(1, math.ceil(deadline + DEADLINE_GRACE))
+    kwargs["preexec_fn"] = functools.partial(_in_child, os.getpid(), alarm)
+    return _SPAWNER.popen(cmd, kwargs)
+
+
+def run(
+    cmd: Sequence[str], *, timeout: float, stdin: Any = subprocess.DEVNULL, **kwargs: Any
+) -> subprocess.CompletedProcess[bytes]:
+    """``cmd`` run to its end by ``spawn``, its stdout and stderr captured, for at most
+    ``timeout`` seconds (then killed): ``subprocess.run(cmd, capture_output=True,
+    timeout=timeout)`` with this module's guarantees.
+
+    Raises:
+        subprocess.TimeoutExpired: no end within ``timeout`` seconds (the child is killed).
+        OSError: the program could not be started.
+    """
+    process = spawn(
+        cmd, deadline=timeout, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )
+    with process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except BaseException:  # the time limit, or ^C: the child goes too
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
