@@ -37,6 +37,7 @@ from jaxport._errors import RunError as RunError
 from jaxport._errors import SchemaVersionError as SchemaVersionError
 from jaxport._errors import ServerUnavailableError as ServerUnavailableError
 from jaxport._errors import SignatureError as SignatureError
+from jaxport._errors import TimeLimitError as TimeLimitError
 from jaxport._errors import UnsafeArchiveError as UnsafeArchiveError
 from jaxport._errors import UnsafeModuleError as UnsafeModuleError
 from jaxport._errors import UnsupportedFeatureError as UnsupportedFeatureError

@@ -582,6 +582,14 @@ def inspect_cmd(ctx: _Context, source: str, platform: str | None, as_json: bool)
     "--devices", type=click.IntRange(min=1), help="With a registry reference: its device count."
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Time the call may take: it runs in a child process, killed at the limit.",
+)
 @allow_custom_call_option
 @json_option
 @pass_ctx
@@ -594,6 +602,7 @@ def run(
     platform: str | None,
     devices: int | None,
     force: bool,
+    timeout: float,
     allow_custom_calls: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -604,7 +613,8 @@ def run(
     a registry reference (see jaxport -h). A model needs METHOD; a function takes none (or its
     own name), and the .npz's arrays are bound to its positional arguments in order. The
     outputs are named out plus their key paths (out, out[0], out['logits']); a table shows
-    each one's shape, dtype, min, max and first values.
+    each one's shape, dtype, min, max and first values. The call runs in a child process
+    that is killed after --timeout seconds (TimeLimitError) and dies with this one.
     """
     from jaxport import _cli_run
     from jaxport._cli_output import check_output, write_output
@@ -614,15 +624,14 @@ def run(
         raise click.BadParameter(
             "run writes an .npz file; '-' (stdout) is not supported", param_hint="-o"
         )
-    opened = _open_runnable(ctx, source, platform, devices, allow_custom_calls)
+    opened, archive = _open_runnable(ctx, source, platform, devices, allow_custom_calls)
     if isinstance(opened, _Function):
         exp = opened.exported
         name = _function_method(source, exp, method)
         specs = _cli_run.function_specs(exp)
-        arrays = _cli_run.load_inputs(inputs, specs, name, kind="function")
+        _cli_run.load_inputs(inputs, specs, name, kind="function")  # checked here first
         target = output or Path(_function_output(name))
         check_output(target, force=force)  # after the source and inputs, whose errors come first
-        result = _cli_run.call_function(exp, arrays)
     else:
         if method is None:
             raise click.UsageError(
@@ -630,19 +639,23 @@ def run(
             )
         name = method
         specs = _cli_run.input_specs(opened, method)
-        arrays = _cli_run.load_inputs(inputs, specs, method)
+        _cli_run.load_inputs(inputs, specs, method)  # checked here first
         target = output or Path(f"{method}-out.npz")
         check_output(target, force=force)  # after the source and inputs, whose errors come first
-        result = _cli_run.call_method(opened, method, arrays)
-    outputs = _cli_run.output_arrays(result)
-    data = _cli_run.output_bytes(outputs)
+    data, summaries = _cli_run.call_in_child(
+        archive,
+        None if isinstance(opened, _Function) else name,
+        inputs,
+        timeout=timeout,
+        allow_custom_calls=allow_custom_calls,
+    )
     write_output(target, data)
     ran = {
         "path": str(target),
         "bytes": len(data),
         "kind": "function" if isinstance(opened, _Function) else "model",
         "method": name,
-        "outputs": [_cli_run.summarize(n, a) for n, a in outputs.items()],
+        "outputs": summaries,
     }
     _emit(as_json, ran, outputs_table)
 
@@ -681,9 +694,10 @@ def _open_runnable(
     platform: str | None,
     devices: int | None,
     allow_custom_calls: tuple[str, ...] = (),
-) -> Any:
-    """What ``run`` runs: a model (``jaxport.load_model``) or a function (``_Function``), from
-    a file, else pulled from the registry.
+) -> tuple[Any, Path]:
+    """What ``run`` runs: a model (``jaxport.load_model``) or a function (``_Function``), and
+    its archive file: SOURCE, else a temporary file pulled from the registry (removed when
+    the command ends).
 
     Raises:
         click.UsageError: --platform or --devices with a file.
@@ -696,11 +710,7 @@ def _open_runnable(
     if path.is_file():
         if platform is not None or devices is not None:
             raise click.UsageError("--platform and --devices choose a registry variant, not a file")
-        from jaxport import inspect, load, load_model
-
-        if inspect(path).kind != "model":
-            return _Function(load(path, allow_custom_calls=allow_custom_calls))
-        return load_model(path, allow_custom_calls=allow_custom_calls)
+        return _open_file(path, allow_custom_calls), path
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", source)
     if "/" in source or path.suffix == ".jaxport":
@@ -708,10 +718,25 @@ def _open_runnable(
     kwargs: dict[str, Any] = {"nr_devices": devices}
     if platform is not None:
         kwargs["platform"] = platform
+    import tempfile
+
+    work = click.get_current_context().with_resource(
+        tempfile.TemporaryDirectory(prefix="jaxport-run-")
+    )
+    pulled = Path(work, "archive.jaxport")
     with ctx.registry() as reg:
-        if _resolve(reg, source, platform, devices).kind == "model":
-            return reg.pull_model(source, allow_custom_calls=allow_custom_calls, **kwargs)
-        return _Function(reg.pull(source, allow_custom_calls=allow_custom_calls, **kwargs))
+        _resolve(reg, source, platform, devices)  # NotFoundError saying what exists
+        reg.pull_file(source, pulled, **kwargs)
+    return _open_file(pulled, allow_custom_calls), pulled
+
+
+def _open_file(path: Path, allow_custom_calls: tuple[str, ...]) -> Any:
+    """A model or a ``_Function`` read from the archive at ``path``."""
+    from jaxport import inspect, load, load_model
+
+    if inspect(path).kind != "model":
+        return _Function(load(path, allow_custom_calls=allow_custom_calls))
+    return load_model(path, allow_custom_calls=allow_custom_calls)
 
 
 # -- audits ---------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ working for code that does not know jaxport::
     ├── RunError (ValueError)                  a model's method cannot be called as asked (by
     │                                          ``jaxport run`` or from Python): no such method,
     │                                          inputs that do not fit it, a call jax refuses
+    ├── TimeLimitError (TimeoutError)          a call jaxport runs for a user in a child process
+    │                                          (``jaxport run --timeout``) did not end within
+    │                                          its time limit: the child was killed
     ├── AuditError                             an audit could not be carried out at all (its
     │                                          worker did not start); failures of an archive
     │                                          are findings, not errors
@@ -81,6 +84,7 @@ __all__ = [
     "SchemaVersionError",
     "ServerUnavailableError",
     "SignatureError",
+    "TimeLimitError",
     "UnsafeArchiveError",
     "UnsafeModuleError",
     "UnsupportedFeatureError",
@@ -295,6 +299,19 @@ class RunError(JaxportError, ValueError):
     argument, what it takes and what was given), or jax refused the call here (a platform or
     device count the method was not exported for). A function archive given to ``run`` is a
     ``WrongKindError``."""
+
+
+class TimeLimitError(JaxportError, TimeoutError):
+    """A call jaxport runs for a user in a child process (``jaxport run``'s method call) did
+    not end within its time limit; the child was killed (``jaxport/_children.py``).
+
+    Attributes:
+        seconds: the time limit, in seconds.
+    """
+
+    def __init__(self, message: str, *, seconds: float):
+        self.seconds = seconds
+        super().__init__(message)
 
 
 class AuditError(JaxportError):

@@ -317,7 +317,7 @@ class RemoteRegistry(Registry):
             name = default_name(archives[0])
         golden = examples_blob(sources, archives, examples) if examples else None
         extra = {golden[0]: golden[1]} if golden else {}
-        self._upload(archives, extra)
+        self._upload(archives, extra, name)
         body = {
             "name": name, "archives": [to_wire(a.parts) for a in archives],
             "aliases": builtins.list(aliases), "metadata": dict(metadata or {}),
@@ -326,22 +326,25 @@ class RemoteRegistry(Registry):
         }  # fmt: skip
         return from_wire(PushResult, self._http.json("POST", "/versions", json=body))  # type: ignore[no-any-return]
 
-    def _upload(self, archives: Sequence[Any], extra: Mapping[str, bytes]) -> None:
+    def _upload(
+        self, archives: Sequence[Any], extra: Mapping[str, bytes], name: str | None
+    ) -> None:
         """Sends the parts of ``archives`` and the ``extra`` blobs (digest -> bytes) that the
-        server lacks."""
+        server asks for, each with the push's ``name``: a name the token may not push to is
+        refused before any part is sent."""
         digests = [p.digest for a in archives for p in a.parts.parts] + builtins.list(extra)
-        missing = set(
-            self._http.json("POST", "/blobs/missing", json={"digests": digests})["missing"]
-        )
+        body = {"digests": digests, "name": name}
+        missing = set(self._http.json("POST", "/blobs/missing", json=body)["missing"])
+        params = {"name": name} if name is not None else None
         for a in archives:
             for p in a.parts.parts:
                 if p.digest in missing:
-                    data = a.chunks.view(p.offset, p.end)
-                    self._http.json("PUT", f"/blobs/{p.digest}", content=bytes(data))
+                    data = bytes(a.chunks.view(p.offset, p.end))
+                    self._http.json("PUT", f"/blobs/{p.digest}", content=data, params=params)
                     missing.discard(p.digest)
         for digest, data in extra.items():
             if digest in missing:
-                self._http.json("PUT", f"/blobs/{digest}", content=data)
+                self._http.json("PUT", f"/blobs/{digest}", content=data, params=params)
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})

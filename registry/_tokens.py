@@ -4,7 +4,10 @@ A token's secret (``jxp_`` and 43 URL-safe characters: 256 random bits) is shown
 is made; the database keeps its sha256 only (``tokens.secret_sha256``), so a copy of the
 database gives no token. Scopes nest: ``admin`` ⊃ ``write`` ⊃ ``read`` (``admin``: gc, delete,
 tokens, database upgrades; ``write``: push, alias moves, signing, audits; ``read``: the rest).
-Name prefixes limit a token to the names that start with one of them (none: every name).
+Name prefixes limit a token to the names that start with one of them (none: every name). A
+token manages only the tokens within it (``TokenInfo.covers``: a scope no larger, prefixes that
+start with one of its own): a prefix-limited admin cannot make, see or revoke a token that
+reaches further than it does.
 """
 
 from __future__ import annotations
@@ -70,6 +73,16 @@ class TokenInfo:
         """Whether ``name`` starts with one of the prefixes (always, without prefixes)."""
         return not self.prefixes or any(name.startswith(p) for p in self.prefixes)
 
+    def covers(self, scope: str, prefixes: Sequence[str]) -> bool:
+        """Whether a token of ``scope`` and name ``prefixes`` is within this one: its scope is
+        no larger and every name it may use this token may use too (each of its prefixes
+        starts with one of this token's; no prefixes, every name, only under a token without
+        prefixes). The rule of what a prefix-limited admin manages (``server/_api_write.py``).
+        """
+        if scope not in SCOPES or not self.allows_scope(scope):
+            return False
+        return not self.prefixes or (bool(prefixes) and all(map(self.allows_name, prefixes)))
+
     def check(self, scope: str, name: str | None = None) -> None:
         """Refuses a request that needs ``scope`` (on ``name``) beyond what the token allows.
 
@@ -111,6 +124,7 @@ class Tokens:
         *,
         prefixes: Sequence[str] = (),
         expires_in: float | None = None,
+        within: TokenInfo | None = None,
     ) -> NewToken:
         """Makes a token; its secret is in the result and nowhere else.
 
@@ -119,15 +133,24 @@ class Tokens:
             scope: ``read``, ``write`` or ``admin`` (each includes the ones before it).
             prefixes: limit the token to names starting with one of these.
             expires_in: seconds until it expires, at most 100 years (None: never).
+            within: the token that asks (the server's caller): the new token's scope and
+                prefixes must be within its own (``TokenInfo.covers``). None: no limit.
 
         Raises:
             InvalidNameError: a bad name, scope, prefix or ``expires_in``.
+            PermissionDeniedError: the new token would reach beyond ``within``.
             ConflictError: a token with this name exists (revoked ones included).
         """
         check_name(name, "token name")
         if scope not in SCOPES:
             raise InvalidNameError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r:.40}")
         prefixes = tuple(_prefixes(prefixes))
+        if within is not None and not within.covers(scope, prefixes):
+            mine = ", ".join(map(repr, within.prefixes))
+            raise PermissionDeniedError(
+                f"token {within.name!r} (scope {within.scope!r}, prefixes {mine}) can make only "
+                "tokens of a scope no larger, each of whose prefixes starts with one of its own"
+            )
         expires_at = None
         if expires_in is not None:
             if (
@@ -157,21 +180,26 @@ class Tokens:
         )  # fmt: skip
         return NewToken(info, secret)
 
-    def list(self) -> list[TokenInfo]:
-        """Every token (revoked and expired ones too), by name; no secrets."""
+    def list(self, *, within: TokenInfo | None = None) -> list[TokenInfo]:
+        """Every token (revoked and expired ones too), by name; no secrets. ``within``: only
+        the tokens within that one (``TokenInfo.covers``)."""
         with _db.translating_db_errors(), self._engine.connect() as conn:
             rows = conn.execute(select(TokenRow.__table__).order_by(TokenRow.name))
-            return [_info(r) for r in rows]
+            found = [_info(r) for r in rows]
+        return [t for t in found if within is None or within.covers(t.scope, t.prefixes)]
 
-    def revoke(self, name: str) -> TokenInfo:
+    def revoke(self, name: str, *, within: TokenInfo | None = None) -> TokenInfo:
         """Revokes a token now (its requests get 401 from then on); revoking twice is a no-op.
+        ``within``: a token outside that one (``TokenInfo.covers``) is as if it did not exist.
 
         Raises:
-            NotFoundError: no token of that name.
+            NotFoundError: no token of that name (within ``within``).
         """
         with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
             row = conn.execute(select(TokenRow.__table__).where(TokenRow.name == name)).first()
-            if row is None:
+            if row is None or (
+                within is not None and not within.covers(row.scopes, row.prefixes.split())
+            ):
                 raise NotFoundError(f"no token named {name!r:.80}")
             if row.revoked_at is not None:
                 return _info(row)

@@ -54,7 +54,7 @@ def versions(
 @router.get("/ref")
 def get(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.get``: one version, model variants with their methods and tensors."""
-    check_reference(_reg(request), p, reference)
+    reference = check_reference(_reg(request), p, reference)
     ref = _reg(request).get(reference)
     check_reached(p, reference, ref.name)
     return to_wire(ref)
@@ -67,7 +67,7 @@ def resolve(
 ) -> Any:  # fmt: skip
     """``Registry.resolve``: the variant a pull would choose and why the others were not
     (``platform`` absent: any platform)."""
-    check_reference(_reg(request), p, reference)
+    reference = check_reference(_reg(request), p, reference)
     resolution = _reg(request).resolve(reference, platform=platform, nr_devices=nr_devices)
     check_reached(p, reference, resolution.name)
     return to_wire(resolution)
@@ -122,15 +122,15 @@ def findings(
 @router.get("/diff")
 def diff(request: Request, p: Reader, a: str, b: str) -> Any:
     """``Registry.diff``: the changes from version ``a`` to ``b``, breaking or compatible."""
-    check_reference(_reg(request), p, a)
-    check_reference(_reg(request), p, b)
+    a = check_reference(_reg(request), p, a)
+    b = check_reference(_reg(request), p, b)
     return to_wire(_reg(request).diff(a, b))
 
 
 @router.get("/signatures")
 def signatures(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.signatures``: the signatures stored for a version's variants."""
-    check_reference(_reg(request), p, reference)
+    reference = check_reference(_reg(request), p, reference)
     return to_wire(_reg(request).signatures(reference))
 
 

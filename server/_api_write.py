@@ -23,7 +23,7 @@ from jaxport.registry import (
     from_wire,
     to_wire,
 )
-from jaxport.server._auth import check_name, check_reference, scope
+from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
 from jaxport.server._bridge import iterate_body
 from jaxport.server._errors import RESPONSES
 
@@ -40,7 +40,11 @@ def _reg(request: Request) -> Registry:
 
 
 class Digests(BaseModel):
+    """Part digests, and the name they are for (a client since issue 24 sends it, null
+    included: a name outside the token's prefixes is refused before any part is sent)."""
+
     digests: list[str] = Field(max_length=1_000_000)
+    name: str | None = None
 
 
 class Examples(BaseModel):
@@ -96,21 +100,52 @@ class TokenBody(BaseModel):
 
 @router.post("/blobs/missing")
 def missing(request: Request, p: Writer, body: Digests) -> dict[str, list[str]]:
-    """Of the part digests given, those the server lacks (send only those)."""
-    return {"missing": _reg(request).missing_blobs(body.digests)}
+    """Of the part digests given, those to send: the server lacks them, or (a token limited
+    to name prefixes) the token does not reach them (``registry/_reach.py``: whether the store
+    holds another team's blob is never said; the bytes sent are checked and stored once)."""
+    if "name" in body.model_fields_set:
+        _check_push_name(p, body.name)
+    reg = _reg(request)
+    lacking = set(reg.missing_blobs(body.digests))  # InvalidNameError: a malformed digest
+    reached = reg._reach.reachable(p, body.digests)
+    wanted = [d for d in body.digests if d in lacking or d not in reached]
+    return {"missing": list(dict.fromkeys(wanted))}
+
+
+def _check_push_name(p: TokenInfo, name: str | None) -> None:
+    """Refuses a push's name outside the token's prefixes, or no name from a limited token.
+
+    Raises:
+        PermissionDeniedError: either.
+    """
+    if name is not None:
+        check_name(p, name)
+    elif p.prefixes:
+        raise PermissionDeniedError(
+            f"token {p.name!r} is limited to name prefixes: push with a name"
+        )
 
 
 @router.put("/blobs/{digest}", status_code=201)
-async def upload(request: Request, p: Writer, digest: str) -> dict[str, Any]:
+async def upload(
+    request: Request, p: Writer, digest: str, name: str | None = None
+) -> dict[str, Any]:
     """One part's bytes (the request body), stored if their sha256 is ``digest`` (422
     ``IntegrityError`` otherwise: nothing stored). Read in the uploads' own threads
-    (``server/_bridge.py``): slow uploads never hold up other requests."""
+    (``server/_bridge.py``): slow uploads never hold up other requests. ``name``: the name the
+    part is for, refused (403) before the body is read if outside the token's prefixes. A
+    prefix-limited token's upload is recorded: its commits may name the part
+    (``registry/_reach.py``)."""
+    if name is not None:
+        check_name(p, name)
 
     def receive() -> int:
         chunks: Iterator[bytes] = iterate_body(request)
         return _reg(request).receive_blob(digest, chunks, max_size=request.app.state.max_upload)
 
     size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
+    if p.prefixes:
+        await anyio.to_thread.run_sync(_reg(request)._reach.record_upload, p.name, digest)
     return {"digest": digest, "size": size}
 
 
@@ -125,13 +160,10 @@ async def _heavy(request: Request, work: Callable[[], T]) -> T:
 async def commit(request: Request, p: Writer, body: Commit) -> Any:
     """Pushes a version from stored parts (``Registry.push_parts``): every part and archive
     verified, every module validated in the sandbox; a part not uploaded is 422 naming it, an
-    archive description that does not fit ``ArchiveParts`` 400."""
-    if body.name is not None:
-        check_name(p, body.name)
-    elif p.prefixes:
-        raise PermissionDeniedError(
-            f"token {p.name!r} is limited to name prefixes: push with a name"
-        )
+    archive description that does not fit ``ArchiveParts`` 400. A prefix-limited token's
+    commit names only parts it reaches (``registry/_reach.py``): any other is refused as not
+    uploaded, before anything is read, so neither its existence nor its size is said."""
+    _check_push_name(p, body.name)
 
     def push() -> Any:
         try:
@@ -139,6 +171,7 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
                         for a in body.archives]  # fmt: skip
         except CorruptArchiveError as e:  # the request is malformed, not an archive
             raise InvalidNameError(str(e)) from None
+        _check_reached_parts(_reg(request), p, archives, body.examples)
         examples = _examples(_reg(request), body.examples)
         with acting_as(p.name):
             result = _reg(request).push_parts(
@@ -149,6 +182,28 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
         return to_wire(result)
 
     return await _heavy(request, push)
+
+
+def _check_reached_parts(
+    registry: Registry, p: TokenInfo, archives: list[ArchiveParts], examples: Examples | None
+) -> None:
+    """Refuses a commit by a prefix-limited token that names a part (or examples blob) it does
+    not reach, or that the store lacks, in the same words either way (issue 24's F1).
+
+    Raises:
+        IntegrityError: the first such digest (``.expected``), "was not uploaded".
+    """
+    if not p.prefixes:
+        return
+    named = [part.digest for a in archives for part in a.parts]
+    named += [examples.digest] if examples is not None else []
+    reached = registry._reach.reachable(p, named)
+    lacking = set(registry.missing_blobs([d for d in named if d in reached]))
+    for digest in named:
+        if digest not in reached or digest in lacking:
+            raise IntegrityError(
+                f"the part {digest} was not uploaded: send it first", expected=digest
+            )
 
 
 def _examples(registry: Registry, examples: Examples | None) -> Any:
@@ -187,7 +242,7 @@ def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMo
 async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
     """``Registry.audit`` on the server (its worker processes), findings recorded; a
     prefix-limited token audits its names only (a digest reference to another name's archive
-    is not found)."""
+    is not found, a ``sha256:`` prefix matched among its names' archives only)."""
 
     def run() -> Any:
         if body.reference is None and p.prefixes:
@@ -203,7 +258,7 @@ async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
     if reference is not None:
-        check_reference(_reg(request), p, reference)
+        reference = check_reference(_reg(request), p, reference)
     with acting_as(p.name):
         return _reg(request).audit(
             reference, platform=body.platform, force=body.force, level=body.level,
@@ -223,7 +278,8 @@ def delete(
 
 @router.post("/gc")
 async def gc(request: Request, p: Admin, body: GcBody) -> Any:
-    """``Registry.gc``."""
+    """``Registry.gc`` (an admin token without name prefixes: it reaches every name)."""
+    check_store_wide(p)
 
     def collect() -> Any:
         with acting_as(p.name):
@@ -236,29 +292,34 @@ async def gc(request: Request, p: Admin, body: GcBody) -> Any:
 
 @router.post("/verify")
 async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
-    """``Registry.verify``: every blob's digest (``deep``: every archive read in full)."""
+    """``Registry.verify``: every blob's digest (``deep``: every archive read in full); an
+    admin token without name prefixes."""
+    check_store_wide(p)
     reg = _reg(request)
     return to_wire(await _heavy(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
 
 
 @router.get("/tokens")
 def tokens(request: Request, p: Admin) -> Any:
-    """Every token, without secrets."""
-    return to_wire(_reg(request).tokens.list())
+    """The tokens within the caller's (``TokenInfo.covers``: all, for an admin without
+    prefixes), without secrets."""
+    return to_wire(_reg(request).tokens.list(within=p))
 
 
 @router.post("/tokens", status_code=201)
 def create_token(request: Request, p: Admin, body: TokenBody) -> Any:
-    """Makes a token; the answer holds its secret, this once."""
+    """Makes a token within the caller's (403 otherwise: a scope no larger, each prefix
+    starting with one of the caller's); the answer holds its secret, this once."""
     with acting_as(p.name):
         new = _reg(request).tokens.create(
-            body.name, body.scope, prefixes=body.prefixes, expires_in=body.expires_in
+            body.name, body.scope, prefixes=body.prefixes, expires_in=body.expires_in, within=p
         )
     return {"info": to_wire(new.info), "secret": new.secret}
 
 
 @router.delete("/tokens/{name}")
 def revoke_token(request: Request, p: Admin, name: str) -> Any:
-    """Revokes a token (its requests get 401 from now on)."""
+    """Revokes a token within the caller's (its requests get 401 from now on); any other is
+    as if it did not exist (404)."""
     with acting_as(p.name):
-        return to_wire(_reg(request).tokens.revoke(name))
+        return to_wire(_reg(request).tokens.revoke(name, within=p))

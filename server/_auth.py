@@ -13,8 +13,12 @@ another site makes a browser load cannot write.
 
 A token limited to name prefixes sees only those names: a name it gives outside them is 403
 (before any lookup), and what it reaches without giving a name is as if it did not exist (404
-with the message of a missing one): a digest reference to another name's archive, a blob that
-is not the archive of one of its names' versions (``server/_api_read.py``).
+with the message of a missing one): a digest reference to another name's archive (a
+``sha256:`` prefix is matched among its names' archives only, so an ambiguous one lists no
+other), a blob that is not the archive of one of its names' versions (``server/_api_read.py``),
+a part it did not upload and no version of its names holds (``registry/_reach.py``). Store-wide
+operations (gc, verify) and tokens reaching further than a token's own are not its to manage
+(``check_store_wide``, ``TokenInfo.covers``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from jaxport import NotFoundError, PermissionDeniedError
+from jaxport import InvalidNameError, NotFoundError, PermissionDeniedError
 from jaxport.registry import Registry, TokenInfo, parse_reference
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "check_name",
     "check_reached",
     "check_reference",
+    "check_store_wide",
     "scope",
 ]
 
@@ -91,20 +96,49 @@ def check_name(principal: TokenInfo, name: str) -> None:
         )
 
 
-def check_reference(registry: Registry, principal: TokenInfo, reference: str) -> None:
-    """Refuses a reference outside the token's prefixes: a name it gives is 403 (before any
-    lookup); a digest reference to another name's archive is 404, as if no archive had that
-    digest (a limited token learns no other name).
+def check_reference(registry: Registry, principal: TokenInfo, reference: str) -> str:
+    """Refuses a reference outside the token's prefixes, and returns the reference to look
+    up: a name it gives is 403 (before any lookup); a ``sha256:`` prefix is matched against
+    the archives of the names the token sees only, and answered as ``sha256:`` and the whole
+    digest of the one it matches. What another name holds is as if it did not exist: no
+    match is 404, and an ambiguous prefix (400) lists only archives the token sees.
 
     Raises:
         PermissionDeniedError: the reference names a name outside the prefixes.
-        NotFoundError: a digest reference that reaches such a name (or nothing).
+        NotFoundError: a digest prefix that no archive of the token's names has.
+        InvalidNameError: a digest prefix that several of them have, or a bad reference.
     """
-    name = parse_reference(reference).name
-    if name is not None:
-        check_name(principal, name)
-    elif principal.prefixes:
-        check_reached(principal, reference, registry.get(reference).name)
+    parsed = parse_reference(reference)
+    if parsed.name is not None:
+        check_name(principal, parsed.name)
+        return reference
+    prefix = parsed.digest_prefix
+    if not principal.prefixes or prefix is None:
+        return reference
+    found = registry._reach.visible_archives(principal.prefixes, prefix)
+    if not found:
+        raise NotFoundError(f"no archive has a digest starting with {prefix}")
+    if len(found) > 1:
+        shown = ", ".join(d[: len(prefix) + 4] for d in found[:-1])
+        raise InvalidNameError(
+            f"sha256:{prefix} matches several archives ({shown}, ...): give more digits"
+        )
+    check_reached(principal, reference, registry.get(f"sha256:{found[0]}").name)
+    return f"sha256:{found[0]}"
+
+
+def check_store_wide(principal: TokenInfo) -> None:
+    """Refuses a store-wide operation (gc, verify: every name's blobs) to a token limited to
+    name prefixes: they need an admin token without prefixes.
+
+    Raises:
+        PermissionDeniedError: the token has prefixes.
+    """
+    if principal.prefixes:
+        raise PermissionDeniedError(
+            f"token {principal.name!r} is limited to name prefixes; this reaches every name "
+            "and needs an admin token without prefixes"
+        )
 
 
 def check_reached(principal: TokenInfo, reference: str, name: str) -> None:

@@ -2,7 +2,8 @@
 
 Body: ``{"error": {"type": "NotFoundError", "message": "...", "attrs": {...}}}``; ``attrs`` are
 the error's public attributes (``needed``, ``found``, ...), read back by the client
-(``registry/_http.py``) into the same class. An error that is not a ``JaxportError`` is a 500
+(``registry/_http.py``) into the same class. A message never shows the server's disk paths
+(``public_message``). An error that is not a ``JaxportError`` is a 500
 that says only "internal error" (its text could hold anything): ``server/_guard.py`` answers
 it and logs its type, never its message.
 
@@ -16,6 +17,7 @@ them in the OpenAPI document.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import Request
@@ -34,6 +36,7 @@ __all__ = [
     "http_error_handler",
     "jaxport_error_handler",
     "plain_body",
+    "public_message",
     "status_of",
     "validation_error_handler",
 ]
@@ -94,6 +97,25 @@ _ATTRS = ("needed", "found", "expected", "supported", "variants", "targets", "fu
           "section", "what", "offset", "vjp_order")  # fmt: skip
 
 
+#: An absolute path of the server's disk (two parts at least, so ``/login`` stays): after the
+#: start, a space, a quote, a bracket, ``=``, ``,`` or ``:``, or after ``//`` (``sqlite:////srv``,
+#: ``file:///srv``; a URL's host is not a slash, so ``http://host/a`` stays).
+_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=,:])|(?<=//))/[^\s'"/]+(?:/[^\s'"]*)+""")
+#: What stands for a path in an answer.
+HIDDEN_PATH = "<server path>"
+
+
+def public_message(error: BaseException, principal: Any = None) -> str:
+    """The message of an error as a client may read it: the server's disk paths (its blob
+    store, database, temporary files: issue 24's F11) replaced by ``HIDDEN_PATH``, and for a
+    404 to a token limited to name prefixes (or before a token was read) only the first
+    clause, since "no artifact named 'x'; names: a, b" lists names it may not see."""
+    message = _PATH.sub(HIDDEN_PATH, str(error))
+    if status_of(error) == 404 and (principal is None or principal.prefixes):
+        message = message.split("; ")[0]
+    return message
+
+
 def status_of(error: BaseException) -> int:
     """The HTTP status of a jaxport error."""
     return next(code for cls, code in _STATUS if isinstance(error, cls))
@@ -108,17 +130,15 @@ def error_body(error: BaseException) -> dict[str, Any]:
             isinstance(value, list | tuple) and all(isinstance(x, str | int) for x in value)
         ):
             attrs[name] = list(value) if isinstance(value, tuple) else value
-    return {"error": {"type": type(error).__name__, "message": str(error), "attrs": attrs}}
+    message = _PATH.sub(HIDDEN_PATH, str(error))
+    return {"error": {"type": type(error).__name__, "message": message, "attrs": attrs}}
 
 
 async def jaxport_error_handler(request: Request, error: Exception) -> JSONResponse:
     code = status_of(error)
     headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
     body = error_body(error)
-    principal = getattr(request.state, "principal", None)
-    if code == 404 and (principal is None or principal.prefixes):
-        # "no artifact named 'x'; names: a, b": the names a limited token may not see
-        body["error"]["message"] = str(error).split("; ")[0]
+    body["error"]["message"] = public_message(error, getattr(request.state, "principal", None))
     return JSONResponse(body, status_code=code, headers=headers)
 
 

@@ -37,7 +37,7 @@ from jaxport.audit import STATUSES
 from jaxport.registry import Registry, TokenInfo
 from jaxport.server import _views as v
 from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
-from jaxport.server._errors import status_of
+from jaxport.server._errors import public_message, status_of
 
 __all__ = ["PageRoute", "router"]
 
@@ -61,7 +61,8 @@ class PageRoute(APIRoute):
             try:
                 return await handler(request)
             except JaxportError as error:
-                return error_page(request, status_of(error), str(error))
+                principal = getattr(request.state, "principal", None)
+                return error_page(request, status_of(error), public_message(error, principal))
             except RequestValidationError:
                 return error_page(request, 422, "a query parameter or path part is not valid")
             except Exception as error:
@@ -182,13 +183,37 @@ def login_form(request: Request) -> Response:
     return v.render("login.html", error=None, open_read=request.app.state.open_read, who=None)
 
 
+def cross_site(request: Request) -> bool:
+    """Whether a browser sent this form from another site (a CSRF defence for ``/login`` and
+    ``/logout``, as OWASP's CSRF cheat sheet advises: "Verifying Origin With Standard
+    Headers" and "Fetch Metadata"). A page cannot set either header itself: a browser's
+    ``Sec-Fetch-Site`` decides (``same-origin``, or ``none`` for a typed address); without it,
+    ``Origin``, whose host must be the request's ``Host`` (or ``X-Forwarded-Host``, behind a
+    proxy). A request with neither comes from no browser, so no other site made it."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site.lower() not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    host = urllib.parse.urlsplit(origin).netloc.lower()
+    ours = {request.headers.get(h, "").lower() for h in ("host", "x-forwarded-host")}
+    return not host or host not in ours
+
+
+def _refused(request: Request) -> Response:
+    return error_page(request, 403, "a form sent from another site is refused (cross-site)")
+
+
 @router.post("/login")
 async def login(request: Request) -> Response:
     """Checks the form's token and stores it in the ``jaxport_token`` cookie (HttpOnly,
     SameSite=Strict, Secure over HTTPS, until the token expires), then goes to ``/``; a bad
     token gives the form again (401) with the reason, which never shows the token. The form
     is read without a thread (anyone may send one, as slowly as they like); the token is
-    checked in one."""
+    checked in one. A form another site sends is refused (403, ``cross_site``)."""
+    if cross_site(request):
+        return _refused(request)
     body = b""
     try:
         async for chunk in request.stream():
@@ -220,8 +245,10 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-def logout() -> Response:
-    """Drops the cookie and goes to ``/login``."""
+def logout(request: Request) -> Response:
+    """Drops the cookie and goes to ``/login`` (a form another site sends: 403)."""
+    if cross_site(request):
+        return _refused(request)
     answer = RedirectResponse("/login", status_code=303)
     answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return answer

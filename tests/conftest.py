@@ -26,7 +26,7 @@ SLOW_MODULES = frozenset({
     "test_registry_concurrency.py", "test_children.py",
     "test_registry_models.py", "test_hypothesis_roundtrip.py", "test_audit.py",
     "test_sandbox.py", "test_fuzz.py", "test_bounded_models.py", "test_crash_consistency.py",
-    "test_safety.py",
+    "test_safety.py", "test_isolation.py",
 })  # fmt: skip
 
 
