@@ -67,14 +67,28 @@ def _seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> fl
     "--max-upload",
     type=click.IntRange(min=1),
     metavar="BYTES",
-    help="The largest part one upload may send (default 64 GiB).",
+    help="The largest part one upload, and a commit's archives, may send (default 64 GiB).",
+)
+@click.option(
+    "--memory-budget",
+    type=click.IntRange(min=1 << 20),
+    metavar="BYTES",
+    help="Memory that large bodies and commits may hold at once per process (default 2 GiB); "
+    "past it a request waits, then gets 503 with Retry-After.",
+)
+@click.option(
+    "--max-connections",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(16, 1 << 20),
+    help="Open connections per process; past them, 503.",
 )
 @click.option("--upgrade", is_flag=True, help="Upgrade an older database schema first.")
 @click.pass_context
 def serve(
     ctx: click.Context, host: str, port: int, workers: int, open_read: bool,
     webhooks: tuple[str, ...], webhook_secret_file: str | None, max_upload: int | None,
-    upgrade: bool,
+    memory_budget: int | None, max_connections: int, upgrade: bool,
 ) -> None:  # fmt: skip
     """Serve the registry over HTTP: the API at /api/v1 (OpenAPI at /api/v1/openapi.json),
     web pages at /. The registry is --registry / --blobs (or their environment variables);
@@ -88,12 +102,17 @@ def serve(
     Registry(url, blobs=blobs, upgrade=upgrade).close()  # fails here, clearly, if it cannot open
     secret = Path(webhook_secret_file).read_text().strip() if webhook_secret_file else None
     os.environ[ENV_OPTIONS] = options_to_env(
-        url, blobs, open_read, list(webhooks), secret, max_upload
+        url, blobs, open_read, list(webhooks), secret, max_upload, memory_budget
     )
+    from jaxport.server import _connections as c
+
+    cap = c.connection_cap(max_connections, c.raise_open_file_limit())  # workers inherit it
     click.echo(f"jaxport registry server on http://{host}:{port} ({workers} process(es))", err=True)
     uvicorn.run(
         "jaxport.server:app_from_env", factory=True, host=host, port=port,
-        workers=workers, log_level="warning", access_log=False,
+        workers=workers, log_level="warning", access_log=False, http=c.DeadlineH11Protocol,
+        limit_concurrency=cap, timeout_keep_alive=c.KEEP_ALIVE,
+        h11_max_incomplete_event_size=c.MAX_HEAD,
     )  # fmt: skip
 
 

@@ -5,7 +5,9 @@ transaction holding the exclusive blob lock, and only when no variant, no golden
 live ``pending_blobs`` row of a push in flight needs it. A model variant needs its parts
 (``variant_parts``: the skeleton and each tensor), which its push registers as pending like any
 blob. Stale temporary files of killed writes are collected too, never one whose digest (in its
-name) a push in flight has pending; files that are not jaxport's are reported and left alone.
+name) a push in flight has pending, and so are the directories of killed commits
+(``registry/_workdirs.py``: those whose process is gone); files that are not jaxport's are
+reported and left alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from jaxport.registry._models import (
 from jaxport.registry._publish import PENDING_TTL, pid_scope
 from jaxport.registry._queries import model_id_of, version_id_of
 from jaxport.registry._types import BlobProblem, GcReport, VerifyReport
+from jaxport.registry._workdirs import sweep
 
 __all__ = ["Maintenance"]
 
@@ -113,13 +116,14 @@ class Maintenance:
             for stray in temps:
                 self._blobs.remove_stray(stray)
         foreign = tuple(s.path for s in strays if s.kind == "foreign")
+        commits = tuple(sweep(self._blobs, dry_run=dry_run))  # of killed commits: F8
         return GcReport(
             digests=doomed,
             bytes=total,
             dry_run=dry_run,
             kept_young=young,
             kept_pending=kept_pending,
-            temp_files=tuple(s.path for s in temps),
+            temp_files=tuple(s.path for s in temps) + commits,
             foreign=foreign,
             kept_temp=young_temps,
         )

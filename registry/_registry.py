@@ -10,7 +10,6 @@ import builtins
 import dataclasses
 import datetime
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from jaxport import (
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.export import ranged_info
 from jaxport.migrations import HEAD
-from jaxport.registry import _db, _queue, _uploads
+from jaxport.registry import _db, _queue, _uploads, _workdirs
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import RegistryConfig, default_home, safe_url
@@ -299,12 +298,13 @@ class Registry:
         Raises:
             IntegrityError: a part is missing (``.expected`` names it) or corrupt, or the
                 parts do not make the archive's digest.
+            InvalidNameError: the parts are not the archive's layout (``_uploads.plan``).
             (and see ``push``)
         """
         self._check_writable()
         for archive in archives:
-            archive.check()  # before a temporary file is made
-        with tempfile.TemporaryDirectory(prefix="jaxport-commit-") as tmp:
+            _uploads.plan(self.blobs, archive)  # its layout, before a byte is written
+        with _workdirs.commit_dir(self.blobs) as tmp:  # where gc and a server's start sweep
             paths = [_uploads.assemble(self.blobs, a, tmp) for a in archives]
             return self.push(paths, name, **push)
 

@@ -206,7 +206,8 @@ class GcReport:
         dry_run: nothing was removed.
         kept_young: unreferenced blobs kept back because they are younger than ``min_age``.
         kept_pending: unreferenced blobs kept back because a push in flight holds them.
-        temp_files: stale temporary files (of killed writes) removed.
+        temp_files: stale temporary files (of killed writes) removed, and the directories
+            of killed commits (``registry/_workdirs.py``: absolute paths).
         foreign: files in the blob store that are not jaxport's, left alone.
         kept_temp: temporary files of a push in flight (whatever their age), or younger than
             ``temp_age`` (a killed write not yet stale), left alone.

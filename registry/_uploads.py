@@ -5,7 +5,11 @@ skeleton and one part per tensor section, ``jaxport.export.split_archive``), ask
 digests the store lacks (``missing``), sends only those (``receive``: each one's sha256 checked
 as it arrives; a part that does not match is never stored), then commits the version: the
 archives are put together from their parts (``assemble``: every part verified, the whole
-archive's sha256 checked) and pushed as files, through the same validation as any push. Parts
+archive's sha256 checked) and pushed as files, through the same validation as any push. Before
+a byte is written, a commit's parts must be the archive's layout as its header (in the first
+part) declares it (``plan``): a model's skeleton, then each tensor's section once, in order; any
+other archive one part, whole. So what a commit writes to its temporary file is the archive's
+declared size, and the memory its push needs (the sections it decompresses) is known. Parts
 stored before a commit are blobs nothing refers to yet: ``gc`` keeps them for ``min_age``
 (an hour by default), so an interrupted upload resumes by asking ``missing`` again.
 """
@@ -20,17 +24,18 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from jaxport import IntegrityError, InvalidNameError
+from jaxport import IntegrityError, InvalidNameError, JaxportError
 from jaxport._io import atomic_write
 from jaxport.export import Part
 from jaxport.registry._blobs import BlobStore
-from jaxport.registry._model_parts import archive_chunks
+from jaxport.registry._model_parts import archive_chunks, header_info
 from jaxport.registry._names import check_digest
 
-__all__ = ["ArchiveParts", "assemble", "missing", "receive"]
+__all__ = ["ArchiveParts", "assemble", "missing", "plan", "receive"]
 
-#: Most parts one archive may name (a model's tensors, plus its skeleton).
-MAX_PARTS = 1_000_000
+#: Most parts one archive may name: a model's skeleton and its tensors, one section each
+#: besides the modules' (the format's ``MAX_MODEL_SECTIONS``, 2**16).
+MAX_PARTS = 1 << 16
 #: Most zero bytes before a part: a model archive pads its sections to 64 bytes
 #: (``schema/FORMAT.md``); a larger gap would have a commit write zeros without end.
 MAX_GAP = 4096
@@ -69,6 +74,58 @@ class ArchiveParts:
             end = p.offset + p.size
         if end > self.size:
             raise InvalidNameError(f"the parts end at byte {end}, past the archive's {self.size}")
+
+
+def plan(blobs: BlobStore, archive: ArchiveParts) -> int:
+    """Checks that ``archive``'s parts are its layout as the header in its first part
+    declares it (``jaxport.export.split_archive``'s, from the header alone); returns the bytes
+    of memory its push may hold: the decompressed size of every compressed section, plus the
+    archive itself (a function archive, or bytes that are no jaxport archive) or its skeleton
+    (a model, whose raw tensors are mapped, not held). Reads the first part's header only.
+
+    Raises:
+        InvalidNameError: see ``ArchiveParts.check``; parts that are not the layout (a part
+            named where the header has another, or more or fewer parts than it has
+            sections), or a size that is not the header's.
+        IntegrityError: the first part is missing (``.expected`` names it), or its header
+            does not match its digest.
+    """
+    from jaxport.export._container import PREAMBLE_LENGTH
+
+    archive.check()
+    first = archive.parts[0]
+    try:
+        info = header_info(blobs, first.digest, archive.size)
+    except IntegrityError:
+        raise
+    except JaxportError:  # no jaxport archive this jax reads: one part, the whole (converted)
+        info = None
+    if info is None or info.kind != "model":
+        expected: tuple[Part, ...] = (Part(0, first.digest, 0, archive.size),)
+        held = archive.size
+    else:
+        start = PREAMBLE_LENGTH + info.header_length
+        modules = info.sections[0]
+        held = start + modules.offset + modules.length
+        tensors = [info.sections[t.section] for t in info.tensors]
+        expected = (
+            Part(0, first.digest, 0, held),
+            *(Part(i + 1, s.sha256, start + s.offset, s.length) for i, s in enumerate(tensors)),
+        )
+    if info is not None and info.total_length != archive.size:
+        raise InvalidNameError(
+            f"archive {archive.digest}: its header says {info.total_length} bytes, the "
+            f"commit {archive.size}"
+        )
+    if tuple(archive.parts) != expected:
+        raise InvalidNameError(
+            f"archive {archive.digest}: its {len(archive.parts)} part(s) are not the "
+            f"{len(expected)} its header lays out (a skeleton, then each tensor's section once, "
+            "in order; any other archive one part, whole)"
+        )
+    if info is None:
+        return held
+    return held + sum(s.uncompressed_length for s in info.sections if s.compression != "none")
 
 
 def missing(blobs: BlobStore, digests: Sequence[str]) -> list[str]:
@@ -128,7 +185,7 @@ def assemble(blobs: BlobStore, archive: ArchiveParts, directory: str | os.PathLi
             archive's sha256 is not ``archive.digest``.
         InvalidNameError: see ``ArchiveParts.check``.
     """
-    archive.check()
+    plan(blobs, archive)
     path = Path(directory) / f"{archive.digest}.jaxport"
     h = hashlib.sha256()
 

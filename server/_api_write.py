@@ -18,6 +18,7 @@ from jaxport.registry import (
     ArchiveParts,
     Registry,
     TokenInfo,
+    _uploads,
     acting_as,
     examples_from_blob,
     from_wire,
@@ -26,10 +27,16 @@ from jaxport.registry import (
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
 from jaxport.server._bridge import iterate_body
 from jaxport.server._errors import RESPONSES
+from jaxport.server._limits import (
+    MAX_COMMIT_PARTS,
+    MAX_DIGESTS,
+    MAX_METADATA_KEYS,
+    OffLoopJSON,
+)
 
 __all__ = ["router"]
 
-router = APIRouter(responses=RESPONSES)
+router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parsed in threads
 T = TypeVar("T")
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
@@ -43,7 +50,7 @@ class Digests(BaseModel):
     """Part digests, and the name they are for (a client since issue 24 sends it, null
     included: a name outside the token's prefixes is refused before any part is sent)."""
 
-    digests: list[str] = Field(max_length=1_000_000)
+    digests: list[str] = Field(max_length=MAX_DIGESTS)
     name: str | None = None
 
 
@@ -61,8 +68,8 @@ class Commit(BaseModel):
 
     name: str | None = None
     archives: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
-    aliases: list[str] = []
-    metadata: dict[str, str] = {}
+    aliases: list[str] = Field(default=[], max_length=1000)
+    metadata: dict[str, str] = Field(default={}, max_length=MAX_METADATA_KEYS)
     allow_custom_calls: list[str] = []
     vjp_order: int = 0
     examples: Examples | None = None
@@ -172,8 +179,9 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
         except CorruptArchiveError as e:  # the request is malformed, not an archive
             raise InvalidNameError(str(e)) from None
         _check_reached_parts(_reg(request), p, archives, body.examples)
+        need = _commit_memory(request, archives)
         examples = _examples(_reg(request), body.examples)
-        with acting_as(p.name):
+        with request.app.state.memory.reserve(need, "this commit"), acting_as(p.name):
             result = _reg(request).push_parts(
                 archives, body.name, aliases=body.aliases, metadata=body.metadata,
                 allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
@@ -182,6 +190,30 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
         return to_wire(result)
 
     return await _heavy(request, push)
+
+
+def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
+    """The bytes of memory a commit's push may hold (``_uploads.plan``: its parts checked to
+    be each archive's layout, from the headers alone), once its archives' declared sizes are
+    within ``max_upload`` together (what it writes to a temporary file) and its parts within
+    ``MAX_COMMIT_PARTS`` (issue 24: F4, F6).
+
+    Raises:
+        InvalidNameError: too many parts, too many bytes declared, or parts that are not
+            the layout.
+        IntegrityError: a first part that was not uploaded.
+    """
+    parts = sum(len(a.parts) for a in archives)
+    if parts > MAX_COMMIT_PARTS:
+        raise InvalidNameError(f"a commit has at most {MAX_COMMIT_PARTS:,} parts, not {parts:,}")
+    for a in archives:
+        a.check()
+    declared, limit = sum(a.size for a in archives), request.app.state.max_upload
+    if declared > limit:
+        raise InvalidNameError(
+            f"a commit's archives are at most {limit:,} bytes together, these {declared:,}"
+        )
+    return sum(_uploads.plan(_reg(request).blobs, a) for a in archives)
 
 
 def _check_reached_parts(

@@ -13,9 +13,11 @@ audits never hold up reads. Every request passes ``server/_guard.py`` first.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -23,9 +25,11 @@ from starlette.exceptions import HTTPException
 from jaxport import JaxportError, __version__
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry import Registry
+from jaxport.registry._workdirs import sweep
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS
 from jaxport.server._guard import Guard
+from jaxport.server._limits import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from jaxport.server._webhooks import Webhooks
 
 __all__ = ["create_app"]
@@ -40,13 +44,18 @@ def create_app(
     max_upload: int = DEFAULT_MAX_READ,
     webhooks: Sequence[str] = (),
     webhook_secret: str | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> FastAPI:
     """The server's app over ``registry``.
 
     Args:
         registry: a direct ``jaxport.Registry`` (SQL database and blob store).
         open_read: reads (API and pages) need no token; writes always do.
-        max_upload: the largest part one upload may send, in bytes (default 64 GiB).
+        max_upload: the largest part one upload may send, and the most bytes a commit's
+            archives may declare together (what it writes to a temporary file), in bytes
+            (default 64 GiB).
+        memory_budget: the bytes of memory that large JSON bodies and commits may hold at
+            once in this server process (``server/_limits.py``; default 2 GiB).
         webhooks: URLs each event is POSTed to (JSON), signed with ``webhook_secret``
             (``X-Jaxport-Signature: sha256=HEX``, HMAC-SHA256 of the body), retried with
             backoff (``server/_webhooks.py``).
@@ -55,6 +64,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(functools.partial(sweep, registry.blobs))  # F8
         yield
         if hooks is not None:
             hooks.close()  # what is queued is delivered (with its retries) before exit
@@ -72,6 +82,7 @@ def create_app(
     app.state.max_upload = int(max_upload)
     app.state.uploads = anyio.CapacityLimiter(UPLOADS)
     app.state.heavy = anyio.CapacityLimiter(HEAVY)
+    app.state.memory = MemoryBudget(memory_budget)
     app.state.webhooks = hooks
     if hooks is not None:
         registry._events.listeners.append(hooks.deliver)

@@ -137,6 +137,8 @@ def error_body(error: BaseException) -> dict[str, Any]:
 async def jaxport_error_handler(request: Request, error: Exception) -> JSONResponse:
     code = status_of(error)
     headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
+    if code == 503:  # a busy server (``server/_limits.py``): the client retries after it
+        headers = {"Retry-After": "1"}
     body = error_body(error)
     body["error"]["message"] = public_message(error, getattr(request.state, "principal", None))
     return JSONResponse(body, status_code=code, headers=headers)

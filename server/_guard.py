@@ -5,10 +5,13 @@
 1. An API write (``/api/v1``, any method but GET, HEAD and OPTIONS) is authenticated before
    its body is read: a client without a valid token gets its 401 at once and cannot make the
    server wait for, or hold, a body (the route checks the token's scope and names after).
-2. A body larger than its limit is refused with 413 before it is read, by its
-   ``Content-Length``: a part upload (``PUT /api/v1/blobs/DIGEST``) ``max_upload`` bytes, any
-   other request ``MAX_BODY``. A body sent without a length is counted as it arrives (an
-   upload by ``receive_blob``, anything else here: 413 once it passes ``MAX_BODY``).
+2. A body larger than its route's limit (``server/_limits.py``'s ``body_limit``: a part
+   upload ``max_upload`` bytes, a commit or ``missing`` ``MAX_LIST_BODY``, anything else
+   ``MAX_BODY``) is refused with 413 before it is read, by its ``Content-Length``. A body sent
+   without a length is counted as it arrives (an upload by ``receive_blob``, anything else
+   here: 413 once it passes its limit). A body other than an upload's arrives whole within
+   ``BODY_TIMEOUT`` seconds (``server/_connections.py``), or the route sees its client as gone
+   (``ClientDisconnect``: a 400, nothing logged).
 3. An error that is not a ``JaxportError`` (those have their handler,
    ``server/_errors.py``) is a 500 that says only "internal error"; the server logs its type,
    never its message or a traceback (the text could hold anything). An error after the
@@ -19,33 +22,34 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+import anyio
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jaxport import JaxportError
 from jaxport.server._auth import bearer
+from jaxport.server._connections import BODY_TIMEOUT
 from jaxport.server._errors import error_body, plain_body, status_of
+from jaxport.server._limits import MAX_BODY, body_limit
 
 __all__ = ["MAX_BODY", "Guard"]
 
 _LOG = logging.getLogger("jaxport.server")
-#: The largest request body but a part upload's, in bytes: a commit of an archive of
-#: ``MAX_PARTS`` (10**6) parts, or as many digests, is about 110 MB of JSON.
-MAX_BODY = 128 << 20
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _API = "/api/v1/"
 
 
 class _TooLarge(HTTPException):
-    """A body without a length that passed ``MAX_BODY`` (raised where it is read)."""
+    """A body without a length that passed its limit (raised where it is read)."""
 
-    def __init__(self) -> None:
-        super().__init__(413, f"a request body is at most {MAX_BODY} bytes")
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"a request body here is at most {limit} bytes")
 
 
 class Guard:
@@ -72,7 +76,9 @@ class Guard:
                 await refusal(scope, receive, send)
                 return
             upload = _is_upload(request)
-            await self.app(scope, receive if upload else _counted(receive), sending)
+            deadline = time.monotonic() + BODY_TIMEOUT
+            counted = receive if upload else _counted(receive, _limit(request), deadline)
+            await self.app(scope, counted, sending)
         except Exception as error:
             cause = _cause(error)
             where = f"{request.method} {request.url.path}"
@@ -93,7 +99,7 @@ async def _refusal(request: Request) -> JSONResponse | None:
             code = status_of(error)
             headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
             return JSONResponse(error_body(error), status_code=code, headers=headers)
-    limit = request.app.state.max_upload if _is_upload(request) else MAX_BODY
+    limit = _limit(request)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         message = f"a request body here is at most {limit} bytes, this one has {declared}"
@@ -106,17 +112,29 @@ def _is_upload(request: Request) -> bool:
     return request.method == "PUT" and request.url.path.startswith(_API + "blobs/")
 
 
-def _counted(receive: Receive) -> Receive:
-    """``receive`` that raises ``_TooLarge`` once the body passes ``MAX_BODY`` bytes."""
+def _limit(request: Request) -> int:
+    return body_limit(request.method, request.url.path, request.app.state.max_upload)
+
+
+def _counted(receive: Receive, limit: int, deadline: float) -> Receive:
+    """``receive`` that raises ``_TooLarge`` once the body passes ``limit`` bytes, and
+    ``ClientDisconnect`` if it is not whole by ``deadline`` (``time.monotonic()``); once it
+    is, messages (a disconnect) pass as they come."""
     seen = 0
+    whole = False
 
     async def counting() -> Message:
-        nonlocal seen
-        message = await receive()
-        seen += len(message.get("body", b""))
-        if seen > MAX_BODY:
-            raise _TooLarge
-        return message
+        nonlocal seen, whole
+        if whole:
+            return await receive()
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _TooLarge(limit)
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+        raise ClientDisconnect  # too slow: as if gone (the server then closes the connection)
 
     return counting
 

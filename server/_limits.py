@@ -1,0 +1,217 @@
+"""What one request may make the server hold, and all requests together (issue 24: F3, F6).
+
+Bodies. Every body has a limit by route, checked before it is read (by its
+``Content-Length``) and as it arrives (a body without one): a part upload
+``--max-upload`` bytes; a commit or a ``missing`` question ``MAX_LIST_BODY`` (a commit of
+``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); any other body ``MAX_BODY``.
+A JSON body is parsed in a worker thread (``OffLoopJSON``), never on the event loop, and
+refused (400) past ``MAX_JSON_DEPTH`` levels, ``MAX_JSON_VALUES`` values or a string of
+``MAX_JSON_STRING`` characters, so that what the route's model then validates on the loop
+is small.
+
+Memory. A ``MemoryBudget`` (``jaxport serve --memory-budget``) is what the requests of one
+server process may hold at once beyond the server's own: a large JSON body
+(``JSON_MEMORY_FACTOR`` times its length: Python's objects for it) and a commit (the
+decompressed bytes its archives' headers declare, ``registry/_uploads.py``'s
+``commit_memory``) reserve their share before they allocate it and give it back when they
+are done. One that could never fit is refused (400); one that does not fit now waits at most
+``BUDGET_WAIT`` seconds, then is answered 503 with ``Retry-After`` (the client retries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jaxport import InvalidNameError, ServerUnavailableError
+
+__all__ = [
+    "BUDGET_WAIT",
+    "DEFAULT_MEMORY_BUDGET",
+    "JSON_MEMORY_FACTOR",
+    "MAX_BODY",
+    "MAX_COMMIT_PARTS",
+    "MAX_DIGESTS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_STRING",
+    "MAX_JSON_VALUES",
+    "MAX_LIST_BODY",
+    "MAX_METADATA_KEYS",
+    "MemoryBudget",
+    "OffLoopJSON",
+    "body_limit",
+    "parse_json",
+]
+
+#: The largest body of a route not listed below, in bytes (aliases, audits, gc, verify,
+#: tokens: a few hundred bytes each; metadata of a commit is counted in its commit's body).
+MAX_BODY = 64 << 10
+#: The largest commit (``POST /api/v1/versions``) or ``POST /api/v1/blobs/missing`` body,
+#: in bytes: ``MAX_COMMIT_PARTS`` parts at about 110 bytes of JSON each, and slack.
+MAX_LIST_BODY = 16 << 20
+#: Most parts of all the archives of one commit: two models of ``MAX_MODEL_SECTIONS``
+#: (``jaxport.export``: 65,536) sections each.
+MAX_COMMIT_PARTS = 1 << 17
+#: Most digests one ``missing`` question may ask about.
+MAX_DIGESTS = MAX_COMMIT_PARTS + 1
+#: Most metadata keys of one commit (the registry bounds their bytes: 1 MiB).
+MAX_METADATA_KEYS = 1024
+#: Levels of nesting of a JSON body (a commit has 4: body, archives, parts, part).
+MAX_JSON_DEPTH = 8
+#: Values (numbers, strings, lists, objects, keys) of a JSON body.
+MAX_JSON_VALUES = 1 << 20
+#: Characters of one JSON string (a metadata value may hold up to the registry's 1 MiB).
+MAX_JSON_STRING = 1 << 20
+#: Bytes of memory reserved per byte of a large JSON body: what ``json.loads`` makes of it
+#: (measured: a list of small ints about 8x, of 64-character strings about 1.6x).
+JSON_MEMORY_FACTOR = 8
+#: JSON bodies at most this large reserve nothing (a few threads' worth).
+_FREE_JSON = 64 << 10
+#: The default ``--memory-budget``, in bytes.
+DEFAULT_MEMORY_BUDGET = 2 << 30
+#: Seconds a request waits for its share of the budget before its 503.
+BUDGET_WAIT = 5.0
+_API = "/api/v1/"
+
+
+def body_limit(method: str, path: str, max_upload: int) -> int:
+    """The largest body, in bytes, of a request to ``method path`` (see the module's doc)."""
+    if method == "PUT" and path.startswith(_API + "blobs/"):
+        return max_upload
+    if method == "POST" and path in (_API + "versions", _API + "blobs/missing"):
+        return MAX_LIST_BODY
+    return MAX_BODY
+
+
+def parse_json(body: bytes) -> Any:
+    """``body`` as JSON, within the limits of the module's doc.
+
+    Raises:
+        InvalidNameError: not JSON (or not UTF-8), nested deeper than ``MAX_JSON_DEPTH``,
+            more than ``MAX_JSON_VALUES`` values or a string over ``MAX_JSON_STRING``.
+    """
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise InvalidNameError(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise InvalidNameError(f"the body is not JSON: {type(e).__name__}") from None
+    _check_shape(value)
+    return value
+
+
+def _check_shape(value: Any) -> None:
+    """Walks ``value`` without recursion, counting values and levels."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_JSON_VALUES:
+            raise InvalidNameError(f"the JSON body holds more than {MAX_JSON_VALUES:,} values")
+        if isinstance(item, str):
+            if len(item) > MAX_JSON_STRING:
+                raise InvalidNameError(
+                    f"a string of the JSON body is over {MAX_JSON_STRING:,} characters"
+                )
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidNameError(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((k, depth + 1) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        else:
+            stack.extend((v, depth + 1) for v in item)
+
+
+class MemoryBudget:
+    """Bytes of memory the requests of one server process may hold at once (thread-safe)."""
+
+    def __init__(self, total: int, wait: float = BUDGET_WAIT) -> None:
+        self.total = int(total)
+        self.wait = float(wait)
+        self.held = 0
+        self._changed = threading.Condition()
+
+    def acquire(self, nbytes: int, what: str) -> None:
+        """Takes ``nbytes`` of the budget (from a worker thread: it may wait up to ``wait``
+        seconds); ``release`` gives them back.
+
+        Raises:
+            InvalidNameError: ``nbytes`` is over the whole budget (400: it never fits).
+            ServerUnavailableError: it does not fit within ``wait`` seconds (503, with
+                ``Retry-After``).
+        """
+        if nbytes > self.total:
+            raise InvalidNameError(
+                f"{what} needs {nbytes:,} bytes of server memory; the server's budget is "
+                f"{self.total:,} (jaxport serve --memory-budget)"
+            )
+        deadline = time.monotonic() + self.wait
+        with self._changed:
+            while self.held + nbytes > self.total:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ServerUnavailableError(
+                        f"the server is busy: {what} needs {nbytes:,} bytes of memory that "
+                        "other requests hold; retry"
+                    )
+                self._changed.wait(left)
+            self.held += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Gives back what ``acquire`` took."""
+        with self._changed:
+            self.held -= nbytes
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def reserve(self, nbytes: int, what: str) -> Iterator[None]:
+        """``nbytes`` held for the ``with`` block. Raises: as ``acquire``."""
+        self.acquire(nbytes, what)
+        try:
+            yield
+        finally:
+            self.release(nbytes)
+
+
+class OffLoopJSON(APIRoute):
+    """A route whose JSON body is parsed in a worker thread (``parse_json``), under its share
+    of the app's ``MemoryBudget`` (``app.state.memory``), before FastAPI validates it (FastAPI
+    reads the body with ``Request.json``, which then has it)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def parsed_first(request: Request) -> Response:
+            body = await request.body()
+            if not body:
+                return await handler(request)
+            budget: MemoryBudget | None = getattr(request.app.state, "memory", None)
+            share = JSON_MEMORY_FACTOR * len(body) if len(body) > _FREE_JSON else 0
+            if budget is None or not share:
+                request._json = await anyio.to_thread.run_sync(parse_json, body)
+                return await handler(request)
+            what = f"a JSON body of {len(body):,} bytes"
+            await anyio.to_thread.run_sync(budget.acquire, share, what)
+            try:  # held while the route holds what the body became
+                request._json = await anyio.to_thread.run_sync(parse_json, body)
+                return await handler(request)
+            finally:
+                budget.release(share)
+
+        return parsed_first
