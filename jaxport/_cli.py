@@ -38,6 +38,13 @@ _ENVIRONMENT = (
 )
 
 
+def _notes(error: BaseException) -> None:
+    """Prints on stderr what was added to ``error`` on its way (a push stopped after sending
+    parts says what it left on the server: ``registry/_remote.py``)."""
+    for note in getattr(error, "__notes__", ()):
+        click.echo(note, err=True)
+
+
 def _wants_json(args: list[str]) -> bool:
     options = args[: args.index("--")] if "--" in args else args
     return "--json" in options
@@ -60,7 +67,11 @@ class _Cli(click.Group):
                 return super().invoke(ctx)
         except (JaxportError, OSError) as e:
             report_error(e, as_json)
+            _notes(e)
             ctx.exit(1)
+        except KeyboardInterrupt as e:  # click then says "Aborted!"
+            _notes(e)
+            raise
         except click.ClickException as e:
             if not as_json:
                 raise

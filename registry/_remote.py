@@ -317,7 +317,13 @@ class RemoteRegistry(Registry):
             name = default_name(archives[0])
         golden = examples_blob(sources, archives, examples) if examples else None
         extra = {golden[0]: golden[1]} if golden else {}
-        self._upload(archives, extra, name)
+        sent: list[int] = []  # the size of each part sent
+        try:
+            self._upload(archives, extra, name, sent)
+        except BaseException as error:  # Ctrl-C included: say what stays on the server
+            if sent:
+                error.add_note(_left_behind(self.url, sent))
+            raise
         body = {
             "name": name, "archives": [to_wire(a.parts) for a in archives],
             "aliases": builtins.list(aliases), "metadata": dict(metadata or {}),
@@ -327,11 +333,12 @@ class RemoteRegistry(Registry):
         return from_wire(PushResult, self._http.json("POST", "/versions", json=body))  # type: ignore[no-any-return]
 
     def _upload(
-        self, archives: Sequence[Any], extra: Mapping[str, bytes], name: str | None
-    ) -> None:
+        self, archives: Sequence[Any], extra: Mapping[str, bytes], name: str | None,
+        sent: builtins.list[int],
+    ) -> None:  # fmt: skip
         """Sends the parts of ``archives`` and the ``extra`` blobs (digest -> bytes) that the
         server asks for, each with the push's ``name``: a name the token may not push to is
-        refused before any part is sent."""
+        refused before any part is sent. ``sent`` gets the size of each part sent."""
         digests = [p.digest for a in archives for p in a.parts.parts] + builtins.list(extra)
         body = {"digests": digests, "name": name}
         missing = set(self._http.json("POST", "/blobs/missing", json=body)["missing"])
@@ -341,10 +348,12 @@ class RemoteRegistry(Registry):
                 if p.digest in missing:
                     data = bytes(a.chunks.view(p.offset, p.end))
                     self._http.json("PUT", f"/blobs/{p.digest}", content=data, params=params)
+                    sent.append(len(data))
                     missing.discard(p.digest)
         for digest, data in extra.items():
             if digest in missing:
                 self._http.json("PUT", f"/blobs/{digest}", content=data, params=params)
+                sent.append(len(data))
 
     def alias(self, name: str, alias: str, version: int | None) -> None:
         self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})
@@ -437,6 +446,16 @@ class RemoteRegistry(Registry):
 
     def _check_writable(self) -> None:
         return None
+
+
+def _left_behind(url: str, sent: Sequence[int]) -> str:
+    """What a push that stopped after sending parts left on the server, and how to free it."""
+    return (
+        f"this push had sent {len(sent)} part(s), {sum(sent):,} bytes, to {url}: they stay "
+        "there, referenced by no version, for gc's --min-age (an hour by default), so pushing "
+        "the same archives again within it sends them no more; an admin frees them now with "
+        "`jaxport gc --min-age 0`"
+    )
 
 
 def _direct_only(what: str) -> NoReturn:
