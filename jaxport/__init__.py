@@ -26,6 +26,7 @@ from jaxport._errors import InvalidNameError as InvalidNameError
 from jaxport._errors import JaxportError as JaxportError
 from jaxport._errors import JaxportWarning as JaxportWarning
 from jaxport._errors import MissingCustomCallError as MissingCustomCallError
+from jaxport._errors import MissingExtraError as MissingExtraError
 from jaxport._errors import NewerFormatError as NewerFormatError
 from jaxport._errors import NotFoundError as NotFoundError
 from jaxport._errors import OutsideJaxWindowError as OutsideJaxWindowError

@@ -22,7 +22,7 @@ from jaxport._cli_output import json_option
 from jaxport._cli_queue import audit_worker
 from jaxport._cli_rescue import rescue_cmd
 from jaxport._cli_server import log_cmd, serve, token
-from jaxport._errors import JaxportError
+from jaxport._errors import InvalidNameError, JaxportError, NotFoundError
 from jaxport._version import __version__
 
 __all__ = ["main"]
@@ -30,7 +30,8 @@ __all__ = ["main"]
 _JSON = "jaxport.json"  # ctx.meta key: --json was given (errors are then JSON too)
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _ENVIRONMENT = (
-    ("JAXPORT_REGISTRY", "database URL (SQLAlchemy), as --registry"),
+    ("JAXPORT_REGISTRY", "database URL (SQLAlchemy) or server URL, as --registry"),
+    ("JAXPORT_TOKEN", "a registry server's bearer token, as --token"),
     ("JAXPORT_BLOBS", "blob store: a directory or an fsspec URL, as --blobs"),
     ("JAXPORT_BLOBS_OPTIONS", "storage options of a blob store URL (s3fs's): a JSON object"),
     ("JAXPORT_HOME", "directory of the embedded default registry"),
@@ -98,13 +99,53 @@ class _Cli(click.Group):
 
 
 class _Context:
-    def __init__(self, url: str | None, blobs: str | None):
-        self.url, self.blobs = url, blobs
+    """The registry the options and environment name: ``--registry`` else
+    ``$JAXPORT_REGISTRY``, ``--blobs`` else ``$JAXPORT_BLOBS``, ``--token`` else
+    ``$JAXPORT_TOKEN`` (for a server URL), as ``jaxport.Registry()`` reads them."""
 
-    def registry(self) -> Any:
-        from jaxport.registry import Registry
+    def __init__(self, url: str | None, blobs: str | None, token: str | None = None):
+        self.url, self.blobs, self.token = url, blobs, token
 
-        return Registry(self.url, blobs=self.blobs)
+    def registry(self, *, create: bool = False) -> Any:
+        """The registry. A command that only reads passes ``create=False``: a SQLite file
+        that does not exist is then ``NotFoundError`` naming its absolute path, never created;
+        ``push`` and ``token create`` make it.
+
+        Raises:
+            NotFoundError: as above.
+            InvalidNameError: ``--token`` for a database URL.
+            MissingExtraError: a server URL without httpx (``jaxport[client]``).
+        """
+        from jaxport.registry import Registry, RegistryConfig, is_server_url
+
+        config = RegistryConfig.from_env()
+        url = self.url or config.url
+        if is_server_url(url):
+            return Registry(url, token=self.token)
+        if self.token is not None:
+            raise InvalidNameError(
+                "--token is for a registry server (an http(s):// --registry or "
+                "$JAXPORT_REGISTRY); a database registry takes none"
+            )
+        if not create:
+            _require_database(url or config.database_url())
+        return Registry(url, blobs=self.blobs)
+
+
+def _require_database(url: str) -> None:
+    """Refuses a SQLite URL whose file does not exist (a read must not create one).
+
+    Raises:
+        NotFoundError: the file is missing; the message names its absolute path.
+    """
+    from jaxport.registry import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise NotFoundError(
+            f"no registry database at {path}: nothing was pushed there yet (jaxport push "
+            "creates it), or --registry / $JAXPORT_REGISTRY names another file"
+        )
 
 
 pass_ctx = click.make_pass_decorator(_Context)
@@ -124,7 +165,14 @@ allow_custom_call_option = click.option(
     "--registry",
     "url",
     metavar="URL",
-    help="Database URL (SQLAlchemy). Default: $JAXPORT_REGISTRY, else the embedded SQLite one.",
+    help="Database URL (SQLAlchemy) or a registry server's http(s):// URL. Default: "
+    "$JAXPORT_REGISTRY, else the embedded SQLite one.",
+)
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help="A registry server's bearer token (jxp_...). Default: $JAXPORT_TOKEN, which keeps it "
+    "out of the process list and shell history.",
 )
 @click.option(
     "--blobs",
@@ -134,14 +182,14 @@ allow_custom_call_option = click.option(
 )
 @click.version_option(__version__, "-V", "--version", prog_name="jaxport")
 @click.pass_context
-def main(ctx: click.Context, url: str | None, blobs: str | None) -> None:
+def main(ctx: click.Context, url: str | None, token: str | None, blobs: str | None) -> None:
     """jaxport: archives, a registry and compatibility audits for jax.export.Exported
     functions and for models (parameters and methods).
 
     References: NAME (the newest version), NAME:VERSION, NAME@ALIAS, or a digest prefix
     sha256:HEX (at least 6 hex digits, e.g. the short form the tables show).
     """
-    ctx.obj = _Context(url, blobs)
+    ctx.obj = _Context(url, blobs, token)
     warnings.showwarning = _show_warning
 
 
@@ -246,7 +294,7 @@ def push(
     Exported.serialize() (converted, keeping its VJP order); they are told apart by content.
     Pushing archives that are already a version changes nothing and names that version.
     """
-    with ctx.registry() as reg:
+    with ctx.registry(create=True) as reg:
         if audit:
             reg.check_audit_queue()  # refused before anything is pushed
         result = reg.push(
@@ -1214,10 +1262,13 @@ def db() -> None:
     """The registry database's schema (alembic migrations)."""
 
 
-def _url(ctx: _Context) -> str:
+def _url(ctx: _Context, *, create: bool = False) -> str:
     from jaxport.registry import RegistryConfig
 
-    return ctx.url or RegistryConfig.from_env().database_url()
+    url = ctx.url or RegistryConfig.from_env().database_url()
+    if not create:
+        _require_database(url)
+    return url
 
 
 @db.command("current")
@@ -1242,7 +1293,7 @@ def db_upgrade(ctx: _Context, as_json: bool) -> None:
     """Upgrade the database's schema to this jaxport's (back it up first)."""
     from jaxport.registry import upgrade_database
 
-    before, after = upgrade_database(_url(ctx))
+    before, after = upgrade_database(_url(ctx, create=True))
     _emit(
         as_json,
         {"before": before, "after": after},

@@ -95,7 +95,7 @@ def rescue_cmd(
     report = rescue(file, target, jax=jax_release, python=python, timeout=timeout, overwrite=force)
     data: dict[str, Any] = {"rescue": report}
     if push_name is not None:
-        with ctx.registry() as reg:
+        with ctx.registry(create=True) as reg:
             data["pushed"] = reg.push(
                 str(report.archive), push_name, examples=report.golden_examples()
             )

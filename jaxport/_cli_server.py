@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from jaxport._cli_output import json_option
+from jaxport._errors import InvalidNameError
 
 __all__ = ["log_cmd", "serve", "token"]
 
@@ -93,12 +94,21 @@ def serve(
     """Serve the registry over HTTP: the API at /api/v1 (OpenAPI at /api/v1/openapi.json),
     web pages at /. The registry is --registry / --blobs (or their environment variables);
     clients need a token (jaxport token create) and no database password."""
+    from jaxport._extras import require
+    from jaxport.registry import Registry, RegistryConfig, is_server_url
+
+    for module in ("fastapi", "uvicorn", "jinja2", "httpx", "swagger_ui_bundle"):
+        require(module, "jaxport serve")
     import uvicorn
 
-    from jaxport.registry import Registry
     from jaxport.server import ENV_OPTIONS, options_to_env
 
     url, blobs = ctx.obj.url, ctx.obj.blobs
+    if is_server_url(url or RegistryConfig.from_env().url):
+        raise InvalidNameError(
+            "jaxport serve serves a database registry: give it a database URL (--registry or "
+            "$JAXPORT_REGISTRY), not a server's"
+        )
     Registry(url, blobs=blobs, upgrade=upgrade).close()  # fails here, clearly, if it cannot open
     secret = Path(webhook_secret_file).read_text().strip() if webhook_secret_file else None
     os.environ[ENV_OPTIONS] = options_to_env(
@@ -150,7 +160,7 @@ def token_create(
     expires_in: float | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Make a token called NAME; its secret is printed this once (stdout), never stored."""
-    with ctx.obj.registry() as reg:
+    with ctx.obj.registry(create=True) as reg:
         new = reg.tokens.create(name, scope, prefixes=prefixes, expires_in=expires_in)
     if as_json:
         from jaxport._cli_output import emit_json, to_json

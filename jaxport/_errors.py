@@ -15,6 +15,8 @@ working for code that does not know jaxport::
     │                                          a jax past jax's 6-month compatibility window
     ├── UnsupportedFeatureError (ValueError)   an Exported, or part of one, that cannot be
     │   │                                      written or read by this jax / jaxport
+    │   ├── MissingExtraError                  a capability whose optional extra is not
+    │   │                                      installed (``pip install 'jaxport[EXTRA]'``)
     │   ├── MissingCustomCallError             calling or compiling a module that calls a
     │   │                                      custom-call target this jaxlib does not provide
     │   └── UnsafeArchiveError                 a module calls custom-call targets that loading
@@ -73,6 +75,7 @@ __all__ = [
     "JaxportError",
     "JaxportWarning",
     "MissingCustomCallError",
+    "MissingExtraError",
     "NewerFormatError",
     "NotFoundError",
     "OutsideJaxWindowError",
@@ -212,6 +215,23 @@ class UnsupportedFeatureError(JaxportError, ValueError):
     a nullary constructor, a dtype the running jax does not know, or a ``vjp_order`` higher than
     the Exported has VJPs for.
     """
+
+
+class MissingExtraError(UnsupportedFeatureError):
+    """A capability whose optional dependencies (a setuptools extra) are not installed: the
+    message names the capability and the command that installs it, e.g. ``the registry
+    server's client needs httpx: pip install 'jaxport[client]'`` (``jaxport/_extras.py``).
+
+    Attributes:
+        extra: the extra to install (``client``, ``server``, ``s3``, ``postgres``, ``queue``,
+            ``signing``, ``orbax``, ``safetensors``).
+        module: the top-level module that could not be imported.
+    """
+
+    def __init__(self, message: str, *, extra: str, module: str):
+        self.extra = extra
+        self.module = module
+        super().__init__(message)
 
 
 class MissingCustomCallError(UnsupportedFeatureError):

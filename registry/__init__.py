@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from jaxport.registry._config import RegistryConfig as RegistryConfig
     from jaxport.registry._config import default_home as default_home
     from jaxport.registry._config import default_url as default_url
+    from jaxport.registry._config import is_server_url as is_server_url
     from jaxport.registry._config import safe_url as safe_url
+    from jaxport.registry._config import sqlite_file as sqlite_file
     from jaxport.registry._db import schema_revision as schema_revision
     from jaxport.registry._db import upgrade_database as upgrade_database
     from jaxport.registry._events import Event as Event

@@ -5,6 +5,7 @@
     JAXPORT_BLOBS_OPTIONS  fsspec storage options of a blob store at a URL: a JSON object
                        (``{"endpoint_url": "https://minio:9000", "key": ..., "secret": ...}``)
     JAXPORT_HOME       directory of the embedded default registry
+    JAXPORT_TOKEN      a registry server's bearer token (for an ``http(s)://`` registry URL)
     XDG_DATA_HOME      used when JAXPORT_HOME is unset: ``$XDG_DATA_HOME/jaxport``
 
 Without them the registry is SQLite at ``~/.local/share/jaxport/registry.db`` with its blobs in
@@ -27,13 +28,16 @@ __all__ = [
     "BLOBS_ENV",
     "BLOBS_OPTIONS_ENV",
     "HOME_ENV",
+    "TOKEN_ENV",
     "URL_ENV",
     "RegistryConfig",
     "default_blobs",
     "default_home",
     "default_url",
     "is_fsspec_url",
+    "is_server_url",
     "safe_url",
+    "sqlite_file",
 ]
 
 # SQLAlchemy's URL grammar (sqlalchemy.engine.url._parse_url): user, then ":" and a password
@@ -53,6 +57,8 @@ BLOBS_ENV = "JAXPORT_BLOBS"
 BLOBS_OPTIONS_ENV = "JAXPORT_BLOBS_OPTIONS"
 #: Environment variable: the directory of the embedded default registry.
 HOME_ENV = "JAXPORT_HOME"
+#: Environment variable: a registry server's bearer token, when none is given.
+TOKEN_ENV = "JAXPORT_TOKEN"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +90,15 @@ class RegistryConfig:
         )
 
     def database_url(self) -> str:
-        """``url``, else SQLite at ``home / "registry.db"`` (the directory is created)."""
+        """``url``, else SQLite at ``home / "registry.db"`` (nothing is created here: a
+        direct ``Registry`` creates the embedded default's directory when it opens it)."""
         if self.url:
             return self.url
-        self.home.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{self.home / 'registry.db'}"
+        return self.default_database_url()
+
+    def default_database_url(self) -> str:
+        """The embedded default: SQLite at ``home / "registry.db"``."""
+        return f"sqlite:///{self.home.absolute() / 'registry.db'}"
 
     def blob_location(self, url: str) -> str | Path:
         """``blobs``, else ``default_blobs(url)``."""
@@ -136,8 +146,37 @@ def default_home(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def default_url() -> str:
-    """``$JAXPORT_REGISTRY``, else SQLite at ``default_home() / "registry.db"`` (created)."""
+    """``$JAXPORT_REGISTRY``, else SQLite at ``default_home() / "registry.db"``."""
     return RegistryConfig.from_env().database_url()
+
+
+def is_server_url(url: object) -> bool:
+    """Whether ``url`` names a registry server (``http://`` or ``https://``), not a
+    database."""
+    return isinstance(url, str) and url.lower().startswith(("http://", "https://"))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The absolute path of the database file a SQLite URL names (relative paths are read
+    from the working directory, as SQLite does); None for another database, an in-memory
+    one or a ``file:`` URI (``?uri=true``, which SQLite resolves itself).
+
+    Raises:
+        RegistryError: ``url`` is not a URL SQLAlchemy can parse (shown without secrets).
+    """
+    if not url.lower().startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise RegistryError(f"not a database URL: {safe_url(url)}") from None
+    database = parsed.database
+    if not database or database == ":memory:" or parsed.query.get("uri") == "true":
+        return None
+    return Path(database).expanduser().absolute()
 
 
 def default_blobs(url: str, home: Path | None = None) -> Path:

@@ -16,16 +16,24 @@ from typing import TYPE_CHECKING, Any
 from jaxport import (
     InvalidNameError,
     NotFoundError,
+    RegistryError,
     SchemaVersionError,
     __version__,
 )
+from jaxport._extras import require
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.export import ranged_info
 from jaxport.migrations import HEAD
 from jaxport.registry import _db, _queue, _uploads, _workdirs
 from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
-from jaxport.registry._config import RegistryConfig, default_home, safe_url
+from jaxport.registry._config import (
+    RegistryConfig,
+    default_home,
+    is_server_url,
+    safe_url,
+    sqlite_file,
+)
 from jaxport.registry._events import Event, EventLog
 from jaxport.registry._findings import Findings
 from jaxport.registry._maintenance import Maintenance
@@ -140,6 +148,7 @@ class Registry:
         self.require_signatures = require_signatures
         config = RegistryConfig.from_env()
         url = url or config.database_url()
+        _open_sqlite_directory(url, config)
         self.url = safe_url(url)  # the real URL stays in the engine
         location = blobs if blobs is not None else config.blob_location(url)
         if storage_options is None:
@@ -193,6 +202,7 @@ class Registry:
         | None = None,
         max_size: int = DEFAULT_MAX_READ,
         allow_custom_calls: Sequence[str] = (),
+        tolerance: float | tuple[float, float] | Mapping[str, float] | None = None,
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
@@ -230,6 +240,11 @@ class Registry:
             allow_custom_calls: custom-call targets an archive's modules may call besides those
                 some jax release guarantees stable (as ``jaxport.loads``), e.g. a Pallas Triton
                 kernel's ``("__gpu$xla.gpu.triton",)``: only from authors you trust.
+            tolerance: how far audits let the examples' outputs move, instead of the rule per
+                dtype and output magnitude (``jaxport.audit._examples.tolerance``): a number
+                (rtol = atol, as jax's ``assertAllClose(tol)``), ``(rtol, atol)`` or
+                ``{"rtol": ..., "atol": ...}``; stored in the examples blob (so another
+                tolerance is another version). Needs ``examples``.
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what
@@ -259,6 +274,7 @@ class Registry:
         result = self._publisher.push(
             source, name, vjp_order=vjp_order, aliases=aliases, metadata=metadata,
             examples=examples, max_size=max_size, allow_custom_calls=allow_custom_calls,
+            tolerance=tolerance,
         )  # fmt: skip
         for alias in ruled:
             self.alias(result.name, alias, result.version)
@@ -1042,9 +1058,31 @@ class Registry:
 
 
 def _remote_url(url: str | None) -> bool:
-    from jaxport.registry._remote import is_server_url
+    if not is_server_url(url if url is not None else RegistryConfig.from_env().url):
+        return False
+    require("httpx", "a registry server's client (an http(s):// registry URL)")
+    return True
 
-    return is_server_url(url if url is not None else RegistryConfig.from_env().url)
+
+def _open_sqlite_directory(url: str, config: RegistryConfig) -> None:
+    """Makes the embedded default registry's directory; refuses any other SQLite file whose
+    directory is missing, naming its absolute path (SQLite would only say "unable to open
+    database file").
+
+    Raises:
+        RegistryError: the directory of ``url``'s database file does not exist.
+    """
+    path = sqlite_file(url)
+    if path is None or path.parent.is_dir():
+        return
+    if url == config.default_database_url():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    raise RegistryError(
+        f"cannot open the SQLite registry {path}: its directory {path.parent} does not "
+        "exist (create it first, or fix the URL: sqlite:///RELATIVE/PATH or "
+        "sqlite:////ABSOLUTE/PATH)"
+    )
 
 
 def _platform(platform: Any) -> str | None:

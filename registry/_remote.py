@@ -24,7 +24,7 @@ from jaxport import (
     WrongKindError,
 )
 from jaxport._files import DEFAULT_MAX_READ
-from jaxport.registry._config import safe_url
+from jaxport.registry._config import TOKEN_ENV, RegistryConfig, is_server_url, safe_url
 from jaxport.registry._download import download
 from jaxport.registry._events import Event
 from jaxport.registry._http import Http
@@ -51,14 +51,6 @@ if TYPE_CHECKING:
     from jaxport.export import Model
 
 __all__ = ["TOKEN_ENV", "RemoteRegistry", "RemoteTokens", "is_server_url"]
-
-#: The environment variable a client's token is read from when none is given.
-TOKEN_ENV = "JAXPORT_TOKEN"
-
-
-def is_server_url(url: object) -> bool:
-    """Whether ``url`` names a registry server (``http://`` or ``https://``)."""
-    return isinstance(url, str) and url.lower().startswith(("http://", "https://"))
 
 
 class RemoteTokens:
@@ -113,9 +105,12 @@ class RemoteRegistry(Registry):
                 "a registry server holds its own blob store, schema and signature policy: "
                 "give it only a URL and a token"
             )
-        assert url is not None
+        url = url or RegistryConfig.from_env().url
+        if not is_server_url(url):  # Registry() routes here only for one
+            raise InvalidNameError("a registry server's URL starts with http:// or https://")
+        assert url is not None  # for mypy: is_server_url checked it
         self.require_signatures = None
-        self._http = Http(url, token if token is not None else os.environ.get(TOKEN_ENV))
+        self._http = Http(url, token if token is not None else os.environ.get(TOKEN_ENV) or None)
         self.url = safe_url(url.rstrip("/"))
         self.blobs = None  # type: ignore[assignment]
         #: The server's tokens (scope ``admin``).
@@ -299,6 +294,7 @@ class RemoteRegistry(Registry):
         examples: Any = None,
         max_size: int = DEFAULT_MAX_READ,
         allow_custom_calls: Sequence[str] = (),
+        tolerance: Any = None,
     ) -> PushResult:
         """``Registry.push`` through the server: the archives are made here, split into parts,
         only the parts the server lacks are sent, then the version is committed (validated on
@@ -315,7 +311,9 @@ class RemoteRegistry(Registry):
         archives = [archive_parts(s, vjp_order=vjp_order, max_size=max_size) for s in sources]
         if name is None:
             name = default_name(archives[0])
-        golden = examples_blob(sources, archives, examples) if examples else None
+        if tolerance is not None and not examples:
+            raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
+        golden = examples_blob(sources, archives, examples, tolerance) if examples else None
         extra = {golden[0]: golden[1]} if golden else {}
         sent: list[int] = []  # the size of each part sent
         try:

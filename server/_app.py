@@ -28,7 +28,9 @@ from jaxport.registry import Registry
 from jaxport.registry._workdirs import sweep
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS
+from jaxport.server._docs import docs_router
 from jaxport.server._guard import Guard
+from jaxport.server._headers import SecurityHeaders
 from jaxport.server._limits import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from jaxport.server._webhooks import Webhooks
 
@@ -74,7 +76,7 @@ def create_app(
         title="jaxport registry",
         version=__version__,
         openapi_url=f"{API}/openapi.json",
-        docs_url=f"{API}/docs",
+        docs_url=None,  # served by server/_docs.py from swagger-ui-bundle, not a CDN
         redoc_url=None,
     )
     app.state.registry = registry
@@ -89,8 +91,10 @@ def create_app(
     app.include_router(_api_read.router, prefix=API)
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_pages.router)
+    app.include_router(docs_router(API), prefix=API)
     app.add_exception_handler(JaxportError, _errors.jaxport_error_handler)
     app.add_exception_handler(RequestValidationError, _errors.validation_error_handler)
     app.add_exception_handler(HTTPException, _errors.http_error_handler)
     app.add_middleware(Guard)  # auth before a write's body, body limits, other errors: 500
+    app.add_middleware(SecurityHeaders)  # outermost: every answer, the Guard's included
     return app
