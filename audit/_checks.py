@@ -18,8 +18,10 @@ statuses and what each proves: ``_report``):
    refines: ``_dim_candidates``), each input on
    its own sharding's mesh (an export may use several meshes: ``jaxport.export.in_shardings_on``).
 4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
-   and compare with the producer's outputs, with dtype-aware tolerances
-   (``_examples.tolerance``); the largest absolute and relative errors are reported.
+   and compare with the producer's outputs, with tolerances per dtype and output magnitude
+   (``_examples.tolerance``, modelled on jax's back-compat tests) or the push's override
+   (``push(..., tolerance=...)``); the finding states the largest absolute and relative errors
+   and the tolerance used.
 
 A model archive (``jaxport.Model``) goes through the same steps: every method's calling
 convention, the devices of the method that needs the most, loading (every tensor read and
@@ -46,6 +48,7 @@ from jaxport.audit._examples import (
     compare,
     decode_examples,
     decode_model_examples,
+    decode_tolerance,
 )
 from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
@@ -171,11 +174,15 @@ def _golden(
         return "error", f"running the examples failed: {checks['golden']}"
     checks["golden"] = (
         f"{count} example(s): max abs error {comparison.max_abs:.3g}, "
-        f"max rel error {comparison.max_rel:.3g}"
+        f"max rel error {comparison.max_rel:.3g}; tolerance {comparison.tolerance or 'none'}"
     )
     if not comparison.ok:
-        return "mismatch", f"{comparison.worst} (beyond the dtype's tolerance)"
-    return "ok", f"loads, {what} and matches {count} example(s)"
+        return "mismatch", comparison.worst
+    return "ok", (
+        f"loads, {what} and matches {count} example(s): max abs error "
+        f"{comparison.max_abs:.3g}, max rel error {comparison.max_rel:.3g}, within "
+        f"{comparison.tolerance or 'any tolerance'}"
+    )
 
 
 def _audit_model(
@@ -216,13 +223,14 @@ def _run_model_examples(model: Any, blob: bytes) -> tuple[Comparison, int]:
     from jax import tree_util
 
     worst, count = NO_DIFFERENCE, 0
+    override = decode_tolerance(blob)
     for name, pairs in decode_model_examples(blob).items():
         exp = model.exported[name]
         arg_trees = tree_util.treedef_children(tree_util.treedef_children(exp.in_tree)[0])[1:]
         args_tree = tree_util.treedef_tuple(arg_trees)
         for ins, outs in pairs:
             args = tree_util.tree_unflatten(args_tree, ins)
-            c = compare(jax.tree.leaves(model.methods[name](*args)), outs)
+            c = compare(jax.tree.leaves(model.methods[name](*args)), outs, override)
             worst = worst.and_then(c, f"{name}: ")
             count += 1
     return worst, count
@@ -232,6 +240,7 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
     import jax
 
     pairs = decode_examples(blob)
+    override = decode_tolerance(blob)
     shardings = _in_shardings(exp, platform)
     worst = NO_DIFFERENCE
     for ins, outs in pairs:
@@ -240,7 +249,7 @@ def _run_examples(exp: Any, platform: str, blob: bytes) -> tuple[Comparison, int
         ]
         args, kwargs = jax.tree.unflatten(exp.in_tree, placed)
         got = jax.tree.leaves(exp.call(*args, **kwargs))
-        worst = worst.and_then(compare(got, outs))
+        worst = worst.and_then(compare(got, outs, override))
     return worst, len(pairs)
 
 

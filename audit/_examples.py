@@ -6,7 +6,9 @@ Stored as one blob per version (content-addressed like archives): an ``.npz`` fi
 ``[key, dtype name, shape]``, so every jax dtype (bfloat16, float8, ...) round-trips. The
 same examples always make the same bytes (every zip entry dated 1980-01-01, as reproducible
 builds date theirs), so pushing them again finds the version they are part of.
-Audits re-run the inputs and compare outputs with dtype-aware tolerances. A model's blob
+An optional ``tolerance`` entry (JSON ``{"rtol", "atol"}``: ``push(..., tolerance=...)``)
+overrides the dtype rule (``tolerance``); readers that predate it ignore the entry. Audits
+re-run the inputs and compare outputs with those tolerances. A model's blob
 holds examples per method: the same keys prefixed ``<method>.`` (method names are identifiers),
 the inputs being the method's own arguments (not the parameters).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,15 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from jaxport import CorruptArchiveError, RunError, _npz
+from jaxport import CorruptArchiveError, InvalidNameError, RunError, _npz
 
 __all__ = [
     "NO_DIFFERENCE",
     "Comparison",
     "Example",
+    "Tolerance",
+    "check_tolerance",
     "compare",
     "decode_examples",
     "decode_model_examples",
+    "decode_tolerance",
     "encode_examples",
     "encode_model_examples",
     "tolerance",
@@ -50,17 +56,25 @@ class Example:
     outputs: Any = None
 
 
-def encode_examples(flat: Sequence[tuple[list[Any], list[Any]]]) -> bytes:
-    """An npz blob of examples given as ``(flat inputs, flat outputs)`` pairs."""
-    return _encode({"": flat})
+def encode_examples(
+    flat: Sequence[tuple[list[Any], list[Any]]], tolerance: Tolerance | None = None
+) -> bytes:
+    """An npz blob of examples given as ``(flat inputs, flat outputs)`` pairs, with the
+    tolerance ``override`` (``check_tolerance``) if any."""
+    return _encode({"": flat}, tolerance)
 
 
-def encode_model_examples(by_method: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> bytes:
+def encode_model_examples(
+    by_method: Mapping[str, Sequence[tuple[list[Any], list[Any]]]],
+    tolerance: Tolerance | None = None,
+) -> bytes:
     """An npz blob of a model's examples: per method, ``(flat arguments, flat outputs)``."""
-    return _encode({f"{name}.": pairs for name, pairs in sorted(by_method.items())})
+    return _encode({f"{name}.": pairs for name, pairs in sorted(by_method.items())}, tolerance)
 
 
-def _encode(by_prefix: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> bytes:
+def _encode(
+    by_prefix: Mapping[str, Sequence[tuple[list[Any], list[Any]]]], tolerance: Tolerance | None
+) -> bytes:
     arrays: dict[str, np.ndarray] = {}
     meta = []
     for prefix, flat in by_prefix.items():
@@ -72,6 +86,8 @@ def _encode(by_prefix: Mapping[str, Sequence[tuple[list[Any], list[Any]]]]) -> b
                     arrays[key] = np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=np.uint8)
                     meta.append([key, a.dtype.name, list(a.shape)])
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    if tolerance is not None:  # absent otherwise: blobs of earlier releases keep their bytes
+        arrays["tolerance"] = np.frombuffer(encode_tolerance(tolerance), dtype=np.uint8)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as npz:  # np.savez's layout, undated
         for key, array in arrays.items():
@@ -173,41 +189,195 @@ def _dtype(name: str) -> np.dtype:
     return dtype
 
 
-def tolerance(dtype: np.dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing outputs of ``dtype``: 0 for integers and bool."""
-    name = np.dtype(dtype).name
-    if name.startswith(("int", "uint", "bool")):
-        return 0.0, 0.0
-    if "float8" in name or "float4" in name or "float6" in name:
-        return 1.25e-1, 1e-1
-    if name == "bfloat16":
-        return 1.6e-2, 1e-2
-    if name == "float16":
-        return 2e-3, 1e-3
-    if name in ("float64", "complex128"):
-        return 1e-10, 1e-12
-    return 1e-5, 1e-6
+#: Per dtype: jax's ``default_tolerance`` (``jax/_src/public_test_util.py``), used by
+#: ``assertAllClose`` as both rtol and atol and so by the back-compat tests
+#: (``jax/_src/internal_test_util/export_back_compat_test_util.py``, ``run_one_test``), and
+#: how many ulps of the output's magnitude rounding may move an element (see ``tolerance``).
+_DTYPE_TOLERANCE: dict[str, tuple[float, int]] = {
+    "float64": (1e-15, 512),
+    "complex128": (1e-15, 512),
+    "float32": (1e-6, 512),
+    "complex64": (1e-6, 512),
+    "float16": (1e-3, 4),
+    "bfloat16": (1e-2, 4),
+    "float4_e2m1fn": (1.0, 1),
+    "float8_e8m0fnu": (1.0, 1),
+}
+#: Any other float8 type (e3m4, e4m3, e4m3fn, e4m3fnuz, e4m3b11fnuz, e5m2, e5m2fnuz).
+_FLOAT8 = (1e-1, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """What a golden output may differ by: element ``i`` passes when
+    ``|got[i] - want[i]| <= atol + rtol * |want[i]|`` (numpy's ``allclose`` rule, as jax's
+    ``assertAllClose``). Integers and bools are compared exactly (0, 0).
+
+    ``source`` says where the numbers come from: ``"dtype"`` (``tolerance``) or
+    ``"override"`` (``push(..., tolerance=...)``)."""
+
+    rtol: float
+    atol: float
+    source: str = "dtype"
+
+    def describe(self) -> str:
+        """``"atol 3.1e-05 + rtol 1e-06 x |expected| (float32 rule)"``-like text."""
+        what = "override" if self.source == "override" else "dtype rule"
+        return f"atol {self.atol:.3g} + rtol {self.rtol:.3g} x |expected| ({what})"
+
+
+def tolerance(dtype: np.dtype, magnitude: float = 0.0) -> Tolerance:
+    """The tolerance for one output leaf of ``dtype`` whose expected values reach
+    ``magnitude`` (the largest finite ``|want|`` of the leaf).
+
+    Modelled on jax's own back-compat tests, which compare a module's outputs with
+    ``assertAllClose`` (``export_back_compat_test_util.run_one_test``), whose per-dtype default
+    (``jax._src.public_test_util.default_tolerance``: float32 1e-6, float64 1e-15, float16
+    1e-3, bfloat16 1e-2, float8 1e-1) is used as both rtol and atol. That elementwise atol alone
+    fails a real model's rounding noise: a float32 logit near zero that is a sum of terms of
+    size ~1 carries an error of a few ulps of those terms, not of itself (a GPT-2's logits
+    moved by 4.5e-6 across jax releases; jax's own tests then pass ``atol``/``rtol`` per test,
+    e.g. ``_ATOL`` 1e-4 for float32 linear algebra). So the atol is the larger of jax's
+    default and a number of ulps of the leaf's magnitude: 512 for 32- and 64-bit types (long
+    reductions accumulate in that precision, noise growing with ~sqrt(length)), 4 for
+    float16/bfloat16 and 1 for 8- and 4-bit floats (XLA accumulates those in float32 and
+    rounds once). A real numerical break (a changed activation, a lost precision step,
+    another algorithm) moves outputs by far more than 512 ulps of their magnitude (float32:
+    6e-5 of it).
+
+    Integers and bools: exact.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind in "biu":
+        return Tolerance(0.0, 0.0)
+    tol, ulps = _DTYPE_TOLERANCE.get(dt.name, _FLOAT8 if "float8" in dt.name else (1e-6, 512))
+    eps = float(np.finfo(dt).eps) if dt.kind in "fc" else _ml_eps(dt)
+    return Tolerance(tol, max(tol, ulps * eps * float(magnitude)))
+
+
+def _ml_eps(dt: np.dtype) -> float:
+    """The machine epsilon of an ml_dtypes float (bfloat16, float8_*): numpy's finfo does not
+    know them, ``ml_dtypes.finfo`` does."""
+    try:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dt).eps)  # type: ignore[no-untyped-call]
+    except (ImportError, ValueError, TypeError):
+        return 1.0
+
+
+def check_tolerance(value: Any) -> Tolerance | None:
+    """``push(..., tolerance=...)``'s argument as a ``Tolerance`` override (None: none).
+
+    Accepts a number (used as both rtol and atol, as jax's ``assertAllClose(tol)``), a
+    ``(rtol, atol)`` pair, a mapping ``{"rtol": ..., "atol": ...}``, a ``Tolerance``, or the
+    CLI's text: ``"1e-4"`` or ``"rtol=1e-5,atol=1e-4"``.
+
+    Raises:
+        InvalidNameError: anything else, or a value that is not a finite number >= 0.
+    """
+    if value is None:
+        return None
+    if isinstance(value, Tolerance):
+        rtol, atol = value.rtol, value.atol
+    elif isinstance(value, str):
+        rtol, atol = _parse_tolerance(value)
+    elif isinstance(value, Mapping):
+        if set(value) - {"rtol", "atol"} or not value:
+            raise InvalidNameError("tolerance takes the keys rtol and atol only")
+        rtol, atol = value.get("rtol", 0.0), value.get("atol", 0.0)
+    elif isinstance(value, tuple | list):
+        if len(value) != 2:
+            raise InvalidNameError("tolerance as a pair is (rtol, atol)")
+        rtol, atol = value
+    else:
+        rtol = atol = value
+    return Tolerance(_non_negative(rtol, "rtol"), _non_negative(atol, "atol"), "override")
+
+
+def _parse_tolerance(text: str) -> tuple[Any, Any]:
+    parts = dict.fromkeys(("rtol", "atol"), "0")
+    if "=" not in text:
+        return _number(text), _number(text)
+    for item in text.split(","):
+        key, _, number = item.partition("=")
+        if key.strip() not in parts:
+            raise InvalidNameError(f"tolerance: {item[:40]!r} is not rtol=X or atol=X")
+        parts[key.strip()] = number
+    return _number(parts["rtol"]), _number(parts["atol"])
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise InvalidNameError(f"tolerance: {text[:40]!r} is not a number") from None
+
+
+def _non_negative(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise InvalidNameError(f"tolerance {what} must be a number, got {value!r:.40}")
+    number = float(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise InvalidNameError(f"tolerance {what} must be finite and >= 0, got {number}")
+    return number
+
+
+def encode_tolerance(override: Tolerance) -> bytes:
+    """The ``tolerance`` entry of an examples blob (JSON ``{"rtol": r, "atol": a}``)."""
+    return json.dumps({"rtol": override.rtol, "atol": override.atol}, sort_keys=True).encode()
+
+
+def decode_tolerance(data: bytes) -> Tolerance | None:
+    """The override stored in an examples blob (``push(..., tolerance=...)``); None: the
+    dtype rule applies.
+
+    Raises:
+        CorruptArchiveError: not an examples blob, or a malformed ``tolerance`` entry.
+    """
+    try:
+        raw = _raw_entries(data)
+    except ValueError as e:
+        raise CorruptArchiveError(f"not a golden-examples blob: {e}") from None
+    if "tolerance" not in raw:
+        return None
+    try:
+        found = json.loads(raw["tolerance"])
+        return check_tolerance(dict(found))
+    except (ValueError, TypeError, RecursionError, InvalidNameError) as e:
+        raise CorruptArchiveError(f"golden-examples blob: bad tolerance entry: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """Largest absolute and relative errors over all outputs, and whether they are within
-    tolerance."""
+    tolerance.
+
+    ``max_rel`` is relative to the output's magnitude: a leaf's largest absolute error over its
+    largest ``|expected|`` (an element-by-element ratio is meaningless near zero).
+    ``tolerance`` describes the tolerance of the leaf that came closest to (or went furthest
+    past) its limit, ``ratio`` that leaf's largest ``error / allowed``; ``worst`` describes the
+    first leaf beyond tolerance ("" when all are within)."""
 
     max_abs: float
     max_rel: float
     ok: bool
     worst: str
+    tolerance: str = ""
+    ratio: float = 0.0
 
     def and_then(self, other: Comparison, label: str = "") -> Comparison:
         """Both comparisons as one: the larger errors, ok if both are, the first worst case
-        (``other``'s prefixed with ``label``)."""
+        (``other``'s prefixed with ``label``), the tolerance of the leaf nearest its limit."""
         other_worst = f"{label}{other.worst}" if other.worst else ""
+        nearer = other if other.ratio > self.ratio or not self.tolerance else self
         return Comparison(
             max(self.max_abs, other.max_abs),
             max(self.max_rel, other.max_rel),
             self.ok and other.ok,
             self.worst or other_worst,
+            nearer.tolerance,
+            max(self.ratio, other.ratio),
         )
 
 
@@ -215,28 +385,59 @@ class Comparison:
 NO_DIFFERENCE = Comparison(0.0, 0.0, True, "")
 
 
-def compare(got: Sequence[Any], want: Sequence[Any]) -> Comparison:
-    """Compares flat outputs leaf by leaf with ``tolerance`` of each leaf's dtype."""
-    max_abs = max_rel = 0.0
-    ok, worst = True, ""
+def compare(
+    got: Sequence[Any], want: Sequence[Any], override: Tolerance | None = None
+) -> Comparison:
+    """Compares flat outputs leaf by leaf: ``override`` where given, else ``tolerance`` of
+    each leaf's dtype and magnitude. NaN matches NaN and an infinity the same infinity (numpy's
+    ``assert_allclose(equal_nan=True)``, as jax's tests); one without the other is an
+    infinite error."""
     if len(got) != len(want):
         return Comparison(
             float("inf"), float("inf"), False, f"{len(got)} outputs, expected {len(want)}"
         )
+    result = NO_DIFFERENCE
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        g64 = np.asarray(g).astype(np.float64) if np.asarray(g).dtype.kind != "c" else np.asarray(g)
-        w64 = np.asarray(w).astype(np.float64) if np.asarray(w).dtype.kind != "c" else np.asarray(w)
-        if g64.shape != w64.shape:
+        g_arr, w_arr = np.asarray(g), np.asarray(w)
+        if g_arr.shape != w_arr.shape:
             return Comparison(
-                float("inf"), float("inf"), False, f"output {i}: shape {g64.shape} != {w64.shape}"
+                float("inf"),
+                float("inf"),
+                False,
+                f"output {i}: shape {g_arr.shape} != {w_arr.shape}",
             )
-        err = np.abs(g64 - w64)
-        abs_err = float(err.max()) if err.size else 0.0
-        rel_err = float((err / np.maximum(np.abs(w64), 1e-30)).max()) if err.size else 0.0
-        rtol, atol = tolerance(np.asarray(w).dtype)
-        if err.size and not bool(np.all(err <= atol + rtol * np.abs(w64))):
-            ok = False
-            name = np.asarray(w).dtype.name
-            worst = worst or f"output {i} ({name}): max abs {abs_err:.3g}, max rel {rel_err:.3g}"
-        max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
-    return Comparison(max_abs, max_rel, ok, worst)
+        result = result.and_then(_compare_leaf(i, g_arr, w_arr, override))
+    return result
+
+
+def _compare_leaf(i: int, g: np.ndarray, w: np.ndarray, override: Tolerance | None) -> Comparison:
+    wide = np.complex128 if w.dtype.kind == "c" or g.dtype.kind == "c" else np.float64
+    g64, w64 = g.astype(wide), w.astype(wide)
+    if not w64.size:
+        return NO_DIFFERENCE
+    same = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
+    finite = np.isfinite(w64)
+    magnitude = float(np.abs(w64[finite]).max()) if finite.any() else 0.0
+    tol = override or tolerance(w.dtype, magnitude)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(same, 0.0, np.abs(g64 - w64))
+    err = np.where(np.isnan(err), np.inf, err)
+    allowed = tol.atol + tol.rtol * np.abs(np.where(finite, w64, 0.0))
+    abs_err = float(err.max())
+    rel_err = abs_err / magnitude if magnitude else (0.0 if abs_err == 0 else float("inf"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(err == 0, 0.0, err / allowed)
+    ratio = float(np.nanmax(np.where(np.isnan(ratios), np.inf, ratios)))
+    ok = bool(np.all(err <= allowed))
+    name = w.dtype.name
+    worst = ""
+    if not ok:
+        at = int(np.argmax(np.where(err <= allowed, -1.0, err)))
+        index = np.unravel_index(at, w.shape) if w.shape else ()
+        worst = (
+            f"output {i} ({name}{list(w.shape)}): max abs error {abs_err:.3g}, max rel error "
+            f"{rel_err:.3g} (of max |expected| {magnitude:.3g}); at {list(map(int, index))}: "
+            f"got {g64.flat[at]:.6g}, expected {w64.flat[at]:.6g}, beyond "
+            f"{tol.describe()}"
+        )
+    return Comparison(abs_err, rel_err, ok, worst, f"{name}: {tol.describe()}", ratio)

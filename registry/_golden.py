@@ -16,7 +16,15 @@ from typing import Any
 
 from jaxport import InvalidNameError, UnsupportedFeatureError
 
-__all__ = ["MAX_EXAMPLES_BYTES", "check_examples", "examples_from_blob", "golden_blob", "runs_here"]
+__all__ = [
+    "MAX_EXAMPLES_BYTES",
+    "StoredExamples",
+    "StoredModelExamples",
+    "check_examples",
+    "examples_from_blob",
+    "golden_blob",
+    "runs_here",
+]
 
 _MODEL = "model"
 #: The largest examples blob a registry server reads from a client (bytes): its arrays are
@@ -45,19 +53,30 @@ def check_examples(info: Any, examples: Any) -> None:
         )
 
 
-def golden_blob(kind: str, examples: Any, runner: Callable[[], Any]) -> tuple[str, bytes]:
+def golden_blob(
+    kind: str, examples: Any, runner: Callable[[], Any], tolerance: Any = None
+) -> tuple[str, bytes]:
     """``(sha256, npz bytes)`` of ``examples`` (``kind``: ``"function"`` or ``"model"``).
 
     Args:
         runner: called once, and only if an example lacks its outputs: an ``Exported``
             (function) or ``Model`` that runs here, or None.
+        tolerance: the audits' tolerance override (``push(..., tolerance=...)``; checked by
+            ``jaxport.audit._examples.check_tolerance``), stored in the blob; None: the one
+            ``examples`` carries when read back from a blob (``StoredExamples``), else none.
 
     Raises:
         UnsupportedFeatureError: an output is missing and nothing here runs the archive.
-        InvalidNameError: a model method's example with keyword arguments.
+        InvalidNameError: a model method's example with keyword arguments; a malformed
+            ``tolerance``.
     """
+    from jaxport.audit._examples import check_tolerance
+
+    override = check_tolerance(
+        tolerance if tolerance is not None else getattr(examples, "tolerance", None)
+    )
     if kind == _MODEL:
-        return _model_blob(examples, _Once(runner))
+        return _model_blob(examples, _Once(runner), override)
     import jax
 
     from jaxport.audit import Example, encode_examples
@@ -71,8 +90,22 @@ def golden_blob(kind: str, examples: Any, runner: Callable[[], Any]) -> tuple[st
         if outputs is None:
             outputs = _call_placed(run.get("jaxport.Example(args, kwargs, outputs)"), ins)
         flat.append((ins, jax.tree.leaves(outputs)))
-    data = encode_examples(flat)
+    data = encode_examples(flat, override)
     return hashlib.sha256(data).hexdigest(), data
+
+
+class StoredExamples(list):  # type: ignore[type-arg]
+    """A function's examples read back from a blob, with the blob's tolerance override
+    (``tolerance``: a ``Tolerance`` or None), so that pushing them again stores the same blob."""
+
+    tolerance: Any = None
+
+
+class StoredModelExamples(dict):  # type: ignore[type-arg]
+    """A model's examples read back from a blob (``{method: [Example, ...]}``), with the
+    blob's tolerance override."""
+
+    tolerance: Any = None
 
 
 def examples_from_blob(kind: str, data: bytes) -> Any:
@@ -84,13 +117,18 @@ def examples_from_blob(kind: str, data: bytes) -> Any:
             trusting it: stored entries only, each its declared length, no pickles).
     """
     from jaxport.audit import Example, decode_examples, decode_model_examples
+    from jaxport.audit._examples import decode_tolerance
 
+    found: StoredExamples | StoredModelExamples
     if kind == _MODEL:
-        return {
-            method: [Example(tuple(ins), {}, outs) for ins, outs in pairs]
+        found = StoredModelExamples(
+            (method, [Example(tuple(ins), {}, outs) for ins, outs in pairs])
             for method, pairs in decode_model_examples(data).items()
-        }
-    return [Example(tuple(ins), {}, outs) for ins, outs in decode_examples(data)]
+        )
+    else:
+        found = StoredExamples(Example(tuple(ins), {}, outs) for ins, outs in decode_examples(data))
+    found.tolerance = decode_tolerance(data)
+    return found
 
 
 def runs_here(info: Any) -> bool:
@@ -136,7 +174,9 @@ def _call_placed(exp: Any, leaves: list[Any]) -> Any:
     return exp.call(*args, **kwargs)
 
 
-def _model_blob(examples: Mapping[str, Sequence[Any]], run: _Once) -> tuple[str, bytes]:
+def _model_blob(
+    examples: Mapping[str, Sequence[Any]], run: _Once, override: Any
+) -> tuple[str, bytes]:
     """A model's examples per method: the method's own arguments (no parameters) and its
     outputs."""
     import jax
@@ -155,5 +195,5 @@ def _model_blob(examples: Mapping[str, Sequence[Any]], run: _Once) -> tuple[str,
                 outputs = run.get("jaxport.Example(args, {}, outputs)").methods[name](*ex.args)
             flat.append((jax.tree.leaves(tuple(ex.args)), jax.tree.leaves(outputs)))
         by_method[name] = flat
-    data = encode_model_examples(by_method)
+    data = encode_model_examples(by_method, override)
     return hashlib.sha256(data).hexdigest(), data

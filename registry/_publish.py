@@ -145,6 +145,7 @@ class Publisher:
         examples: Any,
         max_size: int,
         allow_custom_calls: Sequence[str] = (),
+        tolerance: Any = None,
     ) -> PushResult:
         """See ``Registry.push``."""
         listed = list(sources) if isinstance(sources, list | tuple) else [sources]
@@ -162,8 +163,10 @@ class Publisher:
         _check_distinct(items, listed)
         name = _push_name(name, items[0])
         golden = None
+        if tolerance is not None and not examples:
+            raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
         if examples:
-            golden = golden_blob(items[0].kind, examples, lambda: _runner(items))
+            golden = golden_blob(items[0].kind, examples, lambda: _runner(items), tolerance)
         blobs = {d: b for i in items for d, b in i.blobs.items()}
         if golden is not None:
             blobs[golden[0]] = golden[1]

@@ -89,7 +89,7 @@ def _mapped(path: str | os.PathLike[str], max_size: int) -> memoryview:
 
 
 def examples_blob(
-    sources: Sequence[Any], archives: Sequence[LocalArchive], examples: Any
+    sources: Sequence[Any], archives: Sequence[LocalArchive], examples: Any, tolerance: Any = None
 ) -> tuple[str, bytes, str]:
     """``(sha256, npz bytes, kind)`` of a push's golden examples, made here: outputs not given
     are computed by a source that runs in this process (as a direct push computes them).
@@ -107,7 +107,7 @@ def examples_blob(
         )
     check_examples(info, examples)
     kind = "model" if info.kind == "model" else "function"
-    digest, data = golden_blob(kind, examples, lambda: _runner(sources, archives))
+    digest, data = golden_blob(kind, examples, lambda: _runner(sources, archives), tolerance)
     return digest, data, kind
 
 

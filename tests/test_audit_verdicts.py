@@ -1,0 +1,116 @@
+"""Audit verdicts equal reality (issue 24, section 3): golden tolerances, static verdicts that
+never claim more than a full audit, the matrix, the window's "last ok", identical re-pushes.
+
+The real model here is a transformers Flax GPT-2 built in place (nothing is downloaded), small
+but with weights large enough (``initializer_range=1.0``) that float32 rounding moves logits
+near zero by more than jax's elementwise float32 atol (1e-6): its golden outputs are the same
+network computed in float64 and rounded to float32, so they differ from the float32 run by
+rounding only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxport
+from jaxport.audit._examples import Tolerance, check_tolerance, compare, tolerance
+from jaxport.registry._golden import examples_from_blob, golden_blob
+
+# -- golden tolerances ----------------------------------------------------------------------
+
+
+def _gpt2(**changes: float) -> tuple[jaxport.Model, np.ndarray, np.ndarray]:
+    """``(model, input ids, logits computed in float64 and rounded to float32)``, the float64
+    network's config with ``changes`` (a real break: another layer-norm epsilon, say)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("flax")
+    kwargs = {"vocab_size": 256, "n_positions": 16, "n_embd": 64, "n_layer": 2, "n_head": 2,
+              "initializer_range": 1.0}  # fmt: skip
+    lm = transformers.FlaxGPT2LMHeadModel(transformers.GPT2Config(**kwargs), seed=0)
+    ids = (np.arange(8, dtype=np.int32) * 7 % 256).reshape(1, 8)
+
+    def logits(params, ids):
+        return lm(ids, params=params).logits
+
+    model = jaxport.Model(lm.params, logits, [jax.ShapeDtypeStruct((1, 8), jnp.int32)])
+    config64 = transformers.GPT2Config(**(kwargs | changes))
+    with jax.enable_x64(True):
+        lm64 = transformers.FlaxGPT2LMHeadModel(config64, seed=0, dtype=jnp.float64)
+        params64 = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), jnp.float64), lm.params)
+        exact = np.asarray(jax.jit(lambda p, i: lm64(i, params=p).logits)(params64, ids))
+    return model, ids, exact.astype(np.float32)
+
+
+def test_a_real_model_whose_outputs_differ_by_rounding_is_ok(registry):
+    model, ids, rounded = _gpt2()
+    got = np.asarray(model.apply(ids))
+    noise = np.abs(got - rounded)
+    assert noise.max() > 0 and np.any(noise > 1e-6 + 1e-5 * np.abs(rounded))  # old rule fails
+    registry.push(model, "gpt2", examples={"apply": [jaxport.Example((ids,), {}, rounded)]})
+    (finding,) = registry.audit("gpt2", platform="cpu")
+    assert finding.status == "ok", finding.reason
+    for says in ("max abs error", "max rel error", "atol", "rtol", "dtype rule"):
+        assert says in finding.reason and says in finding.checks["golden"], finding
+
+
+def test_a_real_numerical_break_is_a_mismatch_stating_errors_and_tolerance(registry):
+    model, ids, other = _gpt2(layer_norm_epsilon=1e-3)  # instead of 1e-5
+    registry.push(model, "gpt2", examples={"apply": [jaxport.Example((ids,), {}, other)]})
+    (finding,) = registry.audit("gpt2", platform="cpu")
+    assert finding.status == "mismatch", finding.reason
+    for says in ("max abs error", "max rel error", "float32", "atol", "rtol", "beyond"):
+        assert says in finding.reason, finding.reason
+    assert "tolerance float32: atol" in finding.checks["golden"]
+
+
+def test_a_push_tolerance_overrides_the_dtype_rule(registry):
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((8,), jnp.float32))
+    off = np.sin(x) + np.float32(1e-3)  # a mismatch under the dtype rule
+    registry.push(exp, "s", examples=[jaxport.Example((x,), {}, off)])
+    registry.push(exp, "s", examples=[jaxport.Example((x,), {}, off)], tolerance={"atol": 2e-3})
+    registry.push(exp, "s", examples=[jaxport.Example((x,), {}, np.sin(x))], tolerance=0.0)
+    one, two, three = (registry.audit(f"s:{v}", platform="cpu")[0] for v in (1, 2, 3))
+    assert one.status == "mismatch" and "dtype rule" in one.reason
+    assert two.status == "ok" and "atol 0.002 + rtol 0 x |expected| (override)" in two.reason
+    assert three.status in ("ok", "mismatch") and "(override)" in three.checks["golden"]
+    with pytest.raises(jaxport.InvalidNameError, match="examples"):
+        registry.push(exp, "s", tolerance=1e-3)
+    for bad in (-1.0, float("nan"), "x", {"rel": 1}, (1, 2, 3), True):
+        with pytest.raises(jaxport.InvalidNameError):
+            registry.push(exp, "s", examples=[((x,), {})], tolerance=bad)
+
+
+def test_a_tolerance_survives_the_blob_a_server_reads_back():
+    x = np.ones(4, np.float32)
+    examples = [jaxport.Example((x,), {}, x)]
+    digest, data = golden_blob("function", examples, lambda: None, (1e-4, 1e-3))
+    again = examples_from_blob("function", data)
+    assert again.tolerance == Tolerance(1e-4, 1e-3, "override")
+    assert golden_blob("function", again, lambda: None) == (digest, data)
+    plain_digest, plain = golden_blob("function", examples, lambda: None)
+    assert plain_digest != digest and examples_from_blob("function", plain).tolerance is None
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("1e-4", (1e-4, 1e-4)), ("rtol=1e-5,atol=1e-3", (1e-5, 1e-3)), ("atol=2", (0.0, 2.0))],
+)
+def test_the_cli_tolerance_text(text, want):
+    found = check_tolerance(text)
+    assert found is not None and (found.rtol, found.atol) == want
+
+
+def test_the_dtype_rule():
+    assert tolerance(np.dtype(np.int32), 100.0) == Tolerance(0.0, 0.0)
+    f32 = tolerance(np.dtype(np.float32), 10.0)
+    assert f32.rtol == 1e-6 and f32.atol == pytest.approx(512 * 2**-23 * 10)
+    assert tolerance(np.dtype(np.float32), 0.0).atol == 1e-6  # jax's default is the floor
+    assert tolerance(np.dtype(jnp.bfloat16), 1.0).atol == pytest.approx(4 * 2**-7)
+    nan = np.array([np.nan, np.inf, 1.0], np.float32)
+    assert compare([nan], [nan]).ok
+    assert not compare([np.array([np.nan, np.inf, 1.0], np.float32)], [nan[::-1].copy()]).ok
+    assert not compare([np.array([1, 2], np.int32)], [np.array([1, 3], np.int32)]).ok
