@@ -5,9 +5,12 @@ workers, the jax-native converter, audit workers, rescue children, ``jaxport run
 to make managed environments (``uv``/``pip``). Each is started by ``spawn`` (or ``run``), which
 gives it two guarantees of its own, enforced by the kernel rather than by the parent's code:
 
-- it dies with its parent: on Linux the child asks, between ``fork`` and ``exec``, for
-  ``SIGKILL`` at its parent's death (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), and
-  exits at once if its parent already died in between. Linux sends that signal when the
+- it dies with its parent: on Linux the child is first a small launcher (``_LAUNCHER``, the
+  parent's interpreter without site) that asks for ``SIGKILL`` at its parent's death
+  (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), exits at once if its parent already
+  died, and ``exec``s the command. No code runs between ``fork`` and ``exec`` (a
+  ``preexec_fn`` would make ``subprocess`` fork a multithreaded jax process, which jax warns
+  may deadlock), so ``subprocess`` still uses ``vfork``. Linux sends that signal when the
   *thread* that forked exits, so every child is forked by one long-lived thread of this
   process (``_Spawner``), never by a caller's thread (a server's request thread, an audit's
   feeding thread) that may end before the child's work does;
@@ -25,11 +28,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import math
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -40,33 +41,34 @@ __all__ = ["DEADLINE_GRACE", "run", "spawn"]
 
 #: Seconds a one-shot child outlives its parent's time limit before its own alarm kills it.
 DEADLINE_GRACE = 5.0
-#: ``prctl`` option and signal (``<linux/prctl.h>``).
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
+#: The launcher: ``PYTHON -I -S -c _LAUNCHER PARENT_PID ALARM_SECONDS CMD...`` asks for
+#: SIGKILL at its parent's death (``prctl(PR_SET_PDEATHSIG)``, 1 and 9 in ``<linux/prctl.h>``
+#: and ``<signal.h>``), exits if that parent already died, sets the alarm, and ``exec``s CMD
+#: (both are kept across ``exec``). A constant: its arguments are never evaluated.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "if int(sys.argv[2]):\n"
+    "    signal.alarm(int(sys.argv[2]))\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n"
+)
 
 
-def _load_prctl() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+#: The interpreter that runs the launcher: this process's own.
+_PYTHON = sys.executable
 
 
-_PRCTL = _load_prctl()
+def _launched(cmd: Sequence[str], alarm: int) -> list[str]:
+    """``cmd`` behind the launcher where the kernel offers ``PR_SET_PDEATHSIG`` (Linux)."""
+    if not sys.platform.startswith("linux") or not _PYTHON:
+        return list(cmd)
+    import shutil
 
-
-def _in_child(parent: int, alarm: int) -> None:
-    """Runs in the child between ``fork`` and ``exec``: death with the parent, the alarm."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request: nobody to serve
-            os._exit(1)
-    if alarm:
-        signal.alarm(alarm)
+    program = cmd[0] if os.sep in cmd[0] else (shutil.which(cmd[0]) or cmd[0])
+    launcher = [_PYTHON, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), str(alarm)]
+    return [*launcher, program, *cmd[1:]]
 
 
 class _Spawner:
@@ -114,14 +116,13 @@ def spawn(
         cmd: the program and its arguments.
         deadline: seconds the caller will wait for it (None: a long-lived worker whose
             requests the caller limits).
-        kwargs: ``subprocess.Popen``'s (``preexec_fn`` is this module's).
+        kwargs: ``subprocess.Popen``'s.
 
     Raises:
         OSError: the program could not be started.
     """
     alarm = 0 if deadline is None else max(1, math.ceil(deadline + DEADLINE_GRACE))
-    kwargs["preexec_fn"] = functools.partial(_in_child, os.getpid(), alarm)
-    return _SPAWNER.popen(cmd, kwargs)
+    return _SPAWNER.popen(_launched(cmd, alarm), kwargs)
 
 
 def run(

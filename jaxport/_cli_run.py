@@ -35,9 +35,11 @@ from jaxport._errors import JaxportError, RunError
 from jaxport._files import check_regular_file
 
 __all__ = [
+    "DEFAULT_RUN_TIMEOUT",
     "InputSpec",
     "OutputSummary",
     "aval_text",
+    "call_in_child",
     "call_method",
     "input_specs",
     "load_inputs",
@@ -423,3 +425,108 @@ def _scalar(value: Any) -> float | int | str | bool:
     if isinstance(item, complex):
         return str(item)
     return item  # type: ignore[no-any-return]
+
+
+# -- the call, in a child process killed at its time limit ----------------------------------
+
+#: Seconds ``jaxport run`` lets the call take by default (``--timeout``).
+DEFAULT_RUN_TIMEOUT = 600.0
+#: The child's address-space limit, bytes (as the jax-native converter's).
+_RUN_MEMORY_LIMIT = 64 << 30
+#: Exit status of the child when jaxport refused the call (the error is in ``error.json``).
+_REFUSED = 2
+
+
+def call_in_child(
+    archive: Path,
+    method: str | None,
+    inputs: Path,
+    *,
+    timeout: float = DEFAULT_RUN_TIMEOUT,
+    allow_custom_calls: Sequence[str] = (),
+) -> tuple[bytes, list[OutputSummary]]:
+    """``method`` of the model archive at ``archive`` (None: the function archive itself) on
+    the ``.npz`` at ``inputs``, called in a child process (``jaxport._run_child``) that is
+    killed after ``timeout`` seconds and dies with this process (``jaxport._children``).
+
+    A call cannot be interrupted within jax (a module that loops runs until it ends), so it
+    runs where a deadline can be enforced: the child reads the archive and the inputs again,
+    as ``load``/``load_model`` and ``load_inputs`` do here, under the allow-listed
+    environment (``jaxport._environ``), and writes its outputs to a file.
+
+    Returns:
+        ``(npz_bytes, summaries)``: the outputs as ``output_bytes`` writes them and as
+        ``summarize`` shows them.
+
+    Raises:
+        TimeLimitError: the call did not end within ``timeout`` seconds; it was killed.
+        RunError: the child crashed (a signal, its memory limit), or refused the call as
+            ``call_method`` does; another ``JaxportError`` the child raised is raised again
+            as its class where its message alone rebuilds it.
+    """
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from jaxport import _children
+    from jaxport._environ import worker_environment
+    from jaxport._errors import TimeLimitError
+
+    what = "the function" if method is None else f"method {method!r}"
+    with tempfile.TemporaryDirectory(prefix="jaxport-run-") as tmp:
+        work = Path(tmp)
+        request = {
+            "archive": str(Path(archive).resolve()),
+            "method": method,
+            "inputs": str(Path(inputs).resolve()),
+            "allow_custom_calls": list(allow_custom_calls),
+            "memory_limit": _RUN_MEMORY_LIMIT,
+        }
+        (work / "request.json").write_text(json.dumps(request))
+        cmd = [sys.executable, "-I", "-m", "jaxport._run_child", str(work)]
+        try:
+            done = _children.run(cmd, timeout=timeout, env=worker_environment(), cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise TimeLimitError(
+                f"{what} did not finish within {timeout:g} s and was stopped (raise the limit "
+                "with --timeout SECONDS)",
+                seconds=timeout,
+            ) from None
+        except OSError as e:
+            raise RunError(f"{what} could not be run: {sys.executable}: {e.strerror}") from None
+        if done.returncode == _REFUSED and (work / "error.json").is_file():
+            raise _rebuilt(json.loads((work / "error.json").read_text()))
+        if done.returncode != 0:
+            from jaxport.export import converter_status
+
+            lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+            tail = f": {lines[-1][:300]}" if lines else ""
+            status = converter_status(done.returncode).replace("the converter", "it")
+            raise RunError(f"{what} crashed: {status}{tail}")
+        summaries = json.loads((work / "summaries.json").read_text())
+        return (work / "out.npz").read_bytes(), [_summary(s) for s in summaries]
+
+
+def _summary(fields: dict[str, Any]) -> OutputSummary:
+    first = tuple(fields["first"])
+    return OutputSummary(
+        fields["name"], tuple(fields["shape"]), fields["dtype"], fields["min"], fields["max"], first
+    )
+
+
+def _rebuilt(error: dict[str, Any]) -> JaxportError:
+    """The child's ``JaxportError`` as its own class where its message (and the attributes
+    the child sent) rebuild it, else as a ``RunError`` naming that class."""
+    from jaxport import _errors
+
+    name, message = str(error.get("type")), str(error.get("message"))
+    cls = getattr(_errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, JaxportError):
+        attributes = error.get("attributes") or {}
+        for kwargs in (attributes, {}):
+            try:
+                return cls(message, **kwargs)
+            except TypeError:
+                continue
+    return RunError(f"{name}: {message}")

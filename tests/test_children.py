@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 SITES = {
     "sandbox": "from jaxport.export._sandbox import Sandbox\n"
     "Sandbox(python=FAKE).parse(b'module', timeout=600)",
-    "converter": "import sys\nsys.executable = FAKE\n"
+    "converter": "import sys, jaxport._children\nsys.executable = FAKE\n"
     "from jaxport.export import convert_native\nconvert_native(b'not an archive', timeout=600)",
     "rescue": "import pathlib, jaxport\npathlib.Path(WORK, 'in').write_bytes(b'native')\n"
     "jaxport.rescue(pathlib.Path(WORK, 'in'), pathlib.Path(WORK, 'out'), python=FAKE)",
@@ -108,3 +108,58 @@ def test_a_child_started_by_a_thread_outlives_the_thread(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+def _looping_archive(path: Path) -> None:
+    """A function that loops forever on a positive input (as a mutated module did, ~469 M
+    iterations): nothing in the caller can interrupt it."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxport
+
+    def loop(x):
+        def step(c):
+            return c[0] + jnp.where(c[1] > 0, 0, 1), c[1]
+
+        return jax.lax.while_loop(lambda c: c[0] < c[1], step, (jnp.int32(0), x))[0]
+
+    exp = jax.export.export(jax.jit(loop))(jax.ShapeDtypeStruct((), jnp.int32))
+    jaxport.save(exp, path)
+
+
+def test_run_stops_a_looping_module_at_its_timeout(tmp_path):
+    import numpy as np
+
+    _looping_archive(tmp_path / "loop.jaxport")
+    np.savez(tmp_path / "in.npz", np.int32(5))
+    jaxport_cmd = Path(sys.executable).with_name("jaxport")
+    done = subprocess.run(
+        [str(jaxport_cmd), "run", "loop.jaxport", "-i", "in.npz", "--timeout", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("TimeLimitError: the function did not finish within 2 s")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "loop-out.npz").exists()
+
+
+def test_run_in_python_raises_time_limit_error(tmp_path):
+    import numpy as np
+
+    import jaxport
+    from jaxport._cli_run import call_in_child
+
+    _looping_archive(tmp_path / "loop.jaxport")
+    np.savez(tmp_path / "in.npz", np.int32(5))
+    with pytest.raises(jaxport.TimeLimitError) as raised:
+        call_in_child(tmp_path / "loop.jaxport", None, tmp_path / "in.npz", timeout=1)
+    assert isinstance(raised.value, TimeoutError) and raised.value.seconds == 1
+    np.savez(tmp_path / "neg.npz", np.int32(-5))  # the same function ends on this input
+    data, summaries = call_in_child(tmp_path / "loop.jaxport", None, tmp_path / "neg.npz")
+    assert [s.name for s in summaries] == ["out"] and data.startswith(b"PK")

@@ -560,11 +560,15 @@ CHILD_STARTERS = frozenset({"jaxport._children.spawn", "jaxport._children.run"})
 #: Every place the package starts a process, and why it may. None runs a shell.
 SUBPROCESS_SITES = {
     ("jaxport._children", "_Spawner._serve"): (
-        "the one place a child is forked (subprocess.Popen, no shell), by one long-lived thread, "
-        "with PR_SET_PDEATHSIG and, for a one-shot child, an alarm: every site below calls it"
+        "the one place a child is started (subprocess.Popen, no shell), by one long-lived thread, "
+        "through a launcher that sets PR_SET_PDEATHSIG and, for a one-shot child, an alarm"
     ),
     ("jaxport._children", "run"): (
         "spawn's one-shot form: the child's output captured, killed at its time limit"
+    ),
+    ("jaxport._cli_run", "call_in_child"): (
+        "jaxport run's call: [python, -I, -m, jaxport._run_child, WORKDIR], no shell, the "
+        "allow-listed environment, killed at --timeout; archive and inputs reach it as files"
     ),
     ("jaxport.audit._worker", "_Worker.__init__"): (
         "the audit worker: [python, -P, -m, jaxport.audit._worker, --memory-limit N], no shell, "
