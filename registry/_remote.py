@@ -315,20 +315,21 @@ class RemoteRegistry(Registry):
             raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
         golden = examples_blob(sources, archives, examples, tolerance) if examples else None
         extra = {golden[0]: golden[1]} if golden else {}
-        sent: list[int] = []  # the size of each part sent
-        try:
-            self._upload(archives, extra, name, sent)
-        except BaseException as error:  # Ctrl-C included: say what stays on the server
-            if sent:
-                error.add_note(_left_behind(self.url, sent))
-            raise
         body = {
             "name": name, "archives": [to_wire(a.parts) for a in archives],
             "aliases": builtins.list(aliases), "metadata": dict(metadata or {}),
             "allow_custom_calls": builtins.list(allow_custom_calls), "vjp_order": vjp_order,
             "examples": {"digest": golden[0], "kind": golden[2]} if golden else None,
         }  # fmt: skip
-        return from_wire(PushResult, self._http.json("POST", "/versions", json=body))  # type: ignore[no-any-return]
+        sent: list[int] = []  # the size of each part sent
+        try:
+            self._upload(archives, extra, name, sent)
+            answer = self._http.json("POST", "/versions", json=body)
+        except BaseException as error:  # Ctrl-C included: say what stays on the server
+            if sent:
+                error.add_note(_left_behind(self.url, sent))
+            raise
+        return from_wire(PushResult, answer)  # type: ignore[no-any-return]
 
     def _upload(
         self, archives: Sequence[Any], extra: Mapping[str, bytes], name: str | None,

@@ -18,6 +18,7 @@ runs for minutes and is not part of the tests::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -26,6 +27,9 @@ import os
 import re
 import socket
 import statistics
+import subprocess
+import sys
+import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -36,12 +40,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _server import Server, admin_token, serving
+from _server import Server, admin_token, serving, start
 
 import jaxport
 from jaxport.audit import encode_model_examples
 from jaxport.registry._uploads import MAX_PARTS
-from jaxport.server._limits import MAX_DIGESTS, MAX_JSON_STRING
+from jaxport.registry._workdirs import commit_dir, workdir_root
+from jaxport.server._connections import BODY_TIMEOUT, HEADER_TIMEOUT, LOG_BURST
+from jaxport.server._limits import (
+    MAX_BODY,
+    MAX_DIGESTS,
+    MAX_JSON_STRING,
+    MAX_JSON_VALUES,
+    MemoryBudget,
+)
 
 MAX_UPLOAD = 100_000
 F32 = jnp.float32
@@ -593,3 +605,272 @@ def test_an_error_after_the_answer_started_cuts_it_short_quietly(t):
     log = t.server.log.read_bytes()[start:].decode()
     assert "cut short: IntegrityError" in log and str(t.server.blobs) not in log
     admin.delete("victim", force=True)
+
+
+# -- resources: bodies, commits, connections, memory, temporaries (issue 24) ---------------
+
+
+def test_json_bodies_are_bounded_per_route(t):
+    """F3: a 127 MiB metadata body stalled every other request for 40 s; bodies are now
+    bounded by route (413 before a byte is read) and parsed off the event loop within limits
+    of values, depth and string length."""
+    head = (f"POST /api/v1/versions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t.admin}\r\n"
+            "Content-Type: application/json\r\n")  # fmt: skip
+    declared = _raw(t, f"{head}Content-Length: {127 << 20}\r\n\r\n{{".encode(), hang_up=False)
+    assert _status(declared) == 413 and b"at most" in declared
+    json_headers = {**t.auth(), "Content-Type": "application/json"}
+    zeros = b'{"digests": [' + b",".join([b"0"] * (MAX_JSON_VALUES + 1)) + b"]}"  # ~2 MB
+    r = httpx.post(f"{t.api}/blobs/missing", content=zeros, headers=json_headers, timeout=60)
+    assert "values" in _typed(r, 400)["message"]
+    keys = {"name": "team-x", "archives": [{}], "metadata": {str(i): "" for i in range(2000)}}
+    r = httpx.post(f"{t.api}/versions", json=keys, headers=t.auth(), timeout=60)
+    assert "metadata" in _typed(r, 422)["message"]
+    r = httpx.post(f"{t.api}/gc", content=b" " * (MAX_BODY + 1), headers=json_headers)
+    assert _typed(r, 413)
+
+
+def _split(archive: bytes) -> list[dict[str, object]]:
+    from jaxport.export import inspect, split_archive
+    from jaxport.export._parts import ArchiveChunks
+
+    parts = split_archive(ArchiveChunks([archive]), inspect(archive))
+    return [{"position": p.position, "digest": p.digest, "offset": p.offset, "size": p.size}
+            for p in parts]  # fmt: skip
+
+
+def test_commit_parts_are_the_archive_layout(t):
+    """F4: one part named 1,024 times wrote 1 GiB to the temporary directory. A commit's
+    parts must be what its archive's header lays out, before a byte is written."""
+    archive = jaxport.dumps(_exported(jnp.exp))
+    d, n = _put(t, archive), len(archive)
+    repeated = [{"position": i, "digest": d, "offset": i * n, "size": n} for i in range(8)]
+    err = _typed(_commit(t, repeated, 8 * n), 400)
+    assert "lays out" in err["message"]
+    params = {"w": np.ones((64, 64), np.float32), "b": np.zeros(64, np.float32)}
+    model = jaxport.Model(params, {"f": lambda p, x: x @ p["w"] + p["b"]},
+                          {"f": [jax.ShapeDtypeStruct((2, 64), F32)]})  # fmt: skip
+    data = model.dumps()
+    parts = _split(data)
+    for p in parts:
+        _put(t, data[p["offset"] : p["offset"] + p["size"]])  # type: ignore[operator]
+    w = parts[1]
+    twice = [*parts, {**w, "position": len(parts), "offset": len(data)}]
+    body = {"name": "team-x", "archives": [{"digest": hashlib.sha256(data).hexdigest(),
+                                            "size": len(data) + int(w["size"]),  # type: ignore[call-overload]
+                                            "parts": twice}]}  # fmt: skip
+    r = httpx.post(f"{t.api}/versions", json=body, headers=t.auth(), timeout=120)
+    assert "lays out" in _typed(r, 400)["message"]
+    big = [{"position": 0, "digest": d, "offset": 0, "size": MAX_UPLOAD + 1}]
+    assert "bytes together" in _typed(_commit(t, big, MAX_UPLOAD + 1), 400)["message"]
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        assert "team-x" not in direct.names()
+        root = workdir_root(direct.blobs)
+    assert not root.exists() or not any(root.iterdir())  # every commit's directory removed
+
+
+def test_slow_heads_and_bodies_are_cut_off(t):
+    """F5: a client sending its head, or a sign-in form, a byte at a time was never timed
+    out. Heads get ``HEADER_TIMEOUT`` seconds, bodies ``BODY_TIMEOUT``."""
+    port = int(t.server.url.rsplit(":", 1)[1])
+    slow = {
+        "head": b"GET /api/v1/names HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+        "body": b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-url"
+        b"encoded\r\nContent-Length: 1000\r\n\r\ntoken=",
+    }
+    sockets = {k: socket.create_connection(("127.0.0.1", port), timeout=5) for k in slow}
+    answers: dict[str, bytes] = {}
+    try:
+        for s, start in zip(sockets.values(), slow.values(), strict=True):
+            s.sendall(start)
+        for _ in range(int(BODY_TIMEOUT + HEADER_TIMEOUT) + 30):  # a byte a second
+            for key, s in sockets.items():
+                if key in answers:
+                    continue
+                try:
+                    s.sendall(b"a")
+                    s.settimeout(1.0 / len(sockets))
+                    chunk = s.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:  # reset: closed by the server
+                    chunk = b""
+                answers[key] = chunk
+            if len(answers) == len(sockets):
+                break
+    finally:
+        for s in sockets.values():
+            s.close()
+    assert set(answers) == set(slow), answers  # both cut off
+    assert answers["head"] == b""  # closed, no answer
+    assert answers["body"] == b"" or _status(answers["body"]) == 400
+
+
+def test_a_fifo_in_the_blob_store_is_refused_not_waited_on(t):
+    """F9: a FIFO planted in the blob store made pull and verify block forever."""
+    admin = jaxport.Registry(t.server.url, token=t.admin)
+    digest = admin.push(jaxport.dumps(_exported(jnp.arctan)), "fifo-victim").variants[0].digest
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        path = Path(direct.blobs.path(digest))
+    data = path.read_bytes()
+    path.unlink()
+    os.mkfifo(path)
+    try:
+        r = httpx.get(f"{t.api}/blobs/{digest}", headers=t.auth(), timeout=30)
+        _typed(r, 404, 422)
+        outcome: list[BaseException] = []
+
+        def pull() -> None:  # a direct pull, which opened the FIFO and waited for a writer
+            with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+                try:
+                    direct.pull_bytes("fifo-victim")
+                except BaseException as error:
+                    outcome.append(error)
+
+        puller = threading.Thread(target=pull, daemon=True)
+        puller.start()
+        puller.join(timeout=60)
+        assert not puller.is_alive() and isinstance(outcome[0], jaxport.IntegrityError)
+        report = admin.verify()  # through the server: every blob read
+        assert digest in {p.digest for p in report.problems}
+    finally:
+        path.unlink()
+        path.write_bytes(data)
+    admin.delete("fifo-victim", force=True)
+
+
+def test_an_aborted_push_says_what_it_left_and_gc_frees_it(t, monkeypatch):
+    """F8: a push stopped by Ctrl-C left its parts for an hour, while the README said gc
+    freed them: it now says what it left and how to free it, and ``gc --min-age 0`` does."""
+    client = jaxport.Registry(t.server.url, token=t.admin)
+    data = jaxport.dumps(_exported(jnp.cosh))
+    real = client._http.json
+
+    def interrupted(method: str, path: str, **kw: object) -> object:
+        if path == "/versions":
+            raise KeyboardInterrupt  # after the part arrived, before the commit
+        return real(method, path, **kw)
+
+    monkeypatch.setattr(client._http, "json", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        client.push(data, "team-aborted")
+    note = " ".join(getattr(caught.value, "__notes__", ()))
+    assert f"{len(data):,} bytes" in note and "jaxport gc --min-age 0" in note
+    monkeypatch.undo()
+    digest = hashlib.sha256(data).hexdigest()
+    kept = client.gc(dry_run=True)
+    assert digest in kept.kept_young  # as the README says: kept for --min-age
+    assert digest in client.gc(min_age=0).digests
+
+
+def _killed_commit_dir(blobs: str) -> Path:
+    """A commit directory whose process was killed with SIGKILL mid-commit."""
+    code = ("import sys, time; from jaxport.registry._blobs import LocalBlobStore; "
+            "from jaxport.registry._workdirs import commit_dir\n"
+            "with commit_dir(LocalBlobStore(sys.argv[1])) as d:\n"
+            "    (d / 'x.jaxport').write_bytes(b'0' * 4096)\n"
+            "    print(d, flush=True); time.sleep(600)")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", code, blobs], stdout=subprocess.PIPE,
+                             cwd=Path(blobs).parent)  # fmt: skip
+    assert child.stdout is not None
+    with child.stdout:
+        path = Path(child.stdout.readline().decode().strip())
+    child.kill()
+    child.wait(timeout=30)
+    assert (path / "x.jaxport").exists()
+    return path
+
+
+def test_killed_commits_are_swept_by_gc_and_server_start(t, tmp_path):
+    """F8: ``kill -9`` of the server during a commit left ``jaxport-commit-*`` directories
+    that gc never removed. They live under one root per blob store, locked while in use."""
+    dead = _killed_commit_dir(t.server.blobs)
+    with jaxport.Registry(t.server.db_url, blobs=t.server.blobs) as direct:
+        assert dead.parent == workdir_root(direct.blobs)
+        with commit_dir(direct.blobs) as live:  # a commit in flight: never touched
+            report = jaxport.Registry(t.server.url, token=t.admin).gc(dry_run=True)
+            assert str(dead) in report.temp_files and dead.exists()
+            report = jaxport.Registry(t.server.url, token=t.admin).gc()
+            assert str(dead) in report.temp_files and str(live) not in report.temp_files
+            assert not dead.exists() and live.exists()
+    dead = _killed_commit_dir(t.server.blobs)
+    with serving(t.server.db_url, t.server.blobs, tmp_path / "second.log"):
+        assert not dead.exists()  # swept as the server started
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory, target):
+    """A second server over the module's registry: ``--memory-budget 16 MiB``, started with
+    a soft limit of 256 open files (macOS's default, which the server raises)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+    try:
+        extra = ("--memory-budget", str(BUDGET), "--max-upload", str(64 << 20))
+        server = start(target.server.db_url, target.server.blobs,
+                       tmp_path_factory.mktemp("strict") / "serve.log", extra=extra)  # fmt: skip
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    yield dataclasses.replace(target, server=server)
+    server.kill()
+
+
+BUDGET = 16 << 20
+
+
+def test_crowds_of_connections_and_log_floods(strict):
+    """F5: 300 idle connections made reads time out at a 256-file limit, and asyncio wrote
+    28 MB of tracebacks in 35 s; the server raises its open-file limit and rate-limits logs."""
+    limits = Path(f"/proc/{strict.server.process.pid}/limits").read_text()
+    soft, hard = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits).groups()  # type: ignore[union-attr]
+    assert soft == hard
+    port = int(strict.server.url.rsplit(":", 1)[1])
+    idle = []
+    try:
+        for _ in range(300):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        r = httpx.get(f"{strict.api}/names", headers=strict.auth(), timeout=30)
+        assert r.status_code == 200
+    finally:
+        for s in idle:
+            s.close()
+    start_at = strict.server.log.stat().st_size
+    for _ in range(200):  # each one a warning of uvicorn's
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            with contextlib.suppress(OSError):
+                s.recv(1024)
+    time.sleep(0.5)
+    log = strict.server.log.read_bytes()[start_at:].decode("utf-8", "replace")
+    assert 0 < log.count("Invalid HTTP request") <= LOG_BURST + 5, log[-2000:]
+
+
+def _ratio_bomb(decompressed: int) -> bytes:
+    """A model archive of a few hundred KB whose one tensor decompresses to
+    ``decompressed`` bytes (within the reader's default ratio of 1,000)."""
+    a = np.zeros(decompressed, np.uint8)
+    a[::2048] = np.random.default_rng(0).integers(1, 255, len(a[::2048]), dtype=np.uint8)
+    model = jaxport.Model({"t": a.view(np.float32)}, {"f": lambda p, x: x + p["t"][:3]},
+                          {"f": [jax.ShapeDtypeStruct((3,), F32)]})  # fmt: skip
+    return model.dumps(compress=True)
+
+
+def test_memory_budget(strict):
+    """F6: four 1.1 MB ratio-bomb archives committed at once took the server to 4.3 GiB. A
+    commit's memory is known from its headers before it is allocated, and all requests
+    together stay within ``--memory-budget``."""
+    bomb = _ratio_bomb(2 * BUDGET)
+    assert len(bomb) < BUDGET // 16
+    client = jaxport.Registry(strict.server.url, token=strict.admin)
+    with pytest.raises(jaxport.InvalidNameError, match="server memory"):
+        client.push(bomb, "bomb")
+    assert "bomb" not in client.names()
+    json_headers = {**strict.auth(), "Content-Type": "application/json"}
+    large = json.dumps({"digests": ["0" * 64] * (BUDGET // 8 // 66 + 10)}).encode()
+    r = httpx.post(f"{strict.api}/blobs/missing", content=large, headers=json_headers)
+    assert "server memory" in _typed(r, 400)["message"]  # 8x its size does not fit
+    budget = MemoryBudget(100, wait=0.1)
+    with budget.reserve(60, "one"), pytest.raises(jaxport.ServerUnavailableError, match="busy"):
+        budget.acquire(60, "another")
+    with budget.reserve(60, "another"):
+        assert budget.held == 60
