@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from jaxport.export._native import converter_status as converter_status
     from jaxport.export._native import read_native as read_native
     from jaxport.export._native import run_converter as run_converter
+    from jaxport.export._native import symbolic_problem as symbolic_problem
     from jaxport.export._parts import ArchiveChunks as ArchiveChunks
     from jaxport.export._parts import Part as Part
     from jaxport.export._parts import assemble_chunks as assemble_chunks

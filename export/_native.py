@@ -22,6 +22,7 @@ from typing import Any
 
 from jaxport import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError, _children
 from jaxport._environ import worker_environment
+from jaxport.export._limits import BUDGET_FACTOR, BUDGET_SLACK
 
 __all__ = [
     "CONVERTED_KEY",
@@ -29,8 +30,10 @@ __all__ = [
     "NativeConversion",
     "convert_native",
     "converter_status",
+    "default_timeout",
     "read_native",
     "run_converter",
+    "symbolic_problem",
 ]
 
 #: Metadata key of an archive converted from jax-native bytes.
@@ -67,15 +70,23 @@ def convert_native(
         data: what ``jax.export.Exported.serialize()`` wrote (with any VJPs it carries, at
             most ``MAX_NATIVE_VJP_ORDER``).
         path: the file, for messages.
-        timeout: seconds (default 120 s plus 1 s per 4 MB).
+        timeout: seconds (default ``default_timeout(len(data))``).
         memory_limit: the child's address-space limit in bytes.
 
     Raises:
         CorruptArchiveError: jax's reader refused the bytes (not its format).
-        UnsupportedFeatureError: jax read them but ``dumps`` cannot store that Exported.
+        UnsupportedFeatureError: jax read them but ``dumps`` cannot store that Exported; or,
+            before any child starts, a symbolic dimension over the limits ``dumps`` applies
+            (``symbolic_problem``), which jax's parser would take minutes to read.
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
-    limit = timeout if timeout is not None else 120.0 + len(data) / 4e6
+    problem = symbolic_problem(data)
+    if problem is not None:
+        raise UnsupportedFeatureError(
+            f"jax-native bytes cannot be stored as a jaxport archive: {problem}; refused "
+            "before jax parsed them"
+        )
+    limit = timeout if timeout is not None else default_timeout(len(data))
     with tempfile.TemporaryDirectory(prefix="jaxport-native-") as tmp:
         src, dst = Path(tmp, "in"), Path(tmp, "out")
         src.write_bytes(data)
@@ -96,6 +107,87 @@ def convert_native(
             raise _unsafe(converter_status(done.returncode), path)
         facts = json.loads(Path(tmp, "facts").read_text())
         return NativeConversion(dst.read_bytes(), int(facts["vjp_order"]), bool(facts["symbolic"]))
+
+
+def default_timeout(nbytes: int) -> float:
+    """Seconds the converter may take on ``nbytes`` bytes: 60 s (jax's import, its reader and
+    ``dumps`` of a small file take a few seconds) plus 1 s per 4 MB, which jax's reader and
+    zstd need for large constants."""
+    return 60.0 + nbytes / 4e6
+
+
+def symbolic_problem(data: bytes) -> str | None:
+    """What makes the symbolic dimensions of jax-native ``data`` unstorable, read from its
+    FlatBuffer without jax's parser, or None (also when the bytes are not that FlatBuffer:
+    the converter's reader then says so).
+
+    jax parses each dimension's text when it reads the bytes, in time that grows much faster
+    than the text (a 500 KB file whose one dimension has 20,000 terms ran for minutes); the
+    texts are checked first against the limits a jaxport archive has
+    (``_symbolic.expression_problem``: ``MAX_EXPR_CHARS`` characters, ``MAX_EXPR_ATOMS``
+    atoms; ``MAX_SYMBOLIC_CHARS`` in all, schema/FORMAT.md "Limits"), which ``dumps`` would
+    apply after jax's parse. The work is linear in ``len(data)``: every vector's declared
+    length is checked against the bytes before it is walked.
+    """
+    try:
+        texts = _dimension_texts(data)
+    except _OverBudget as e:
+        return str(e)
+    except Exception:  # flatbuffers raises anything on bytes that are not its format
+        return None
+    from jaxport.export import _limits
+    from jaxport.export._symbolic import expression_problem
+
+    symbolic = sorted({t for t in texts if not t.strip().lstrip("-").isdigit()})
+    for text in symbolic:
+        problem = expression_problem(text)
+        if problem is not None:
+            return f"symbolic dimension {text[:60]!r}... ({len(text)} characters): {problem}"
+    if sum(map(len, symbolic)) > _limits.MAX_SYMBOLIC_CHARS:
+        return f"more than {_limits.MAX_SYMBOLIC_CHARS} characters of symbolic dimensions"
+    return None
+
+
+def _dimension_texts(data: bytes) -> list[str]:
+    """The dimension texts of every aval of the Exported in ``data`` and its VJPs (at most
+    ``MAX_NATIVE_VJP_ORDER``), from jax's own FlatBuffer accessors.
+
+    Raises:
+        ValueError: a vector declares more entries than the bytes hold.
+        Exception: whatever the accessors raise on bytes that are not that FlatBuffer.
+    """
+    from jax._src.export import serialization_generated as ser
+
+    buf = bytearray(data)
+    budget = BUDGET_FACTOR * len(buf) + BUDGET_SLACK  # shared strings are read once per use
+    exp, texts = ser.Exported.GetRootAs(buf, 0), []
+    for _ in range(MAX_NATIVE_VJP_ORDER + 1):
+        for name in ("UniqueAvals", "InAvals", "OutAvals"):
+            count = _bounded(getattr(exp, f"{name}Length", lambda: 0)(), len(buf))
+            for i in range(count):
+                aval = getattr(exp, name)(i)
+                for j in range(_bounded(aval.ShapeLength(), len(buf))):
+                    texts.append(aval.Shape(j).decode("utf-8"))
+                    budget -= len(texts[-1]) + 4
+                    if budget < 0:
+                        raise _OverBudget(
+                            f"its dimension texts are referred to more than its {len(buf)} "
+                            f"bytes allow ({BUDGET_FACTOR}x its size + {BUDGET_SLACK} read)"
+                        )
+        exp = exp.Vjp()
+        if exp is None:
+            break
+    return texts
+
+
+class _OverBudget(Exception):
+    """The FlatBuffer's dimension texts are shared beyond its size (a problem to report)."""
+
+
+def _bounded(count: int, nbytes: int) -> int:
+    if not 0 <= count <= nbytes // 4:
+        raise ValueError(f"a vector of {count} entries in {nbytes} bytes")
+    return count
 
 
 def _unsafe(what: str, path: str | None) -> UnsafeArchiveError:

@@ -126,7 +126,9 @@ def rescue(
         CorruptArchiveError: ``src`` is not a regular file (a FIFO, a device) or over 64 GiB.
         AuditError: the environment for ``jax`` could not be made.
         CorruptArchiveError: that jax's reader refused the bytes.
-        UnsupportedFeatureError: jax read them but jaxport cannot store that Exported.
+        UnsupportedFeatureError: jax read them but jaxport cannot store that Exported; or,
+            before any child starts, a symbolic dimension over an archive's limits
+            (``jaxport.export.symbolic_problem``).
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
     source, target = Path(src), Path(dst)
@@ -139,6 +141,14 @@ def rescue(
 
     if data.startswith(MAGIC):
         raise InvalidNameError(f"{source} is already a jaxport archive: nothing to rescue")
+    from jaxport.export import symbolic_problem
+
+    problem = symbolic_problem(data)  # jax's parser takes minutes on a long dimension
+    if problem is not None:
+        raise UnsupportedFeatureError(
+            f"{source} cannot be stored as a jaxport archive: {problem}; refused before jax "
+            "parsed it"
+        )
     if (target.exists() or Path(examples_path(target)).exists()) and not overwrite:
         raise FileExistsError(f"{target} exists: pass overwrite=True (--force) to replace it")
     if python is None:

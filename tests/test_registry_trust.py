@@ -61,6 +61,39 @@ def test_jax_native_bytes_record_unknown_producer_and_lost_constraints(registry)
     assert registry.push(_poly(), "poly2").notes == ()  # an Exported keeps its constraints
 
 
+def _native_with_long_dimension(terms):
+    """jax-native bytes whose one symbolic dimension has ``terms`` terms (written by jax's own
+    serializer with the dimension's text replaced): 20,000 terms make a 508 KB file that jax's
+    reader parsed for over two minutes."""
+    import flatbuffers
+
+    (b,) = jax.export.symbolic_shape("b")
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((b,), jnp.float32))
+    text = " + ".join(f"a{i}" for i in range(terms))
+    original = flatbuffers.Builder.CreateString
+
+    def create(self, s, *args, **kwargs):
+        return original(self, text if s == "b" else s, *args, **kwargs)
+
+    flatbuffers.Builder.CreateString = create
+    try:
+        return bytes(exp.serialize())
+    finally:
+        flatbuffers.Builder.CreateString = original
+
+
+def test_a_native_dimension_of_20000_terms_is_refused_before_jax_parses_it(registry, tmp_path):
+    data = _native_with_long_dimension(20_000)
+    assert len(data) > 500_000
+    with pytest.raises(jaxport.UnsupportedFeatureError) as refused:
+        registry.push(data, "long")
+    assert "longer than 256 characters; refused before jax parsed them" in str(refused.value)
+    assert registry.names() == []
+    (tmp_path / "long.jaxexport").write_bytes(data)  # rescue applies the same limit first
+    with pytest.raises(jaxport.UnsupportedFeatureError, match="refused before jax parsed it"):
+        jaxport.rescue(tmp_path / "long.jaxexport", tmp_path / "out.jaxport", python="/nowhere")
+
+
 def test_bad_sources_are_refused(registry, tmp_path):
     with pytest.raises(jaxport.CorruptArchiveError, match="neither a jaxport archive"):
         registry.push(b"not an archive", "x")
