@@ -22,7 +22,12 @@ from jaxport._cli_output import json_option
 from jaxport._cli_queue import audit_worker
 from jaxport._cli_rescue import rescue_cmd
 from jaxport._cli_server import log_cmd, serve, token
-from jaxport._errors import InvalidNameError, JaxportError, NotFoundError
+from jaxport._errors import (
+    InvalidNameError,
+    JaxportError,
+    NotFoundError,
+    UnsupportedFeatureError,
+)
 from jaxport._version import __version__
 
 __all__ = ["main"]
@@ -584,7 +589,10 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
         ref = reg.get(reference)
         aliases = {a: v for a, v in reg.aliases(ref.name).items() if v == ref.version}
         signatures = reg.signatures(f"{ref.name}:{ref.version}")
-        windows = reg.windows(f"{ref.name}:{ref.version}")
+        try:
+            windows = reg.windows(f"{ref.name}:{ref.version}")
+        except UnsupportedFeatureError:  # through a registry server: not reported (null)
+            windows = None
     document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows}
     _emit(as_json, document, ref_panel)
 
@@ -850,7 +858,8 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
 @click.option(
     "--static",
     is_flag=True,
-    help="Only the facts recorded at push against this jax's capabilities (no compile).",
+    help="Only the facts recorded at push against this jax's capabilities (no compile): "
+    "incompatible where they decide a refusal, else unknown (never ok).",
 )
 @click.option(
     "-j",
@@ -898,8 +907,9 @@ def audit(
 
     REFERENCE names what to audit (default: everything; an unknown or deleted name is an
     error). Statuses: ok, incompatible, compile-error, mismatch, error, crash, not-run (could
-    not be measured here: no such device, too few devices). Exit 1 when a measured status is
-    not ok (or, with --upgrade-to, when one would break); not-run alone exits 0. Incremental:
+    not be measured here: no such device, too few devices), unknown (--static: nothing
+    recorded refuses it; never ok). Exit 1 when a measured status is not ok (or, with
+    --upgrade-to, when one would break); not-run and unknown alone exit 0. Incremental:
     a finding stored for the same archive, check level, jax, jaxlib, platform and device count
     is reused (--force: measure again). A progress bar is drawn on stderr when it is a
     terminal (never with --json). Every report says which jax and jaxlib made it, and when
@@ -957,7 +967,7 @@ def audit(
         findings, other_python=python is not None or jax_release is not None
     )
     _emit(as_json, report, findings_table)
-    if any(f.status not in ("ok", "not-run") for f in findings):
+    if any(f.status not in ("ok", "not-run", "unknown") for f in findings):
         click.get_current_context().exit(1)
 
 

@@ -97,7 +97,7 @@ def serve(
     from jaxport._extras import require
     from jaxport.registry import Registry, RegistryConfig, is_server_url
 
-    for module in ("fastapi", "uvicorn", "jinja2", "httpx", "swagger_ui_bundle"):
+    for module in ("fastapi", "uvicorn", "jinja2", "httpx", "fastapi_offline"):
         require(module, "jaxport serve")
     import uvicorn
 

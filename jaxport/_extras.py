@@ -20,6 +20,7 @@ __all__ = ["EXTRAS", "missing_extra", "require"]
 EXTRAS: dict[str, str] = {
     "boto3": "s3",
     "fastapi": "server",
+    "fastapi_offline": "server",
     "httpx": "client",
     "jinja2": "server",
     "model_signing": "signing",
@@ -28,7 +29,6 @@ EXTRAS: dict[str, str] = {
     "psycopg": "postgres",
     "s3fs": "s3",
     "safetensors": "safetensors",
-    "swagger_ui_bundle": "server",
     "uvicorn": "server",
 }
 

@@ -76,7 +76,7 @@ def create_app(
         title="jaxport registry",
         version=__version__,
         openapi_url=f"{API}/openapi.json",
-        docs_url=None,  # served by server/_docs.py from swagger-ui-bundle, not a CDN
+        docs_url=None,  # server/_docs.py: Swagger UI from fastapi-offline, not a CDN
         redoc_url=None,
     )
     app.state.registry = registry

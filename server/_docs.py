@@ -1,11 +1,12 @@
 """The API's documentation page, ``/api/v1/docs``: Swagger UI served by this server.
 
 FastAPI's own page loads Swagger UI from a CDN (blank offline, and a third-party script on the
-origin whose cookie reads the API). Here its files come from the ``swagger-ui-bundle`` package
-(``jaxport[server]``) under ``/api/v1/docs/assets/``, an allow-list of the four files the page
-uses, and the page starts it with ``/api/v1/docs/init.js`` (``server/static/swagger-init.js``):
-no inline script, so the page's
-Content-Security-Policy (``server/_headers.py``) allows scripts from this origin only.
+origin whose cookie reads the API). Here its files come from the ``fastapi-offline`` package
+(``jaxport[server]``; Swagger UI 5, which reads the OpenAPI 3.1 document FastAPI writes; the
+``swagger-ui-bundle`` package's 4.15 cannot) under ``/api/v1/docs/assets/``, an allow-list of
+the three files the page uses, and the page starts it with ``/api/v1/docs/init.js``
+(``server/static/swagger-init.js``): no inline script, so the page's Content-Security-Policy
+(``server/_headers.py``) allows scripts from this origin only.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ DOCS = "/docs"
 ASSETS = {
     "swagger-ui-bundle.js": "text/javascript",
     "swagger-ui.css": "text/css",
-    "favicon-16x16.png": "image/png",
-    "favicon-32x32.png": "image/png",
+    "favicon.png": "image/png",
 }
 
 _INIT = Path(__file__).resolve().parent / "static" / "swagger-init.js"
@@ -36,7 +36,7 @@ _PAGE = """<!doctype html>
 <meta charset="utf-8">
 <title>jaxport registry API</title>
 <link rel="stylesheet" href="{prefix}/docs/assets/swagger-ui.css">
-<link rel="icon" type="image/png" href="{prefix}/docs/assets/favicon-32x32.png">
+<link rel="icon" type="image/png" href="{prefix}/docs/assets/favicon.png">
 </head>
 <body>
 <div id="swagger-ui" data-openapi-url="{prefix}/openapi.json"></div>
@@ -48,9 +48,9 @@ _PAGE = """<!doctype html>
 
 
 def _bundle() -> Path:
-    import swagger_ui_bundle
+    import fastapi_offline
 
-    return Path(swagger_ui_bundle.swagger_ui_path)
+    return Path(fastapi_offline.__file__).resolve().parent / "static"
 
 
 def docs_router(prefix: str) -> APIRouter:

@@ -458,3 +458,42 @@ def test_pages_of_versions_and_names(context, server, filled):
     assert page.locator("main p.muted").inner_text() == "No names on this page."
     page.click("text=← previous")
     assert len(_rows(page, "#names")) == 4
+
+
+# -- the API's documentation page, offline, under its Content-Security-Policy (issue 24) ----
+
+
+def test_api_docs_work_offline_under_a_content_security_policy(context, server):
+    """Every request the page makes goes to the server itself (anything else is aborted, as
+    offline); Swagger UI renders the API's operations; the browser reports no CSP violation."""
+    outside: list[str] = []
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith(server):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text))
+    answer = page.goto(f"{server}/api/v1/docs")
+    assert answer.status == 200
+    csp = answer.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-eval" not in csp
+    page.wait_for_selector(".opblock", timeout=20_000)
+    assert page.locator(".opblock").count() > 20  # one per operation of /api/v1
+    assert page.locator(".info .title").inner_text().startswith("jaxport registry")
+    assert outside == []
+    assert not [m for m in console if "Content Security Policy" in m], console
+
+
+@pytest.mark.parametrize("path", ["/", "/login", "/matrix", "/static/site.css"])
+def test_every_page_has_a_content_security_policy_without_scripts(context, server, path):
+    answer = context.new_page().goto(f"{server}{path}")
+    csp = answer.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src" not in csp
+    assert "frame-ancestors 'none'" in csp
+    assert answer.headers["x-content-type-options"] == "nosniff"
