@@ -10,7 +10,7 @@ their module and class names, so no library is imported here.
 
 from __future__ import annotations
 
-__all__ = ["STRING_KEYS", "conversion"]
+__all__ = ["STRING_KEYS", "conversion", "output_conversion"]
 
 #: How to store a dict with non-string keys (``nnx.to_pure_dict`` gives ``int`` keys to the
 #: layers of a list).
@@ -53,3 +53,21 @@ def conversion(node_type: type) -> str:
             "tuple of such namedtuples: register each), or store tuple(state)"
         )
     return _GENERIC
+
+
+def output_conversion(node_type: type) -> str:
+    """The one-line fix of a method that returns a library container of ``node_type``
+    (library types by name, as ``conversion``)."""
+    names = {f"{t.__module__}.{t.__qualname__}" for t in node_type.__mro__}
+    if any(n.startswith("transformers.") and n.endswith(".ModelOutput") for n in names):
+        return "return out.logits (the arrays you need) or dict(out) from the method"
+    if "flax.core.frozen_dict.FrozenDict" in names:
+        return "return dict(out) from the method (flax.core.unfreeze(out) where it nests)"
+    if any(n.startswith("equinox.") and n.endswith("._module.Module") for n in names):
+        return (
+            "return the arrays you need from the method (out.field, or a tuple or dict of "
+            "them), or jax.tree.leaves(out)"
+        )
+    if issubclass(node_type, tuple) and hasattr(node_type, "_fields"):
+        return "return tuple(out) or out._asdict() from the method, or " + conversion(node_type)
+    return "return a dict, list or tuple of its arrays from the method, or " + _GENERIC

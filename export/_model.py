@@ -52,9 +52,11 @@ class Model:
 
     Raises:
         UnsupportedFeatureError: a leaf that is not an array, a PRNG key, or a pytree node that
-            cannot be stored; a method name outside ``jaxport._grammar.METHOD`` (ASCII
-            letters, digits and '_', starting with a letter; a non-ASCII look-alike is named
-            as one) or an attribute of Model.
+            cannot be stored, in the parameters or in a method's outputs (a ``ModelOutput``,
+            ``FrozenDict`` or ``eqx.Module``: the message names the method, the output's path
+            and the fix, e.g. ``.logits`` or ``dict(out)``); a method name outside
+            ``jaxport._grammar.METHOD`` (ASCII letters, digits and '_', starting with a
+            letter; a non-ASCII look-alike is named as one) or an attribute of Model.
         ValueError: ``input_specs`` or ``vjp_order`` name a method that does not exist, or miss one.
     """
 
@@ -183,6 +185,8 @@ class Model:
     ) -> None:
         orders = {n: vjp_order for n in exported} if isinstance(vjp_order, int) else dict(vjp_order)
         _check_names(exported, orders, "vjp_order")
+        for name, exp in exported.items():
+            _check_outputs(name, exp.out_tree)
         for name in exported:
             problem = method_problem(name)
             if problem is not None:
@@ -458,6 +462,27 @@ def _dtype(name: str) -> Any:
 def _check_names(methods: Mapping[str, Any], other: Mapping[str, Any], what: str) -> None:
     if set(other) != set(methods):
         raise ValueError(f"{what} names methods {sorted(other)}, the model has {sorted(methods)}")
+
+
+def _check_outputs(name: str, out_tree: Any) -> None:
+    """Refuses a method whose outputs hold a node the archive cannot store (a library's
+    container: transformers' ``ModelOutput``, flax's ``FrozenDict``, an ``eqx.Module``), when
+    the model is made rather than when it is saved.
+
+    Raises:
+        UnsupportedFeatureError: naming the method, the output's path and the one-line fix.
+    """
+    from jaxport.export._conversions import output_conversion
+    from jaxport.export._pytrees import unstorable_node
+
+    found = unstorable_node(out_tree)
+    if found is not None:
+        path, node_type = found
+        raise UnsupportedFeatureError(
+            f"method {name!r} returns a container of type {node_type.__module__}."
+            f"{node_type.__qualname__} at out{path}, which an archive cannot store (dicts, "
+            f"lists, tuples, None and registered nodes only): {output_conversion(node_type)}"
+        )
 
 
 def _flatten(params: Any) -> tuple[Any, list[Any], list[str]]:

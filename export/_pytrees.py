@@ -24,7 +24,7 @@ from jaxport.export import _conversions, _fb, _limits, _standin
 from jaxport.export._jax import export_impl
 from jaxport.schema import fb
 
-__all__ = ["decode_pytreedef", "encode_pytreedef", "pytree_paths"]
+__all__ = ["decode_pytreedef", "encode_pytreedef", "pytree_paths", "unstorable_node"]
 
 _BUILTIN_KINDS = {
     types.NoneType: fb.PyTreeKind.none,
@@ -66,6 +66,36 @@ def encode_pytreedef(builder: flatbuffers.Builder, treedef: Any) -> int:
     fb.PyTreeDefStart(builder)
     fb.PyTreeDefAddNodes(builder, vector)
     return int(fb.PyTreeDefEnd(builder))
+
+
+def unstorable_node(treedef: Any) -> tuple[str, type] | None:
+    """The first node of ``treedef`` in pre-order that ``encode_pytreedef`` cannot store (a
+    custom node type not registered with ``jax.export.register_pytree_node_serialization``),
+    as ``(its key path, e.g. "['enc'][0]", "" at the root; its type)``, or None.
+
+    Iterative, one visit per node: the tree is one a method returned, already in memory.
+    """
+    stack: list[tuple[Any, str]] = [(treedef, "")]
+    while stack:
+        node, path = stack.pop()
+        node_data = node.node_data()
+        if node_data is None:
+            continue
+        node_type, aux = node_data
+        children = node.children()
+        if node_type is dict:
+            labels = [f"[{k!r}]" for k in aux]
+        elif node_type in _BUILTIN_KINDS:
+            labels = [f"[{i}]" for i in range(len(children))]
+        elif node_type is _standin.StandIn or node_type in export_impl.serialization_registry:
+            fields = getattr(node_type, "_fields", None)
+            labels = [f".{f}" for f in fields] if fields else []
+            if len(labels) != len(children):
+                labels = [f"[{i}]" for i in range(len(children))]
+        else:
+            return path, node_type
+        stack.extend(reversed([(c, path + lab) for c, lab in zip(children, labels, strict=True)]))
+    return None
 
 
 def _encode_node(builder: flatbuffers.Builder, treedef: Any, num_children: int) -> int:

@@ -76,7 +76,10 @@ def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
     if isinstance(leaf, jax.Array):
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             raise UnsupportedFeatureError(
-                f"parameter {path} is a typed PRNG key: store jax.random.key_data(key) instead"
+                f"parameter {path} is a typed PRNG key: store jax.random.key_data(key) "
+                "instead; an NNX model's RNG state (Dropout's key) is not a parameter: split "
+                "it off with nnx.split(model, nnx.Param, nnx.BatchStat, ...) and store the "
+                "first two (README: Models from Flax, Equinox, optax and transformers)"
             )
         leaf = np.asarray(jax.device_get(leaf))
     elif not isinstance(leaf, np.ndarray | np.generic | int | float | complex | bool):

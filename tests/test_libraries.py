@@ -72,6 +72,45 @@ def _nnx() -> tuple[jaxport.Model, dict[str, np.ndarray], Any]:
     return jaxport.Model(params, apply, [X_SPEC]), {"[0]": X}, mlp(X)
 
 
+def _nnx_dropout_batchnorm() -> tuple[jaxport.Model, dict[str, np.ndarray], Any]:
+    """The README's NNX recipe for a model with Dropout (an RNG key in its state) and
+    BatchNorm (batch statistics): eval mode, parameters and batch statistics stored, the RNG
+    state kept out of the archive (eval-mode Dropout never draws from it)."""
+    flax = _skip_without("flax")
+    nnx = _skip_without("flax.nnx")
+
+    class Net(nnx.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, rngs: Any) -> None:
+            self.lin1 = nnx.Linear(4, 8, rngs=rngs)
+            self.bn = nnx.BatchNorm(8, rngs=rngs)
+            self.drop = nnx.Dropout(0.5, rngs=rngs)
+            self.lin2 = nnx.Linear(8, 3, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.lin2(self.drop(nnx.relu(self.bn(self.lin1(x)))))
+
+    net = Net(nnx.Rngs(0))
+    net(X * 3 + 1)  # a training step: the batch statistics move away from their init
+    net.eval()  # Dropout off, BatchNorm on its running averages
+    graphdef, params, stats, rest = nnx.split(net, nnx.Param, nnx.BatchStat, ...)
+
+    def pure(state: Any) -> dict[str, Any]:
+        flat = flax.traverse_util.flatten_dict(nnx.to_pure_dict(state))
+        return {"/".join(map(str, k)): v for k, v in flat.items()}
+
+    weights = {"params": pure(params), "batch_stats": pure(stats)}
+
+    def apply(weights: Any, x: Any) -> Any:
+        p, s = jax.tree.map(lambda v: v, (params, stats))
+        nnx.replace_by_pure_dict(p, flax.traverse_util.unflatten_dict(weights["params"], sep="/"))
+        nnx.replace_by_pure_dict(
+            s, flax.traverse_util.unflatten_dict(weights["batch_stats"], sep="/")
+        )
+        return nnx.merge(graphdef, p, s, rest)(x)
+
+    return jaxport.Model(weights, apply, [X_SPEC]), {"[0]": X}, net(X)
+
+
 def _equinox() -> tuple[jaxport.Model, dict[str, np.ndarray], Any]:
     eqx = _skip_without("equinox")
     mlp = eqx.nn.MLP(4, 3, width_size=8, depth=2, key=jax.random.key(0))
@@ -107,6 +146,7 @@ def _gpt2() -> tuple[jaxport.Model, dict[str, np.ndarray], Any]:
 MODELS: dict[str, Callable[[], tuple[jaxport.Model, dict[str, np.ndarray], Any]]] = {
     "flax-linen": _linen,
     "flax-nnx": _nnx,
+    "flax-nnx-dropout-batchnorm": _nnx_dropout_batchnorm,
     "equinox": _equinox,
     "transformers-gpt2": _gpt2,
 }
@@ -227,3 +267,57 @@ def test_registered_library_nodes_pass_the_command(tmp_path: Path) -> None:
     assert pulled.read_bytes() == path.read_bytes()  # stand-ins written back as they were
     with pytest.raises(jaxport.UnsupportedFeatureError, match=r"flax\.core\.FrozenDict"):
         jaxport.load_model(path)  # this process registered nothing: refused, as before
+
+
+def test_an_nnx_state_with_an_rng_key_is_refused_naming_the_split() -> None:
+    """The recipe without the split: Dropout's RNG key is a typed key, refused with the fix."""
+    nnx = _skip_without("flax.nnx")
+    _, state = nnx.split(nnx.Dropout(0.5, rngs=nnx.Rngs(1)))
+    with pytest.raises(jaxport.UnsupportedFeatureError) as e:
+        jaxport.Model(nnx.to_pure_dict(state), lambda p, x: x, [X_SPEC])
+    assert "typed PRNG key" in str(e.value)
+    assert "nnx.split(model, nnx.Param, nnx.BatchStat, ...)" in str(e.value)
+
+
+# -- a method that returns a library's container: refused when the model is made -------------
+
+
+def _gpt2_output() -> tuple[Any, Any, Any]:
+    transformers = _skip_without("transformers")
+    _skip_without("flax")
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1,
+                                     n_head=2)  # fmt: skip
+    lm = transformers.FlaxGPT2LMHeadModel(config, seed=0)
+    spec = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    return lm.params, lambda params, ids: lm(ids, params=params), spec
+
+
+def _frozen_dict_output() -> tuple[Any, Any, Any]:
+    flax_core = _skip_without("flax.core")
+    return {"w": X}, lambda p, x: {"h": [x, flax_core.freeze({"y": x * p["w"]})]}, X_SPEC
+
+
+def _eqx_output() -> tuple[Any, Any, Any]:
+    eqx = _skip_without("equinox")
+    return {"w": X}, lambda p, x: eqx.nn.Linear(4, 3, key=jax.random.key(0)), X_SPEC
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize(
+    "make, where, fix",
+    [
+        (_gpt2_output, "FlaxCausalLMOutputWithCrossAttentions at out,", "out.logits"),
+        (_frozen_dict_output, "FrozenDict at out['h'][1],", "dict(out)"),
+        (_eqx_output, "Linear at out,", "jax.tree.leaves(out)"),
+    ],
+    ids=["ModelOutput", "FrozenDict", "eqx.Module"],
+)
+def test_a_method_returning_a_library_container_is_refused_by_model(
+    make: Any, where: str, fix: str
+) -> None:
+    params, method, spec = make()
+    with pytest.raises(jaxport.UnsupportedFeatureError) as e:
+        jaxport.Model(params, {"logits": method}, {"logits": [spec]})
+    message = str(e.value)
+    assert message.startswith("method 'logits' returns a container of type "), message
+    assert where in message and fix in message, message
