@@ -12,7 +12,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def params_from_orbax(
     *,
     step: int | None = None,
     item: str | None = None,
-    subtree: str | None = None,
+    subtree: str | Sequence[str] | Mapping[str, str] | None = None,
 ) -> Any:
     """The parameter pytree of an Orbax checkpoint.
 
@@ -175,7 +175,9 @@ def params_from_orbax(
     by default the newest, and ``item``, by default the only one or ``default``).
 
     Then the parameters are chosen in the restored tree (``_orbax_layout.select_params``): the
-    ``subtree`` named (``"params"``, ``"state/params"``; ``""`` for the whole tree), else the
+    ``subtree`` named (``"params"``, ``"state/params"``; ``""`` for the whole tree; several as
+    a list, ``["params", "batch_stats"]`` giving ``{"params": ..., "batch_stats": ...}``, or a
+    dict ``{key: path}``), else the
     ``params`` entry of a train state (``{"step", "params", "opt_state"}``); a tree that holds
     an optimizer state (``opt_state``, ``optimizer``) but no ``params`` is refused, never
     stored as weights.
@@ -185,12 +187,17 @@ def params_from_orbax(
     arrays; other leaves (strings) as Orbax restores them, which ``jaxport.Model`` refuses.
 
     Raises:
+        InvalidArgumentError: an argument of another type (checked first).
         UnsupportedFeatureError: the ``orbax-checkpoint`` package is not installed; a train
             state without ``params`` (the message lists its keys: pass ``subtree``).
         CorruptArchiveError: ``directory`` is not a checkpoint Orbax can restore.
         FileNotFoundError: ``directory`` does not exist, or holds no such ``step``, ``item``
             or ``subtree`` (the message lists those there are).
     """
+    from jaxport.export import _orbax_layout
+
+    _orbax_layout.check_arguments(directory, step, item)
+    chosen = _orbax_layout.subtrees(subtree)
     try:
         import orbax.checkpoint as ocp
     except ImportError:
@@ -198,8 +205,6 @@ def params_from_orbax(
     if not os.path.exists(directory):
         raise FileNotFoundError(f"no Orbax checkpoint at {os.fspath(directory)!r}")
     from jax import tree_util
-
-    from jaxport.export import _orbax_layout
 
     # absolute: Orbax finds no item metadata under a relative path (orbax-checkpoint 0.12)
     where = _orbax_layout.item_directory(Path(directory).absolute(), step=step, item=item)
@@ -216,7 +221,7 @@ def params_from_orbax(
         # one Orbax writes; this is the net for what Orbax may read besides).
         message = f"not a restorable Orbax checkpoint: {type(e).__name__}: {e}"
         raise CorruptArchiveError(message, path=os.fspath(where)) from None
-    params = _orbax_layout.select_params(restored, subtree, where)
+    params = _orbax_layout.select_params(restored, chosen, where)
     return tree_util.tree_map(_host_leaf, params)
 
 

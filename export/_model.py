@@ -138,7 +138,7 @@ class Model:
         *,
         step: int | None = None,
         item: str | None = None,
-        subtree: str | None = None,
+        subtree: str | Sequence[str] | Mapping[str, str] | None = None,
         **model_kwargs: Any,
     ) -> Model:
         """A model whose parameters are an Orbax checkpoint's pytree, restored as numpy arrays
@@ -148,9 +148,13 @@ class Model:
         ``directory``: a checkpoint, or a ``CheckpointManager``'s root (``step``: default the
         newest; ``item``: default the only one, or ``default``). The parameters are the
         ``subtree`` named (``"params"``, ``"state/params"``; ``""`` the whole tree), else a
-        train state's ``params``; optimizer moments are never stored as weights.
+        train state's ``params``; optimizer moments are never stored as weights. Several
+        subtrees: a list of paths, keyed by the paths (``["params", "batch_stats"]`` gives
+        flax's variables ``{"params": ..., "batch_stats": ...}``), or a dict ``{key: path}``.
 
         Raises:
+            InvalidArgumentError: ``directory``, ``step``, ``item`` or ``subtree`` of a type it
+                does not take (the message says which and what it takes).
             UnsupportedFeatureError: ``orbax-checkpoint`` is not installed; an optimizer state
                 without ``params``; and as ``Model``.
             CorruptArchiveError: ``directory`` is not a checkpoint Orbax can restore.

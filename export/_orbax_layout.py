@@ -13,13 +13,15 @@ optimizer moments of the same shapes as the parameters; only its ``params`` are 
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxport import CorruptArchiveError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, InvalidArgumentError, UnsupportedFeatureError
 
-__all__ = ["OPTIMIZER_KEYS", "item_directory", "select_params"]
+__all__ = ["OPTIMIZER_KEYS", "check_arguments", "item_directory", "select_params", "subtrees"]
 
 #: Top-level keys of a tree that mark an optimizer state (optax's, a flax TrainState's, an
 #: NNX ``Optimizer``'s).
@@ -86,14 +88,49 @@ def _item(step_dir: Path, item: str | None) -> Path:
     return step_dir / item
 
 
-def select_params(tree: Any, subtree: str | None, where: Path) -> Any:
+def subtrees(subtree: Any) -> str | dict[str, str] | None:
+    """``subtree`` as ``select_params`` takes it: None, one path, or ``{key: path}`` for
+    several (a sequence of paths is keyed by the paths themselves: ``["params",
+    "batch_stats"]`` gives flax's variables ``{"params": ..., "batch_stats": ...}``).
+
+    Raises:
+        InvalidArgumentError: not a str, a sequence of str or a mapping of str to str; an
+            empty or repeated one.
+    """
+    if subtree is None or isinstance(subtree, str):
+        return subtree
+    if isinstance(subtree, Mapping):
+        pairs = list(subtree.items())
+    elif isinstance(subtree, list | tuple):
+        pairs = [(path, path) for path in subtree]
+    else:
+        pairs = []
+    if not pairs or any(not isinstance(x, str) for pair in pairs for x in pair):
+        raise InvalidArgumentError(
+            f"subtree takes a path (str, e.g. 'params'), a list of paths (['params', "
+            f"'batch_stats']) or a dict of key to path, not {_shown(subtree)}"
+        )
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise InvalidArgumentError(f"subtree names a key twice: {_shown(subtree)}")
+    return dict(pairs)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+def select_params(tree: Any, subtree: str | Mapping[str, str] | None, where: Path) -> Any:
     """The parameters in a restored ``tree``: the ``subtree`` named (``"a/b"``: key ``b`` of
-    key ``a``; ``""``: all of it), else a train state's ``params``.
+    key ``a``; ``""``: all of it; ``{key: path}``: a dict of several, e.g. ``params`` and
+    ``batch_stats``), else a train state's ``params``.
 
     Raises:
         FileNotFoundError: no such subtree (the message lists the keys there are).
         UnsupportedFeatureError: an optimizer state without ``params``.
     """
+    if isinstance(subtree, Mapping):
+        return {key: select_params(tree, path, where) for key, path in subtree.items()}
     if subtree is not None:
         node = tree
         for key in (k for k in subtree.split("/") if k):
@@ -123,3 +160,20 @@ def _child(node: Any, key: str, subtree: str, where: Path) -> Any:
     if isinstance(node, list | tuple):
         keys = [str(i) for i in range(len(node))]
     raise FileNotFoundError(f"{where}: no subtree {subtree!r} (at {key!r}; keys there: {keys})")
+
+
+def check_arguments(directory: Any, step: Any, item: Any) -> None:
+    """The types ``from_orbax`` takes for its checkpoint arguments.
+
+    Raises:
+        InvalidArgumentError: ``directory`` is not a str or path, ``step`` not an int (or
+            None), ``item`` not a str (or None).
+    """
+    if not isinstance(directory, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"directory takes a path (str or os.PathLike), not {_shown(directory)}"
+        )
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise InvalidArgumentError(f"step takes an int (a step number), not {_shown(step)}")
+    if item is not None and not isinstance(item, str):
+        raise InvalidArgumentError(f"item takes a str (an item's name), not {_shown(item)}")

@@ -22,6 +22,7 @@ from jaxport._errors import ConflictError as ConflictError
 from jaxport._errors import CorruptArchiveError as CorruptArchiveError
 from jaxport._errors import DuplicateVariantError as DuplicateVariantError
 from jaxport._errors import IntegrityError as IntegrityError
+from jaxport._errors import InvalidArgumentError as InvalidArgumentError
 from jaxport._errors import InvalidNameError as InvalidNameError
 from jaxport._errors import JaxportError as JaxportError
 from jaxport._errors import JaxportWarning as JaxportWarning

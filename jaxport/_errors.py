@@ -31,6 +31,8 @@ working for code that does not know jaxport::
     ├── TimeLimitError (TimeoutError)          a call jaxport runs for a user in a child process
     │                                          (``jaxport run --timeout``) did not end within
     │                                          its time limit: the child was killed
+    ├── InvalidArgumentError (TypeError)       an argument of a type the function does not take
+    │                                          (``Model.from_orbax(subtree=3)``)
     ├── AuditError                             an audit could not be carried out at all (its
     │                                          worker did not start); failures of an archive
     │                                          are findings, not errors
@@ -71,6 +73,7 @@ __all__ = [
     "CorruptArchiveError",
     "DuplicateVariantError",
     "IntegrityError",
+    "InvalidArgumentError",
     "InvalidNameError",
     "JaxportError",
     "JaxportWarning",
@@ -332,6 +335,11 @@ class TimeLimitError(JaxportError, TimeoutError):
     def __init__(self, message: str, *, seconds: float):
         self.seconds = seconds
         super().__init__(message)
+
+
+class InvalidArgumentError(JaxportError, TypeError):
+    """An argument of a type the function does not take, e.g. ``Model.from_orbax(dir, fn,
+    specs, subtree=3)``: the message names the argument, what it takes and what was given."""
 
 
 class AuditError(JaxportError):

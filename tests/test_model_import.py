@@ -262,3 +262,46 @@ def test_from_orbax_never_stores_optimizer_moments_as_weights(tmp_path: Path) ->
     np.testing.assert_array_equal(got["dense"]["b"], params()["dense"]["b"])
     with pytest.raises(FileNotFoundError, match=r"no subtree 'modl' .*\['model', 'opt_state'\]"):
         _import.params_from_orbax(tmp_path / "ckpt", subtree="modl")
+
+
+def test_from_orbax_takes_several_subtrees(tmp_path: Path) -> None:
+    """Flax Linen's BatchNorm variables: ``params`` and ``batch_stats`` from one train state
+    (its optimizer moments left out), as a list keyed by the paths or a dict."""
+    p = params()
+    stats = {"mean": np.full(5, 0.5, np.float32)}
+    state = {"step": np.int32(3), "params": p, "batch_stats": stats, "opt_state": [p]}
+    _orbax_save(tmp_path / "ckpt", state)
+
+    def bn_apply(variables: Any, x: Any) -> Any:
+        return apply(variables["params"], x) - variables["batch_stats"]["mean"]
+
+    model = jaxport.Model.from_orbax(
+        tmp_path / "ckpt", bn_apply, [X], subtree=["params", "batch_stats"]
+    )
+    np.testing.assert_allclose(model.apply(_x()), expected(_x()) - 0.5)
+    assert sorted({t.path.split("]")[0] for t in model.tensors}) == ["['batch_stats'", "['params'"]
+    keyed = _import.params_from_orbax(tmp_path / "ckpt", subtree={"p": "params", "s": "step"})
+    assert sorted(keyed) == ["p", "s"] and keyed["s"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"subtree": 3}, "subtree takes a path"),
+        ({"subtree": ["params", 3]}, "subtree takes a path"),
+        ({"subtree": []}, "subtree takes a path"),
+        ({"subtree": {"p": ["params"]}}, "subtree takes a path"),
+        ({"subtree": ("params", "params")}, "names a key twice"),
+        ({"step": "5"}, "step takes an int"),
+        ({"step": True}, "step takes an int"),
+        ({"item": 0}, "item takes a str"),
+        ({"directory": None}, "directory takes a path"),
+    ],
+)
+def test_from_orbax_refuses_an_argument_of_another_type(
+    tmp_path: Path, kwargs: dict[str, Any], says: str
+) -> None:
+    directory = kwargs.pop("directory", tmp_path / "ckpt")
+    with pytest.raises(jaxport.InvalidArgumentError, match=says) as e:
+        jaxport.Model.from_orbax(directory, apply, [X], **kwargs)
+    assert isinstance(e.value, TypeError)
