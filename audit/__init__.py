@@ -18,10 +18,13 @@ from jaxport.audit._matrix import matrix_releases as matrix_releases
 from jaxport.audit._report import NOT_AUDITED as NOT_AUDITED
 from jaxport.audit._report import NOT_RUN as NOT_RUN
 from jaxport.audit._report import STATUSES as STATUSES
+from jaxport.audit._report import UNKNOWN as UNKNOWN
+from jaxport.audit._report import UNMEASURED as UNMEASURED
 from jaxport.audit._report import AuditResult as AuditResult
 from jaxport.audit._report import Finding as Finding
 from jaxport.audit._report import UpgradeRow as UpgradeRow
 from jaxport.audit._report import compare_findings as compare_findings
+from jaxport.audit._report import newest_findings as newest_findings
 from jaxport.audit._report import short_digest as short_digest
 from jaxport.audit._worker import DEFAULT_MEMORY_LIMIT as DEFAULT_MEMORY_LIMIT
 from jaxport.audit._worker import AuditJob as AuditJob
@@ -37,8 +40,10 @@ if TYPE_CHECKING:
     from jaxport.audit._envs import cached_environment as cached_environment
     from jaxport.audit._envs import jax_environment as jax_environment
     from jaxport.audit._examples import Example as Example
+    from jaxport.audit._examples import check_tolerance as check_tolerance
     from jaxport.audit._examples import decode_examples as decode_examples
     from jaxport.audit._examples import decode_model_examples as decode_model_examples
+    from jaxport.audit._examples import decode_tolerance as decode_tolerance
     from jaxport.audit._examples import encode_examples as encode_examples
     from jaxport.audit._examples import encode_model_examples as encode_model_examples
     from jaxport.audit._probe import environment_key as environment_key

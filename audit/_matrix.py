@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxport.audit._report import NOT_AUDITED, Finding, short_digest
+from jaxport.audit._report import NOT_AUDITED, Finding, newest_findings, short_digest
 
 __all__ = ["MatrixCell", "matrix_cells", "matrix_releases"]
 
@@ -42,11 +42,9 @@ def matrix_releases(findings: Sequence[Finding]) -> list[str]:
 def matrix_cells(findings: Sequence[Finding]) -> list[MatrixCell]:
     """Every cell of the matrix of ``findings`` (newest first), row by row: rows in (name,
     version, digest, platform) order, each with one cell per release in ``matrix_releases``
-    order; a cell holds the newest finding for its row and release (a full audit's before a
-    static one's)."""
-    latest: dict[tuple[str, int, str, str, str], Finding] = {}
-    for f in sorted(findings, key=lambda f: f.level != "full"):  # stable: newest full first
-        latest.setdefault((f.name, f.version, f.digest, f.platform, f.jax_version), f)
+    order; a cell holds the finding ``newest_findings`` picks for its row and release (a full
+    audit's before a static one's, a measured one before a later ``not-run``)."""
+    latest = newest_findings(findings)
     rows = sorted({k[:4] for k in latest})
     releases = matrix_releases(findings)
     cells = []

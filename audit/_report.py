@@ -14,14 +14,16 @@ Statuses (``STATUSES``), each saying exactly what was measured:
                    names the signal or limit
 ``not-run``        could not be measured here (no such device, too few devices): never a
                    verdict about the artifact
+``unknown``        static level only: no recorded fact refuses it, and nothing was measured
 =================  ========================================================================
 
 A finding's ``level`` says what was measured: ``"full"`` (the steps above, in a worker) or
 ``"static"`` (``_static``: the facts the registry recorded at push against the jax's own
-capabilities, nothing parsed or compiled). At the static level ``ok`` means only "every
-recorded fact is within this jax's capabilities", and ``incompatible`` also covers a
-custom-call target this jax neither guarantees nor registers for the platform, and a platform
-this jax cannot lower for; a fact the registry did not record is ``not-run``.
+capabilities, nothing parsed or compiled). A static verdict never claims more than a full
+audit: it is ``incompatible`` where a recorded fact decides a refusal (also a custom-call
+target this jax neither guarantees nor registers for the platform, a platform this jax cannot
+lower for, HloSharding-only shardings under jax >= 0.11.1), ``not-run`` where this host lacks
+the devices, else ``unknown``, never ``ok``.
 """
 
 from __future__ import annotations
@@ -34,17 +36,26 @@ __all__ = [
     "NOT_AUDITED",
     "NOT_RUN",
     "STATUSES",
+    "UNKNOWN",
+    "UNMEASURED",
     "AuditResult",
     "Finding",
     "UpgradeRow",
     "compare_findings",
+    "newest_findings",
     "short_digest",
 ]
 
 #: Every status an audit reports (see the module docstring for what each proves).
-STATUSES = ("ok", "incompatible", "compile-error", "mismatch", "error", "crash", "not-run")
+STATUSES = (
+    "ok", "incompatible", "compile-error", "mismatch", "error", "crash", "not-run", "unknown",
+)  # fmt: skip
 #: The status of a check that could not run here.
 NOT_RUN = "not-run"
+#: A static verdict where no recorded fact refuses the variant: only a full audit can say ok.
+UNKNOWN = "unknown"
+#: Statuses that measured nothing about the artifact (a later one never hides a measured one).
+UNMEASURED = (NOT_RUN, UNKNOWN)
 #: ``UpgradeRow.after`` where the target release has no finding.
 NOT_AUDITED = "not audited"
 #: Check levels: ``full`` loads and compiles in a worker, ``static`` reads recorded facts.
@@ -125,18 +136,27 @@ class UpgradeRow:
         object.__setattr__(self, "short_digest", short_digest(self.digest))
 
 
+def newest_findings(findings: Sequence[Finding]) -> dict[tuple[str, int, str, str, str], Finding]:
+    """The finding that speaks for each (name, version, digest, platform, jax release), from
+    ``findings`` newest first: a full audit's before a static one's, and within a level a
+    measured one before a later ``not-run`` or ``unknown`` (a host without the device measured
+    nothing: it does not hide what another host measured), then the newest."""
+    latest: dict[tuple[str, int, str, str, str], Finding] = {}
+    ranked = sorted(findings, key=lambda f: (f.level != "full", f.status in UNMEASURED))
+    for f in ranked:  # stable: newest first within a rank
+        latest.setdefault((f.name, f.version, f.digest, f.platform, f.jax_version), f)
+    return latest
+
+
 def compare_findings(findings: Sequence[Finding], current: str, target: str) -> list[UpgradeRow]:
     """What moving from jax ``current`` to ``target`` breaks, from stored findings (newest
-    first: the newest per variant, release and platform counts, a full audit before a static
-    one).
+    first: the one ``newest_findings`` picks per variant, release and platform counts).
 
     One row per variant ``(name, version, digest)`` and platform with a finding under either
     release, in name, version, digest, platform order; the side without one says "not
     audited" (nothing is left out silently, and no row appears twice).
     """
-    latest: dict[tuple[str, int, str, str, str], Finding] = {}
-    for f in sorted(findings, key=lambda f: f.level != "full"):  # stable: newest full first
-        latest.setdefault((f.name, f.version, f.digest, f.platform, f.jax_version), f)
+    latest = newest_findings(findings)
     keys = sorted({k[:4] for k in latest if k[4] in (current, target)})
     rows = []
     for key in keys:
@@ -153,7 +173,7 @@ def compare_findings(findings: Sequence[Finding], current: str, target: str) -> 
                 now=now_status,
                 after=after_status,
                 reason=after.reason if after and after.status != "ok" else "",
-                breaks=now_status == "ok" and after_status not in ("ok", NOT_RUN, NOT_AUDITED),
+                breaks=now_status == "ok" and after_status not in ("ok", *UNMEASURED, NOT_AUDITED),
                 current=current,
                 target=target,
             )

@@ -1,19 +1,27 @@
 """Static audits: the facts the registry recorded at push against a jax's capabilities.
 
-Nothing is parsed or compiled, so 10,000 variants take a second or two. A variant's recorded
-facts (``Facts``: the ``variants`` row) are checked in order; the first that fails gives the
-status (``_report`` says what a static status proves):
+Nothing is parsed or compiled, so 10,000 variants take a second or two. A static verdict never
+claims more than a full audit (``_checks``) would: it applies every refusal that the recorded
+facts (``Facts``: the ``variants`` row) decide, in this order, the first that applies giving
+the status:
 
-1. format version inside this reader's range, else ``incompatible``;
-2. calling convention version inside the jax's range (a model records its oldest method's:
-   a newer one is left to a full audit), else ``incompatible``
-   (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions);
-3. the platform is one this jax lowers for, else ``incompatible``;
-4. every custom-call target is provided: in jax's guaranteed-stable list, or registered for the
-   platform in this jaxlib (its LAPACK kernels included), else ``incompatible``. A host
-   callback is never provided (no archive may call one: ``export/_custom_calls.py``).
+1. format version outside this reader's range: ``incompatible``;
+2. calling convention version outside the jax's range (a model records its oldest method's):
+   ``incompatible`` (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions);
+3. the platform is not one this jax lowers for: ``incompatible``;
+4. a custom-call target not provided (in jax's guaranteed-stable list, or registered for the
+   platform in this jaxlib): ``incompatible``. A host callback is never provided
+   (``export/_custom_calls.py``);
+5. shardings for several devices in the HloSharding form only (written by jax < 0.9, which had
+   no named shardings) under a jax that ignores that form (>= 0.11.1, ``export/_compat.py``):
+   ``incompatible``, as ``loads`` refuses them (``export/_exported.py``);
+6. more devices than this host has for the platform: ``not-run``, as a full audit.
 
-A fact the row does not hold (``None``) makes that check, and so the verdict, ``not-run``.
+Nothing else is decidable without loading, compiling and running: every other variant is
+``unknown`` (never ``ok``), its reason naming what a full audit must still measure and what the
+facts say against it: modules written by a newer jax (their StableHLO version may be one this
+jaxlib cannot deserialize: https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md),
+a producer outside the 6-month window (``jaxport._window``), facts not recorded at push.
 """
 
 from __future__ import annotations
@@ -22,9 +30,13 @@ import dataclasses
 import time
 from typing import Any
 
-from jaxport.audit._report import NOT_RUN, AuditResult
+from jaxport.audit._report import NOT_RUN, UNKNOWN, AuditResult
 
 __all__ = ["Capabilities", "Facts", "capabilities", "static_verdict"]
+
+#: The first jax release whose Exported has named shardings (``export/_compat.py``): archives
+#: of older ones hold the HloSharding form only.
+_NAMED_SHARDINGS_SINCE = "0.9.0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +48,12 @@ class Facts:
     platforms: tuple[str, ...]
     custom_call_targets: tuple[str, ...] | None
     kind: str = "function"
+    #: The jax release that wrote the archive (``"unknown"``: not recorded, as for one
+    #: converted from jax's native format).
+    jax_version: str | None = None
+    #: Whether an input or output has a sharding; how many devices the export is for.
+    sharded: bool | None = None
+    nr_devices: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +69,9 @@ class Capabilities:
     platforms: frozenset[str]
     stable_targets: frozenset[str]
     registered_targets: dict[str, frozenset[str]]
+    #: Whether this jax reads shardings in the HloSharding form (jax < 0.11.1; None: not
+    #: said, by a worker of an older jaxport).
+    reads_hlo_shardings: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready (the worker sends this; ``from_json`` reads it back)."""
@@ -62,6 +83,7 @@ class Capabilities:
             "platforms": sorted(self.platforms),
             "stable_targets": sorted(self.stable_targets),
             "registered_targets": {p: sorted(t) for p, t in self.registered_targets.items()},
+            "reads_hlo_shardings": self.reads_hlo_shardings,
         }
 
     @classmethod
@@ -81,7 +103,12 @@ class Capabilities:
                 str(p): frozenset(str(t) for t in ts)
                 for p, ts in dict(data["registered_targets"]).items()
             },
+            reads_hlo_shardings=_optional_bool(data.get("reads_hlo_shardings")),
         )
+
+
+def _optional_bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def capabilities() -> Capabilities:
@@ -89,6 +116,7 @@ def capabilities() -> Capabilities:
     from jaxport.export import (
         MAX_SUPPORTED_FORMAT_VERSION,
         MIN_SUPPORTED_FORMAT_VERSION,
+        READS_HLO_SHARDINGS,
         calling_convention_range,
         jax_versions,
         lowering_platforms,
@@ -106,16 +134,38 @@ def capabilities() -> Capabilities:
         platforms=platforms,
         stable_targets=stable_custom_call_targets() | {"shape_assertion"},
         registered_targets={p: registered_custom_call_targets(p) for p in sorted(platforms)},
+        reads_hlo_shardings=READS_HLO_SHARDINGS,
     )
 
 
-def static_verdict(facts: Facts, platform: str, caps: Capabilities) -> AuditResult:
-    """The static verdict for one variant on ``platform`` (see the module docstring); never
-    raises for odd facts."""
+def static_verdict(
+    facts: Facts, platform: str, caps: Capabilities, devices: int | None = None
+) -> AuditResult:
+    """The static verdict for one variant on ``platform`` (see the module docstring):
+    ``incompatible``, ``not-run`` (``devices``: how many of the platform this host has; None:
+    not known) or ``unknown``, never ``ok``; never raises for odd facts."""
     start = time.perf_counter()
     checks: dict[str, str] = {}
     status, reason = _verdict(facts, platform, caps, checks)
+    if status == UNKNOWN:
+        missing = _too_few_devices(facts, platform, devices, checks)
+        if missing:
+            status, reason = NOT_RUN, missing
     return AuditResult(status, reason, checks, time.perf_counter() - start)
+
+
+def _too_few_devices(
+    facts: Facts, platform: str, devices: int | None, checks: dict[str, str]
+) -> str:
+    """Why a full audit would be ``not-run`` here ("" when it could run, or is not known)."""
+    if devices is None or facts.nr_devices is None:
+        return ""
+    checks["devices"] = f"needs {facts.nr_devices} {platform}, have {devices}"
+    if devices == 0:
+        return f"no {platform} device here"
+    if facts.nr_devices > devices:
+        return f"{facts.nr_devices} {platform} devices needed, {devices} available"
+    return ""
 
 
 def _verdict(
@@ -151,9 +201,60 @@ def _verdict(
         )
         if absent:
             return "incompatible", f"custom-call target {absent[0]} not provided for {platform}"
+    refused = _hlo_only_shardings(facts, caps, checks)
+    if refused:
+        return "incompatible", refused
+    notes = _undecided(facts, caps, checks)
     if missing:
-        return NOT_RUN, f"not recorded at push: {', '.join(missing)}"
-    return "ok", "every recorded fact is within this jax's capabilities (nothing compiled)"
+        notes.append(f"not recorded at push: {', '.join(missing)}")
+    first = "nothing recorded refuses it: only a full audit measures loading, compiling and running"
+    return UNKNOWN, "; ".join([first, *notes])
+
+
+def _hlo_only_shardings(facts: Facts, caps: Capabilities, checks: dict[str, str]) -> str:
+    """The refusal of step 5, or "" (also when a fact needed is not recorded)."""
+    if not (facts.sharded and (facts.nr_devices or 0) > 1):
+        return ""
+    writer = facts.jax_version or "unknown"
+    if writer == "unknown" or caps.reads_hlo_shardings is not False:
+        return ""
+    if _release_key(writer) >= _release_key(_NAMED_SHARDINGS_SINCE):
+        return ""
+    checks["shardings"] = (
+        f"HloSharding form only (written by jax {writer} < {_NAMED_SHARDINGS_SINCE}); "
+        f"jax {caps.jax_version} reads named shardings only"
+    )
+    return (
+        f"shardings for {facts.nr_devices} devices in the HloSharding form only (written by jax "
+        f"{writer}): jax {caps.jax_version} ignores that form (named shardings only since "
+        "0.11.1)"
+    )
+
+
+def _undecided(facts: Facts, caps: Capabilities, checks: dict[str, str]) -> list[str]:
+    """What the facts say that only a full audit decides: a newer writer, the window."""
+    from jaxport._window import jax_window
+
+    notes = []
+    writer = facts.jax_version or "unknown"
+    if writer != "unknown" and _release_key(writer) > _release_key(caps.jax_version):
+        checks["writer"] = f"jax {writer}, newer than jax {caps.jax_version}"
+        notes.append(
+            f"written by jax {writer}, newer than jax {caps.jax_version}: its modules may be in a "
+            "StableHLO version this jaxlib cannot read"
+        )
+    if writer != "unknown":
+        window = jax_window(writer, sharded=bool(facts.sharded), running=caps.jax_version)
+        if window.within_window is False:
+            checks["window"] = f"ended {window.window_ends}"
+            notes.append(f"outside jax's 6-month window (ended {window.window_ends})")
+    return notes
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    """A sort key for dotted releases ("0.10.2" > "0.9.2"), as ``export.release_key`` (without
+    importing jax: a static audit does not)."""
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 def _names(caps: Capabilities) -> str:

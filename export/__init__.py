@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from jaxport.export._calls import releases_exporting as releases_exporting
     from jaxport.export._calls import runnable_calling_conventions as runnable_calling_conventions
     from jaxport.export._calls import translate_call_error as translate_call_error
+    from jaxport.export._compat import READS_HLO_SHARDINGS as READS_HLO_SHARDINGS
     from jaxport.export._compat import calling_convention_range as calling_convention_range
     from jaxport.export._compat import in_shardings_on as in_shardings_on
     from jaxport.export._compat import is_constant_dim as is_constant_dim

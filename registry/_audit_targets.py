@@ -55,6 +55,9 @@ class Target:
             platforms=_platforms(row.platforms),
             custom_call_targets=_targets(row.custom_call_targets),
             kind=row.kind,
+            jax_version=row.jax_version,
+            sharded=bool(row.sharded),
+            nr_devices=row.nr_devices,
         )
 
 

@@ -91,7 +91,7 @@ class Findings:
         todo = list({t.measure: t for t in targets if t.measure not in stored}.values())
         measures = len({t.measure for t in targets})
         done = _Counter(measures - len(todo), measures, progress)
-        measured = self._measure(todo, level, exe, timeout, workers, done)
+        measured = self._measure(todo, level, exe, timeout, workers, done, key.devices)
         now = time.time()
         findings: list[Finding] = []
         for t in targets:
@@ -115,8 +115,11 @@ class Findings:
         timeout: float,
         workers: int,
         done: _Counter,
+        devices: dict[str, int | None],
     ) -> dict[tuple[str, str, str | None], tuple[str, str, AuditResult]]:
-        """Audits each target (one per measure) at ``level``: (jax, jaxlib, result) each."""
+        """Audits each target (one per measure) at ``level``: (jax, jaxlib, result) each;
+        ``devices``: how many of each platform the auditing host has (static verdicts say
+        ``not-run`` where a full audit would)."""
         if not todo:
             return {}
         if level == "static":
@@ -128,7 +131,7 @@ class Findings:
                 out[t.measure] = (
                     caps.jax_version,
                     caps.jaxlib_version,
-                    static_verdict(t.facts(), t.platform, caps),
+                    static_verdict(t.facts(), t.platform, caps, devices.get(t.platform)),
                 )
                 done.add(1)
             return out

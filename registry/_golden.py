@@ -70,7 +70,7 @@ def golden_blob(
         InvalidNameError: a model method's example with keyword arguments; a malformed
             ``tolerance``.
     """
-    from jaxport.audit._examples import check_tolerance
+    from jaxport.audit import check_tolerance
 
     override = check_tolerance(
         tolerance if tolerance is not None else getattr(examples, "tolerance", None)
@@ -116,8 +116,7 @@ def examples_from_blob(kind: str, data: bytes) -> Any:
         CorruptArchiveError: not an examples blob (``audit/_examples.py`` reads it without
             trusting it: stored entries only, each its declared length, no pickles).
     """
-    from jaxport.audit import Example, decode_examples, decode_model_examples
-    from jaxport.audit._examples import decode_tolerance
+    from jaxport.audit import Example, decode_examples, decode_model_examples, decode_tolerance
 
     found: StoredExamples | StoredModelExamples
     if kind == _MODEL:

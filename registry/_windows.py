@@ -62,18 +62,13 @@ def variant_windows(
 
     Args:
         refs: the versions whose variants to judge.
-        findings: stored audits of them (others are ignored); ``ok`` ones give
-            ``last_known_release``.
+        findings: stored audits of them, newest first (others are ignored); full ``ok``
+            ones give ``last_known_release`` (``_last_ok``).
         expiring_before: keep only variants whose window ends before this date, and those whose
             end is unknown (the producer's release is not in the table: it cannot be said).
         running: the jax to judge against (default: the installed one).
     """
-    newest_ok: dict[str, str] = {}
-    for f in findings:
-        if f.status == "ok" and (
-            f.digest not in newest_ok or _key(f.jax_version) > _key(newest_ok[f.digest])
-        ):
-            newest_ok[f.digest] = f.jax_version
+    newest_ok = _last_ok(findings)
     limit = expiring_before.isoformat() if expiring_before else None
     rows = []
     for ref in refs:
@@ -85,6 +80,26 @@ def variant_windows(
                 continue
             rows.append(VariantWindow(ref.name, ref.version, v.digest, v.platforms, window))
     return rows
+
+
+def _last_ok(findings: Sequence[Finding]) -> dict[str, str]:
+    """Per digest, the newest jax release under which its full audits say ``ok``: the finding
+    that speaks for each platform (``newest_findings``) is a full one, ``ok`` on at least one
+    platform and a failure on none (``not-run`` measured nothing). A static verdict is never
+    ``ok``; a stored static ``ok`` of an earlier jaxport does not count either."""
+    from jaxport.audit import UNMEASURED, newest_findings
+
+    verdicts: dict[tuple[str, str], set[str]] = {}
+    for (_, _, digest, _, release), f in newest_findings(findings).items():
+        if f.level == "full":
+            verdicts.setdefault((digest, release), set()).add(f.status)
+    newest: dict[str, str] = {}
+    for (digest, release), statuses in verdicts.items():
+        if "ok" not in statuses or statuses - {"ok", *UNMEASURED}:
+            continue
+        if digest not in newest or _key(release) > _key(newest[digest]):
+            newest[digest] = release
+    return newest
 
 
 def _key(version: str) -> tuple[int, ...]:

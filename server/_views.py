@@ -49,6 +49,7 @@ STATUS_CLASSES = {
     "crash": "st-fail",
     "mismatch": "st-mismatch",
     "not-run": "st-not-run",
+    "unknown": "st-not-run",
     "not audited": "st-none",
 }
 #: Variants read from the registry per query (``Registry.search`` pages).

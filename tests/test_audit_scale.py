@@ -4,6 +4,7 @@ test)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -115,25 +116,47 @@ _CAPS = Capabilities(
 )
 
 
+_NEW = dataclasses.replace(_CAPS, jax_version="0.12.0", reads_hlo_shardings=False)
+_UNKNOWN = "only a full audit measures"
+
+
 @pytest.mark.parametrize(
-    ("facts", "platform", "status", "reason"),
+    ("facts", "platform", "caps", "status", "reason"),
     [
-        (Facts(3, 9, ("cpu",), ("lapack_sgeqrf_ffi",)), "cpu", "ok", "within this jax"),
-        (Facts(3, 9, ("cpu",), ("my_cpu_kernel",)), "cpu", "ok", "within this jax"),
-        (Facts(3, 9, ("cuda",), ("my_cpu_kernel",)), "cuda", "incompatible", "not provided"),
-        (Facts(3, 9, ("cpu",), ("lapack_sgeqrf",)), "cpu", "incompatible", "lapack_sgeqrf"),
-        (Facts(3, 8, ("cpu",), ()), "cpu", "incompatible", "calling convention version 8"),
-        (Facts(3, 11, ("cpu",), ()), "cpu", "incompatible", "outside jax's 9..10"),
-        (Facts(4, 9, ("cpu",), ()), "cpu", "incompatible", "format version 4"),
-        (Facts(3, 9, ("tpu",), ()), "tpu", "incompatible", "does not lower for tpu"),
-        (Facts(3, 9, ("cpu",), None), "cpu", "not-run", "custom-call targets"),
-        (Facts(None, 9, ("cpu",), ()), "cpu", "not-run", "format version"),
-        (Facts(3, 12, ("cpu",), None), "cpu", "incompatible", "calling convention"),
+        (Facts(3, 9, ("cpu",), ("lapack_sgeqrf_ffi",)), "cpu", _CAPS, "unknown", _UNKNOWN),
+        (Facts(3, 9, ("cpu",), ("my_cpu_kernel",)), "cpu", _CAPS, "unknown", _UNKNOWN),
+        (Facts(3, 9, ("cuda",), ("my_cpu_kernel",)), "cuda", _CAPS, "incompatible", "not provided"),
+        (Facts(3, 9, ("cpu",), ("lapack_sgeqrf",)), "cpu", _CAPS, "incompatible", "lapack_sgeqrf"),
+        (Facts(3, 8, ("cpu",), ()), "cpu", _CAPS, "incompatible", "calling convention version 8"),
+        (Facts(3, 11, ("cpu",), ()), "cpu", _CAPS, "incompatible", "outside jax's 9..10"),
+        (Facts(4, 9, ("cpu",), ()), "cpu", _CAPS, "incompatible", "format version 4"),
+        (Facts(3, 9, ("tpu",), ()), "tpu", _CAPS, "incompatible", "does not lower for tpu"),
+        (Facts(3, 9, ("cpu",), None), "cpu", _CAPS, "unknown", "not recorded at push: custom"),
+        (Facts(None, 9, ("cpu",), ()), "cpu", _CAPS, "unknown", "not recorded at push: format"),
+        (Facts(3, 12, ("cpu",), None), "cpu", _CAPS, "incompatible", "calling convention"),
+        # jax 0.7 wrote shardings in the HloSharding form only; jax >= 0.11.1 ignores it
+        (Facts(3, 9, ("cpu",), (), "model", "0.7.0", True, 8), "cpu", _NEW, "incompatible",
+         "HloSharding form only"),
+        (Facts(3, 9, ("cpu",), (), "model", "0.7.0", True, 8), "cpu", _CAPS, "unknown", _UNKNOWN),
+        (Facts(3, 9, ("cpu",), (), "model", "0.9.2", True, 8), "cpu", _NEW, "unknown", _UNKNOWN),
+        (Facts(3, 9, ("cpu",), (), "model", "unknown", True, 8), "cpu", _NEW, "unknown",
+         _UNKNOWN),
+        (Facts(3, 9, ("cpu",), (), "function", "0.12.0", False, 1), "cpu", _CAPS, "unknown",
+         "newer than jax 0.10.2"),
+        (Facts(3, 9, ("cpu",), (), "function", "0.4.30", False, 1), "cpu", _CAPS, "unknown",
+         "outside jax's 6-month window"),
     ],
-)
-def test_static_verdicts(facts, platform, status, reason):
-    result = static_verdict(facts, platform, _CAPS)
+)  # fmt: skip
+def test_static_verdicts(facts, platform, caps, status, reason):
+    result = static_verdict(facts, platform, caps)
     assert result.status == status and reason in result.reason, result
+
+
+def test_a_static_verdict_is_not_run_where_a_full_audit_would_be():
+    facts = Facts(3, 9, ("cpu",), (), "function", "0.10.2", True, 8)
+    assert static_verdict(facts, "cpu", _CAPS, devices=2).status == "not-run"
+    assert static_verdict(facts, "cpu", _CAPS, devices=8).status == "unknown"
+    assert "no cpu device" in static_verdict(facts, "cpu", _CAPS, devices=0).reason
 
 
 def test_capabilities_round_trip_through_json():
@@ -149,7 +172,7 @@ def test_static_audit_parses_and_compiles_nothing(registry, monkeypatch):
     _no_workers(monkeypatch)
     findings = {(f.name, f.platform): f for f in registry.audit(level="static")}
     assert {k: f.status for k, f in findings.items()} == {
-        ("ok", "cpu"): "ok", ("ok", "tpu"): "ok", ("missing", "cpu"): "incompatible",
+        ("ok", "cpu"): "unknown", ("ok", "tpu"): "not-run", ("missing", "cpu"): "incompatible",
     }  # fmt: skip
     assert "jaxport_no_such_target" in findings[("missing", "cpu")].reason
     assert {f.level for f in registry.audit_results()} == {"static"}
@@ -397,7 +420,7 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_never_with_json(tmp_path):
 def test_a_static_audit_with_another_interpreter_asks_its_worker(registry):
     registry.push(_exp(jnp.sin), "a")
     (finding,) = registry.audit(level="static", python=sys.executable)
-    assert finding.status == "ok" and finding.level == "static"
+    assert finding.status == "unknown" and finding.level == "static"
     assert finding.jax_version == jax.__version__
 
 

@@ -114,3 +114,74 @@ def test_the_dtype_rule():
     assert compare([nan], [nan]).ok
     assert not compare([np.array([np.nan, np.inf, 1.0], np.float32)], [nan[::-1].copy()]).ok
     assert not compare([np.array([1, 2], np.int32)], [np.array([1, 3], np.int32)]).ok
+
+
+# -- what a finding speaks for: the matrix, upgrade rows, the window's "last ok" ---------------
+
+
+def _finding(status, jax_version="0.12.0.1", *, level="full", created_at=1.0, platform="cpu"):
+    from jaxport.audit import Finding
+
+    return Finding("m", 1, "ab" * 32, jax_version, jax_version, platform, status, status, {},
+                   0.1, created_at, level=level)  # fmt: skip
+
+
+def test_the_matrix_shows_the_measured_finding_over_a_later_not_run():
+    from jaxport.audit import matrix_cells
+
+    newest_first = [_finding("not-run", created_at=3.0), _finding("mismatch", created_at=2.0),
+                    _finding("unknown", level="static", created_at=4.0)]  # fmt: skip
+    (cell,) = matrix_cells(newest_first)
+    assert cell.status == "mismatch"
+    (only,) = matrix_cells([_finding("not-run")])
+    assert only.status == "not-run"
+
+
+def test_an_upgrade_row_is_measured_and_unknown_is_no_break():
+    from jaxport.audit import compare_findings
+
+    rows = compare_findings(
+        [_finding("not-run", "0.12", created_at=3.0), _finding("error", "0.12", created_at=2.0),
+         _finding("ok", "0.10.2")], "0.10.2", "0.12",
+    )  # fmt: skip
+    assert [(r.now, r.after, r.breaks) for r in rows] == [("ok", "error", True)]
+    (row,) = compare_findings(
+        [_finding("unknown", "0.12", level="static"), _finding("ok", "0.10.2")], "0.10.2", "0.12"
+    )
+    assert (row.after, row.breaks) == ("unknown", False)
+
+
+def _last_ok(findings):
+    from jaxport.registry._types import Ref, VariantInfo
+    from jaxport.registry._windows import variant_windows
+
+    variant = VariantInfo.__new__(VariantInfo)
+    for field, value in {"digest": "ab" * 32, "jax_version": "0.10.2", "sharded": False,
+                         "platforms": ("cpu",)}.items():  # fmt: skip
+        object.__setattr__(variant, field, value)
+    ref = Ref("m", 1, (variant,), {}, 0.0)
+    (row,) = variant_windows([ref], findings, running="0.12.0.1")
+    return row.window.last_known_release
+
+
+def test_last_ok_never_names_a_jax_whose_full_audits_say_error():
+    static_ok = _finding("ok", level="static", created_at=3.0)  # stored by an earlier jaxport
+    error_then_ok = [static_ok, _finding("error", created_at=2.0), _finding("ok", "0.10.2")]
+    assert _last_ok(error_then_ok) == "0.10.2"  # not 0.12.0.1: its full audit says error
+    assert _last_ok([_finding("error", created_at=2.0), _finding("ok", created_at=1.0)]) is None
+    assert _last_ok([_finding("ok", level="static", created_at=2.0)]) is None
+    assert _last_ok([_finding("not-run", created_at=2.0), _finding("ok")]) == "0.12.0.1"
+    mixed = [_finding("ok"), _finding("compile-error", platform="cuda")]
+    assert _last_ok(mixed) is None
+
+
+def test_a_static_audit_gives_no_last_ok(registry):
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((4,), jnp.float32))
+    registry.push(exp, "s")
+    (static,) = registry.audit("s", level="static")
+    assert static.status == "unknown" and "only a full audit" in static.reason
+    (window,) = registry.windows("s")
+    assert window.window.last_known_release is None
+    registry.audit("s")
+    (window,) = registry.windows("s")
+    assert window.window.last_known_release == jax.__version__
