@@ -1117,8 +1117,9 @@ def rm(ctx: _Context, reference: str, force: bool, as_json: bool) -> None:
     type=click.FloatRange(min=0),
     default=3600.0,
     show_default=True,
-    help="Seconds: unreferenced blobs younger than this stay (pushes in flight are "
-    "protected anyway; this covers older jaxport releases).",
+    help="Seconds: unreferenced blobs younger than this stay: the parts an interrupted "
+    "upload through a server sent (so that it resumes) and writes of older jaxport releases "
+    "(pushes in flight are protected anyway); 0 frees them now.",
 )
 @click.option(
     "--temp-age",

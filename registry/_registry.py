@@ -430,8 +430,9 @@ class Registry:
 
         Args:
             dry_run: report what would be removed, remove nothing.
-            min_age: keep unreferenced blobs younger than this, in seconds (written by an
-                older jaxport's push in flight, say).
+            min_age: keep unreferenced blobs younger than this, in seconds: the parts an
+                interrupted upload through a server sent (so that it resumes without sending
+                them again), or blobs an older jaxport's push in flight wrote.
             temp_age: remove temporary files of killed writes older than this, in seconds
                 (a younger one may belong to a write of an older jaxport still in progress).
 
