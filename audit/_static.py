@@ -6,8 +6,9 @@ facts (``Facts``: the ``variants`` row) decide, in this order, the first that ap
 the status:
 
 1. format version outside this reader's range: ``incompatible``;
-2. calling convention version outside the jax's range (a model records its oldest method's):
-   ``incompatible`` (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions);
+2. calling convention version outside the versions the jax can call (``runnable_calling_
+   conventions``, as a full audit; a model records its oldest method's): ``incompatible``
+   (https://docs.jax.dev/en/latest/export/export.html#calling-convention-versions);
 3. the platform is not one this jax lowers for: ``incompatible``;
 4. a custom-call target not provided (in jax's guaranteed-stable list, or registered for the
    platform in this jaxlib): ``incompatible``. A host callback is never provided
@@ -117,10 +118,10 @@ def capabilities() -> Capabilities:
         MAX_SUPPORTED_FORMAT_VERSION,
         MIN_SUPPORTED_FORMAT_VERSION,
         READS_HLO_SHARDINGS,
-        calling_convention_range,
         jax_versions,
         lowering_platforms,
         registered_custom_call_targets,
+        runnable_calling_conventions,
         stable_custom_call_targets,
     )
 
@@ -130,7 +131,9 @@ def capabilities() -> Capabilities:
         jax_version=jax_version,
         jaxlib_version=jaxlib_version,
         format_range=(MIN_SUPPORTED_FORMAT_VERSION, MAX_SUPPORTED_FORMAT_VERSION),
-        calling_convention_range=calling_convention_range(),
+        # what a full audit applies (``_checks``): the versions this jax can call, older than
+        # the ones it exports (the property test over jax's back-compat data found 6 and 7)
+        calling_convention_range=runnable_calling_conventions(),
         platforms=platforms,
         stable_targets=stable_custom_call_targets() | {"shape_assertion"},
         registered_targets={p: registered_custom_call_targets(p) for p in sorted(platforms)},
