@@ -52,7 +52,11 @@ _LAUNCHER = (
     "    os._exit(1)\n"
     "if int(sys.argv[2]):\n"
     "    signal.alarm(int(sys.argv[2]))\n"
-    "os.execv(sys.argv[3], sys.argv[3:])\n"
+    "try:\n"
+    "    os.execv(sys.argv[3], sys.argv[3:])\n"
+    "except OSError as e:\n"
+    "    sys.stderr.write(f'{sys.argv[3]}: {e.strerror}\\n')\n"
+    "    os._exit(127)\n"
 )
 
 
@@ -61,12 +65,22 @@ _PYTHON = sys.executable
 
 
 def _launched(cmd: Sequence[str], alarm: int) -> list[str]:
-    """``cmd`` behind the launcher where the kernel offers ``PR_SET_PDEATHSIG`` (Linux)."""
+    """``cmd`` behind the launcher where the kernel offers ``PR_SET_PDEATHSIG`` (Linux).
+
+    Raises:
+        FileNotFoundError, PermissionError: ``cmd[0]`` is not an executable file (or not on
+            ``PATH``), as ``subprocess.Popen`` says it.
+    """
     if not sys.platform.startswith("linux") or not _PYTHON:
         return list(cmd)
+    import errno
     import shutil
 
-    program = cmd[0] if os.sep in cmd[0] else (shutil.which(cmd[0]) or cmd[0])
+    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
+    if program is None or not os.path.isfile(program):  # as Popen would say, before the launch
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), cmd[0])
+    if not os.access(program, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), cmd[0])
     launcher = [_PYTHON, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), str(alarm)]
     return [*launcher, program, *cmd[1:]]
 

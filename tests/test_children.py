@@ -163,3 +163,15 @@ def test_run_in_python_raises_time_limit_error(tmp_path):
     np.savez(tmp_path / "neg.npz", np.int32(-5))  # the same function ends on this input
     data, summaries = call_in_child(tmp_path / "loop.jaxport", None, tmp_path / "neg.npz")
     assert [s.name for s in summaries] == ["out"] and data.startswith(b"PK")
+
+
+def test_a_program_that_cannot_start_is_an_os_error_as_popen_says(tmp_path):
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\n")
+    for cmd, error in [
+        ([str(tmp_path / "missing")], FileNotFoundError),
+        (["no-such-command-jaxport"], FileNotFoundError),
+        ([str(not_executable)], PermissionError),
+    ]:
+        with pytest.raises(error):
+            _children.run(cmd, timeout=10)
