@@ -1,9 +1,9 @@
 """The child of ``jaxport run`` (``jaxport._cli_run.call_in_child``): one call, then exit.
 
 ``PYTHON -I -m jaxport._run_child WORKDIR``: reads ``WORKDIR/request.json`` (``archive``,
-``method`` or null for a function archive, ``inputs``, ``allow_custom_calls``,
-``memory_limit`` in bytes), sets that address-space limit, loads the archive and the inputs
-as ``jaxport run`` does, calls, and writes ``WORKDIR/out.npz`` (the outputs) and
+``method`` or null for a function archive, ``inputs``, ``allow_custom_calls``), loads the
+archive and the inputs as ``jaxport run`` does, calls, and writes ``WORKDIR/out.npz`` (the
+outputs) and
 ``WORKDIR/summaries.json`` (what ``run`` prints of them). Exit status 0: done; 2: jaxport
 refused the call, ``WORKDIR/error.json`` holds ``{"type", "message", "attributes"}``. The
 parent kills it at its time limit; it dies with its parent (``jaxport._children``).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,6 @@ def main(workdir: str) -> int:
     """Runs the request in ``workdir``; the exit status."""
     work = Path(workdir)
     request = json.loads((work / "request.json").read_text())
-    limit = int(request["memory_limit"])
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from jaxport import JaxportError
 
     try:
