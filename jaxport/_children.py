@@ -64,7 +64,7 @@ _LAUNCHER = (
 _PYTHON = sys.executable
 
 
-def _launched(cmd: Sequence[str], alarm: int) -> list[str]:
+def _launched(cmd: Sequence[str], alarm: int, env: Any = None) -> list[str]:
     """``cmd`` behind the launcher where the kernel offers ``PR_SET_PDEATHSIG`` (Linux).
 
     Raises:
@@ -76,7 +76,8 @@ def _launched(cmd: Sequence[str], alarm: int) -> list[str]:
     import errno
     import shutil
 
-    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
+    search = None if env is None else env.get("PATH", os.defpath)  # the child's, as Popen
+    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0], path=search)
     if program is None or not os.path.isfile(program):  # as Popen would say, before the launch
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), cmd[0])
     if not os.access(program, os.X_OK):
@@ -136,7 +137,7 @@ def spawn(
         OSError: the program could not be started.
     """
     alarm = 0 if deadline is None else max(1, math.ceil(deadline + DEADLINE_GRACE))
-    return _SPAWNER.popen(_launched(cmd, alarm), kwargs)
+    return _SPAWNER.popen(_launched(cmd, alarm, kwargs.get("env")), kwargs)
 
 
 def run(
