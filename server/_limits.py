@@ -11,10 +11,10 @@ is small.
 
 Memory. A ``MemoryBudget`` (``jaxport serve --memory-budget``) is what the requests of one
 server process may hold at once beyond the server's own: a large JSON body
-(``JSON_MEMORY_FACTOR`` times its length: Python's objects for it) and a commit (the
-decompressed bytes its archives' headers declare, ``registry/_uploads.py``'s
-``commit_memory``) reserve their share before they allocate it and give it back when they
-are done. One that could never fit is refused (400); one that does not fit now waits at most
+(``JSON_MEMORY_FACTOR`` times its ``Content-Length``, or its route's limit without one:
+the body and Python's objects for it, reserved before a byte is read) and a commit (the
+decompressed bytes its archives' headers declare, ``registry/_uploads.py``'s ``plan``)
+reserve their share before they allocate it and give it back when they are done. One that could never fit is refused (400); one that does not fit now waits at most
 ``BUDGET_WAIT`` seconds, then is answered 503 with ``Retry-After`` (the client retries).
 """
 
@@ -154,22 +154,38 @@ class MemoryBudget:
             ServerUnavailableError: it does not fit within ``wait`` seconds (503, with
                 ``Retry-After``).
         """
+        deadline = time.monotonic() + self.wait
+        with self._changed:
+            while not self._take(nbytes, what):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _busy(nbytes, what)
+                self._changed.wait(left)
+
+    async def acquire_async(self, nbytes: int, what: str) -> None:
+        """``acquire`` on the event loop: waits without a thread (polling every 50 ms).
+        Raises: as ``acquire``."""
+        deadline = time.monotonic() + self.wait
+        while True:
+            with self._changed:
+                if self._take(nbytes, what):
+                    return
+            if time.monotonic() >= deadline:
+                raise _busy(nbytes, what)
+            await anyio.sleep(0.05)
+
+    def _take(self, nbytes: int, what: str) -> bool:
+        """Takes ``nbytes`` if they fit now (the caller holds the lock). Raises:
+        ``InvalidNameError`` if they never can."""
         if nbytes > self.total:
             raise InvalidNameError(
                 f"{what} needs {nbytes:,} bytes of server memory; the server's budget is "
                 f"{self.total:,} (jaxport serve --memory-budget)"
             )
-        deadline = time.monotonic() + self.wait
-        with self._changed:
-            while self.held + nbytes > self.total:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ServerUnavailableError(
-                        f"the server is busy: {what} needs {nbytes:,} bytes of memory that "
-                        "other requests hold; retry"
-                    )
-                self._changed.wait(left)
-            self.held += nbytes
+        if self.held + nbytes > self.total:
+            return False
+        self.held += nbytes
+        return True
 
     def release(self, nbytes: int) -> None:
         """Gives back what ``acquire`` took."""
@@ -198,20 +214,40 @@ class OffLoopJSON(APIRoute):
             return handler
 
         async def parsed_first(request: Request) -> Response:
-            body = await request.body()
-            if not body:
-                return await handler(request)
             budget: MemoryBudget | None = getattr(request.app.state, "memory", None)
-            share = JSON_MEMORY_FACTOR * len(body) if len(body) > _FREE_JSON else 0
+            size = _declared(request)
+            share = JSON_MEMORY_FACTOR * size if size > _FREE_JSON else 0
             if budget is None or not share:
-                request._json = await anyio.to_thread.run_sync(parse_json, body)
-                return await handler(request)
-            what = f"a JSON body of {len(body):,} bytes"
-            await anyio.to_thread.run_sync(budget.acquire, share, what)
-            try:  # held while the route holds what the body became
-                request._json = await anyio.to_thread.run_sync(parse_json, body)
-                return await handler(request)
+                return await _parsed_then(handler, request)
+            # before a byte of the body is read, held while the route holds what it became
+            await budget.acquire_async(share, f"a JSON body of {size:,} bytes")
+            try:
+                return await _parsed_then(handler, request)
             finally:
                 budget.release(share)
 
         return parsed_first
+
+
+def _declared(request: Request) -> int:
+    """A body's ``Content-Length``, or (none given) the most its route accepts."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit():
+        return int(declared)
+    return body_limit(request.method, request.url.path, request.app.state.max_upload)
+
+
+async def _parsed_then(
+    handler: Callable[[Request], Coroutine[Any, Any, Response]], request: Request
+) -> Response:
+    body = await request.body()
+    if body:
+        request._json = await anyio.to_thread.run_sync(parse_json, body)
+    return await handler(request)
+
+
+def _busy(nbytes: int, what: str) -> ServerUnavailableError:
+    return ServerUnavailableError(
+        f"the server is busy: {what} needs {nbytes:,} bytes of memory that other requests "
+        "hold; retry"
+    )

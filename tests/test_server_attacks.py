@@ -869,6 +869,19 @@ def test_memory_budget(strict):
     large = json.dumps({"digests": ["0" * 64] * (BUDGET // 8 // 66 + 10)}).encode()
     r = httpx.post(f"{strict.api}/blobs/missing", content=large, headers=json_headers)
     assert "server memory" in _typed(r, 400)["message"]  # 8x its size does not fit
+    port = int(strict.server.url.rsplit(":", 1)[1])
+    head = (f"POST /api/v1/blobs/missing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            f"{strict.admin}\r\nContent-Type: application/json\r\n")  # fmt: skip
+    holding = (BUDGET * 3 // 4) // 8  # its share: 3/4 of the budget, held while it is read
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"{head}Content-Length: {holding}\r\n\r\n{{".encode())
+        time.sleep(2.0)  # its share is taken (an order, not a timing, is asserted)
+        other = json.dumps({"digests": ["0" * 64] * 2000}).ljust(BUDGET // 16)  # 1/2 of it
+        r = httpx.post(
+            f"{strict.api}/blobs/missing", content=other, headers=json_headers, timeout=60
+        )  # it waits BUDGET_WAIT seconds first
+        assert _typed(r, 503)["type"] == "ServerUnavailableError"
+        assert r.headers["retry-after"] == "1"
     budget = MemoryBudget(100, wait=0.1)
     with budget.reserve(60, "one"), pytest.raises(jaxport.ServerUnavailableError, match="busy"):
         budget.acquire(60, "another")
