@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from jaxport.export._native import read_native as read_native
     from jaxport.export._native import run_converter as run_converter
     from jaxport.export._native import symbolic_problem as symbolic_problem
+    from jaxport.export._newer import newer_note as newer_note
+    from jaxport.export._newer import unloadable_here as unloadable_here
     from jaxport.export._parts import ArchiveChunks as ArchiveChunks
     from jaxport.export._parts import Part as Part
     from jaxport.export._parts import assemble_chunks as assemble_chunks
@@ -85,5 +87,6 @@ if TYPE_CHECKING:
     from jaxport.export._versions import (
         MIN_SUPPORTED_FORMAT_VERSION as MIN_SUPPORTED_FORMAT_VERSION,
     )
+    from jaxport.export._vetting import newer_modules_passed as newer_modules_passed
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -11,10 +11,12 @@ current version, or the archive's header says a newer jax wrote it, the refusal 
 
 from __future__ import annotations
 
+from typing import Any
+
 from jaxport import NewerFormatError
 from jaxport.export import _compat, _modules
 
-__all__ = ["newer_format_error", "written_newer"]
+__all__ = ["newer_format_error", "newer_note", "unloadable_here", "written_newer"]
 
 
 def written_newer(data: bytes, writer_jax: str) -> tuple[bool, bool]:
@@ -48,3 +50,48 @@ def newer_format_error(
         module_stablehlo=module_shlo,
         installed_stablehlo=installed_shlo,
     )
+
+
+def newer_note(errors: list[NewerFormatError]) -> str:
+    """One sentence for the modules ``newer_modules_passed`` let through: who wrote them and
+    that this jax cannot load them ("" when there are none)."""
+    if not errors:
+        return ""
+    e = errors[0]
+    writer = f"jax {e.writer_jax}" if e.writer_jax else "a jax that the header does not name"
+    module = f" in StableHLO {e.module_stablehlo}" if e.module_stablehlo else ""
+    return (
+        f"newer than this jax: written by {writer}{module}; the installed jax "
+        f"{e.installed_jax} (StableHLO up to {e.installed_stablehlo}) cannot load it, so its "
+        f"{len(errors)} newer module(s) were not parsed here (load it with a newer jax)"
+    )
+
+
+def unloadable_here(info: Any) -> str:
+    """Why the installed jax cannot load the archive ``info`` describes (an ``ArchiveInfo``),
+    from its header alone: a module whose StableHLO version is newer than this jaxlib reads
+    (StableHLO's compatibility rule: a consumer reads artifacts of its version or older,
+    https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md); "" when nothing in
+    the header says so. A writer jax newer than the installed one alone is reported as a
+    possibility (jax writes modules for an older StableHLO target, so it may still load)."""
+    key = _compat.release_key
+    installed_jax = _compat.jax_versions()[0]
+    installed_shlo = _compat.stablehlo_range()[1]
+    newer = sorted(
+        {m.stablehlo_version for m in info.modules if m.stablehlo_version}
+        - {v for v in (m.stablehlo_version for m in info.modules) if key(v) <= key(installed_shlo)},
+        key=key,
+    )
+    writer = info.jax_version or ""
+    if newer:
+        by = f" by jax {writer}" if writer and writer != "unknown" else ""
+        return (
+            f"the installed jax {installed_jax} cannot load it: written{by} in StableHLO "
+            f"{newer[-1]}, newer than this jaxlib reads (up to {installed_shlo})"
+        )
+    if writer and writer != "unknown" and key(writer) > key(installed_jax):
+        return (
+            f"written by jax {writer}, newer than the installed jax {installed_jax}: it may "
+            "not load here (its modules declare StableHLO versions this jaxlib reads)"
+        )
+    return ""

@@ -12,13 +12,14 @@ passed.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from jaxport import CorruptArchiveError, UnsafeModuleError
+from jaxport import CorruptArchiveError, NewerFormatError, UnsafeModuleError
 from jaxport.export import _custom_calls, _module_facts, _modules, _newer, _sandbox, _verdicts
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "module_facts",
     "module_name",
     "module_policy",
+    "newer_modules_passed",
     "vet_module",
 ]
 
@@ -108,8 +110,26 @@ def vet_module(
         UnsafeArchiveError: a host callback, or a custom-call target not allowed.
         UnsafeModuleError: the sandbox's worker crashed or timed out on the module.
         NewerFormatError: MLIR cannot read a module that a newer jax wrote (its StableHLO
-            version, or the header's jax version, is newer than this installation's).
+            version, or the header's jax version, is newer than this installation's); inside
+            ``newer_modules_passed`` the module is let through instead.
     """
+    try:
+        _vet(data, ref, fields, policy, order=order, method=method, path=path, sha256=sha256)
+    except _Passed:
+        return
+
+
+def _vet(
+    data: bytes,
+    ref: _modules.ModuleRef,
+    fields: Mapping[str, Any],
+    policy: ModulePolicy,
+    *,
+    order: int,
+    method: str | None,
+    path: str | None,
+    sha256: str | None,
+) -> None:
     where = module_name(order, ref.section, method)
     if policy.trusted:
         with _newer_refused(data, policy, where):
@@ -139,16 +159,49 @@ def vet_module(
         raise CorruptArchiveError(str(e), path=path) from None
 
 
+#: Where ``newer_modules_passed`` collects the modules it let through (None: outside it).
+_PASSED: contextvars.ContextVar[list[NewerFormatError] | None] = contextvars.ContextVar(
+    "jaxport_newer_modules_passed", default=None
+)
+
+
+@contextlib.contextmanager
+def newer_modules_passed() -> Iterator[list[NewerFormatError]]:
+    """Within this block, a module that MLIR cannot read because a newer jax wrote it
+    (``NewerFormatError``) is let through unvetted instead of refused, and its error appended
+    to the list this yields: for ``push`` (a registry serves many jax releases) and
+    ``verify`` (the archive is well formed, only too new), which check everything else and
+    never run what they read. Nothing read in the block may be called in this process when
+    the list is not empty: those modules were not parsed in the sandbox.
+    """
+    passed: list[NewerFormatError] = []
+    token = _PASSED.set(passed)
+    try:
+        yield passed
+    finally:
+        _PASSED.reset(token)
+
+
 @contextlib.contextmanager
 def _newer_refused(data: bytes, policy: ModulePolicy, where: str) -> Iterator[None]:
-    """MLIR's refusal of a module, as ``NewerFormatError`` where a newer jax wrote it."""
+    """MLIR's refusal of a module, as ``NewerFormatError`` where a newer jax wrote it (or let
+    through inside ``newer_modules_passed``)."""
     try:
         yield
     except CorruptArchiveError as e:
         newer = _newer.newer_format_error(data, policy.writer_jax, where, str(e))
-        if newer is not None:
+        if newer is None:
+            raise
+        passed = _PASSED.get()
+        if passed is None:
             raise newer from None
-        raise
+        passed.append(newer)
+        raise _Passed from None
+
+
+class _Passed(Exception):
+    """A newer module let through by ``newer_modules_passed``: the rest of its vetting is
+    skipped."""
 
 
 def module_facts(

@@ -593,8 +593,25 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
             windows = reg.windows(f"{ref.name}:{ref.version}")
         except UnsupportedFeatureError:  # through a registry server: not reported (null)
             windows = None
-    document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows}
+        loads_here = _unloadable_variants(reg, ref)
+    document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows,
+                "loads_here": loads_here}  # fmt: skip
     _emit(as_json, document, ref_panel)
+
+
+def _unloadable_variants(reg: Any, ref: Any) -> dict[str, str]:
+    """Per variant (short digest) that the installed jax cannot load, why: its header read
+    (``jaxport.export.unloadable_here``); only variants a newer jax wrote are read."""
+    from jaxport.export import jax_versions, release_key, unloadable_here
+
+    installed, out = jax_versions()[0], {}
+    for v in ref.variants:
+        if v.jax_version == "unknown" or release_key(v.jax_version) <= release_key(installed):
+            continue
+        info = reg.inspect(f"{ref.name}:{ref.version}", platform=v.platforms[0],
+                           nr_devices=v.nr_devices)  # fmt: skip
+        out[v.short_digest] = unloadable_here(info)
+    return {k: v for k, v in out.items() if v}
 
 
 @main.command("inspect")

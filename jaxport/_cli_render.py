@@ -182,6 +182,8 @@ def ref_panel(data: dict[str, Any]) -> Group:
             "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
         )  # fmt: skip
     details = [_variant_detail(v) for v in ref.variants]
+    for digest, why in (data.get("loads_here") or {}).items():
+        details.append(Text(f"{digest}: {why}"))
     if data.get("windows"):
         details.append(_windows_grid(data["windows"]))
     if data.get("signatures"):
@@ -266,6 +268,8 @@ def verify_summary(report: Any) -> Group:
     """``verify``: the counts, then each missing, corrupt or invalid blob and the versions
     needing it (and, for an invalid one, why)."""
     invalid = f", {len(report.invalid)} invalid" if report.deep else ""
+    if getattr(report, "newer", ()):
+        invalid += f", {len(report.newer)} valid but newer than this jax"
     counts = Text(
         f"checked {report.checked}: {len(report.missing)} missing, {len(report.corrupt)} "
         f"corrupt{invalid}, {len(report.unreferenced)} unreferenced"
@@ -301,6 +305,7 @@ def info_tables(info: Any) -> Group:
             f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
         ),
         ("jax window", window_text(info.window) if info.window else "-"),
+        *_this_jax(info),
         ("vjp order", str(info.vjp_order)),
         ("constraints", _join(info.symbolic_constraints)),
         ("custom calls", _join(info.custom_call_targets)),
@@ -309,6 +314,15 @@ def info_tables(info: Any) -> Group:
     ):
         _row(head, key, value)
     return Group(head, _signature_table(info), _modules_table(info), _sections_table(info))
+
+
+def _this_jax(info: Any) -> list[tuple[str, str]]:
+    """A "this jax" row where the header says the installed jax cannot (or may not) load the
+    archive (``jaxport.export.unloadable_here``); none otherwise."""
+    from jaxport.export import unloadable_here
+
+    why = unloadable_here(info)
+    return [("this jax", why)] if why else []
 
 
 def _signature_table(info: Any) -> Table:
@@ -385,6 +399,7 @@ def model_tables(info: Any) -> Group:
             f"jaxport {info.jaxport_version}, jax {info.jax_version}, jaxlib {info.jaxlib_version}",
         ),
         ("jax window", window_text(info.window) if info.window else "-"),
+        *_this_jax(info),
         ("custom calls", _join(info.custom_call_targets)),
         ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):

@@ -72,6 +72,8 @@ def verify_files(paths: Sequence[str], *, timeout: float) -> list[FileCheck]:
         for (path, kind, version, digest), r in zip(readable, results, strict=True):
             ok = r.status == "ok"
             reason = r.reason if not ok else "every digest and every module check out"
+            if ok and "newer" in r.checks:  # valid, written by a newer jax: said so
+                reason = r.reason
             rows[path] = FileCheck(path, ok, r.status, reason, kind, version, digest)
     return [rows[p] for p in paths]
 
@@ -83,12 +85,16 @@ def _reason(error: BaseException) -> str:
 
 
 def file_lines(checks: Sequence[FileCheck]) -> str:
-    """One line per file: ``ok PATH (kind, format N, sha256:...)`` or ``STATUS PATH: why``."""
+    """One line per file: ``ok PATH (kind, format N, sha256:...)`` (followed by ``: newer than
+    this jax ...`` for a valid archive a newer jax wrote) or ``STATUS PATH: why``."""
     lines = []
     for c in checks:
         if c.ok:
             digest = (c.sha256 or "")[:12]
-            lines.append(f"ok {c.path} ({c.kind}, format {c.format_version}, sha256:{digest})")
+            newer = f": {c.reason}" if "newer than this jax" in c.reason else ""
+            lines.append(
+                f"ok {c.path} ({c.kind}, format {c.format_version}, sha256:{digest}){newer}"
+            )
         else:
             lines.append(f"{c.status} {c.path}: {c.reason}")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, delete, select
 
@@ -27,6 +28,9 @@ from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import FUNCTION, MODEL, joined_archive, parts_of
+
+if TYPE_CHECKING:
+    from jaxport.audit import AuditResult
 from jaxport.registry._models import (
     AliasRow,
     BlobRow,
@@ -138,9 +142,9 @@ class Maintenance:
         digests = sorted(readers)
         _, results = run_audits([AuditJob(readers[d], None) for d in digests], timeout=timeout)
         return [
-            BlobProblem(digest, "invalid", tuple(sorted(users[digest])), r.reason)
+            BlobProblem(digest, state, tuple(sorted(users[digest])), r.reason)
             for digest, r in zip(digests, results, strict=True)
-            if r.status != "ok"
+            if (state := _deep_state(r))
         ]
 
     def _model_reader(self, parts: list[Part], size: int) -> Callable[[], bytes]:
@@ -206,7 +210,16 @@ class Maintenance:
             problems=tuple(problems),
             invalid=tuple(p.digest for p in problems if p.state == "invalid"),
             deep=deep,
+            newer=tuple(p.digest for p in problems if p.state == "newer"),
         )
+
+
+def _deep_state(result: AuditResult) -> str:
+    """A deep read's state: ``invalid``; ``newer`` (well formed, written by a newer jax than
+    this one, which cannot parse its modules: ``check_archive``); "" when it reads."""
+    if result.status != "ok":
+        return "invalid"
+    return "newer" if "newer" in result.checks else ""
 
 
 def referenced(conn: Connection) -> set[str]:

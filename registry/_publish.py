@@ -380,8 +380,9 @@ def _check_kinds(items: Sequence[_Item], examples: Any) -> None:
 def _runner(items: Sequence[_Item]) -> Exported | Model | None:
     """A variant that runs here, to compute examples' outputs (None: none does)."""
     for i in items:
-        if runs_here(i.info):
-            return i.model if i.kind == MODEL else i.exported
+        runner = i.model if i.kind == MODEL else i.exported
+        if runner is not None and runs_here(i.info):  # None: a newer jax's, not parsed here
+            return runner
     return None
 
 
@@ -409,9 +410,9 @@ def _prepare(
             raise NotFoundError(f"no such file: {path}") from None
         except OSError as e:
             raise InvalidNameError(f"cannot read {path}: {e.strerror}") from None
-        return _from_bytes(data, str(path), verdicts, allow)
+        return _stored_even_if_newer(data, str(path), verdicts, allow)
     if isinstance(source, bytes | bytearray | memoryview):
-        return _from_bytes(bytes(source), None, verdicts, allow)
+        return _stored_even_if_newer(bytes(source), None, verdicts, allow)
     if isinstance(source, Model):
         return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
@@ -420,6 +421,24 @@ def _prepare(
         return _item(dumps(source, vjp_order=vjp_order), source, ())
     raise InvalidNameError(
         f"push takes an Exported, a Model, archive bytes or a path, got {type(source).__name__}"
+    )
+
+
+def _stored_even_if_newer(
+    data: bytes, path: str | None, verdicts: VerdictCache, allow: tuple[str, ...]
+) -> _Item:
+    """``_from_bytes``, where an archive a newer jax wrote is stored too (a registry serves
+    many jax releases): every digest, limit and header fact is checked as for any archive, but
+    its newer modules cannot be parsed by this jax (``newer_modules_passed``), so the item
+    runs nothing here (examples need their outputs given) and its notes say so."""
+    from jaxport.export import newer_modules_passed, newer_note
+
+    with newer_modules_passed() as newer:
+        item = _from_bytes(data, path, verdicts, allow)
+    if not newer:
+        return item
+    return dataclasses.replace(
+        item, exported=None, model=None, notes=(*item.notes, newer_note(newer))
     )
 
 

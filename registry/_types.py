@@ -227,7 +227,8 @@ class GcReport:
 class BlobProblem:
     """A blob the database needs that is ``missing``, ``corrupt`` (its bytes do not hash to
     its digest) or ``invalid`` (intact, but ``verify(deep=True)`` could not read it as an
-    archive: ``reason`` says why), and who needs it (``"name:version"``, or
+    archive: ``reason`` says why), or ``newer`` (valid, but written by a newer jax than this
+    one: ``reason`` says which), and who needs it (``"name:version"``, or
     ``"name:version examples"`` for golden examples)."""
 
     digest: str
@@ -249,6 +250,9 @@ class VerifyReport:
         invalid: archives that hash right but do not read (``deep`` only), e.g. a header
             whose custom-call targets disagree with its modules.
         deep: whether every archive was also read in full, in a worker process.
+        newer: archives that are valid but newer than this jax (``deep`` only): written by a
+            newer jax in modules this one cannot parse (listed in ``problems`` as ``newer``,
+            not counted against ``ok``).
     """
 
     checked: int
@@ -258,6 +262,7 @@ class VerifyReport:
     problems: tuple[BlobProblem, ...] = ()
     invalid: tuple[str, ...] = ()
     deep: bool = False
+    newer: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

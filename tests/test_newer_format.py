@@ -90,10 +90,71 @@ def test_a_newer_module_that_parses_is_read(monkeypatch):
 def test_the_cli_names_both_versions_and_prints_no_mlir(monkeypatch, tmp_path):
     path = tmp_path / "newer.jaxport"
     path.write_bytes(_archive(monkeypatch, _module("9.99.0", readable=False), "99.11.2"))
-    result = run(base_env(tmp_path), "push", str(path), "--name", "newer", code=1)
+    np.savez(tmp_path / "x.npz", np.ones(4, np.float32))
+    result = run(base_env(tmp_path), "run", str(path), "-i", str(tmp_path / "x.npz"), code=1)
     assert result.out == ""
     assert result.err.startswith("NewerFormatError: ") and "jax 99.11.2" in result.err
     assert f"installed jax {INSTALLED_JAX}" in result.err and result.err.count("\n") == 1
+
+
+# -- a registry serves many jax releases: a newer archive is stored and said to be newer -------
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_push_stores_a_newer_archive_that_load_run_and_audit_still_refuse(monkeypatch, registry):
+    data = _archive(monkeypatch, _module("9.99.0", readable=False), "99.11.2")
+    result = registry.push(data, "newer")
+    assert result.created and any("newer than this jax" in n for n in result.notes), result
+    assert registry.pull_bytes("newer") == data
+    with pytest.raises(jaxport.NewerFormatError):
+        registry.pull("newer")
+    (finding,) = registry.audit("newer", platform="cpu")
+    assert finding.status == "incompatible" and "jax 99.11.2" in finding.reason, finding
+    report = registry.verify(deep=True)
+    assert report.ok and report.newer == (result.variants[0].digest,)
+    (problem,) = [p for p in report.problems if p.state == "newer"]
+    assert "newer than this jax" in problem.reason
+    with pytest.raises(jaxport.UnsupportedFeatureError, match="no variant runs here"):
+        registry.push(data, "newer", examples=[((np.ones(4, np.float32),), {})])
+    x = np.ones(4, np.float32)
+    with_outputs = registry.push(data, "newer", examples=[jaxport.Example((x,), {}, np.sin(x))])
+    assert with_outputs.created
+
+
+def test_a_newer_model_is_stored_too(monkeypatch, registry):
+    model = jaxport.Model({"w": np.ones(4, np.float32)}, lambda p, x: x * p["w"],
+                          [jax.ShapeDtypeStruct((4,), jnp.float32)])  # fmt: skip
+    junk = _module("9.99.0", readable=False)
+    fake = dataclasses.replace(model.exported["apply"], mlir_module_serialized=junk)
+    newer = jaxport.Model.from_exported({"w": np.ones(4, np.float32)}, {"apply": fake})
+    with monkeypatch.context() as m:
+        m.setattr(_compat, "jax_versions", lambda: ("99.11.2", "99.11.2"))
+        data = newer.dumps()
+    result = registry.push(data, "newer-model")
+    assert result.created and any("newer than this jax" in n for n in result.notes)
+    with pytest.raises(jaxport.NewerFormatError):
+        registry.pull_model("newer-model")
+
+
+def test_the_cli_pushes_verifies_inspects_and_shows_a_newer_archive(monkeypatch, tmp_path):
+    path = tmp_path / "newer.jaxport"
+    path.write_bytes(_archive(monkeypatch, _module("9.99.0", readable=False), "99.11.2"))
+    env = base_env(tmp_path)
+    pushed = run(env, "push", str(path), "--name", "newer")
+    assert "newer than this jax" in _flat(pushed.out)
+    verified = run(env, "verify", str(path))
+    assert verified.out.startswith("ok ") and "newer than this jax" in _flat(verified.out)
+    assert "newer than this jax" in _flat(run(env, "verify", "--deep").out)
+    inspected = _flat(run(env, "inspect", str(path)).out)
+    assert f"the installed jax {INSTALLED_JAX} cannot load it" in inspected
+    assert "StableHLO 9.99.0" in inspected
+    shown = _flat(run(env, "show", "newer").out)
+    assert f"the installed jax {INSTALLED_JAX} cannot load it" in shown
+    run(env, "pull", "newer", "-o", str(tmp_path / "back.jaxport"))
+    assert (tmp_path / "back.jaxport").read_bytes() == path.read_bytes()
 
 
 def test_a_newer_model_is_a_newer_format_error_in_python_and_the_cli(monkeypatch, tmp_path):
