@@ -1,15 +1,17 @@
 """A request body read from a worker thread: the ASGI receive loop driven from that thread
 (``anyio.from_thread``), one chunk at a time, so a large upload is never held whole.
 
-A client that sends nothing for ``BODY_IDLE`` seconds, or goes away, ends the read with a typed
-error, so a stalled body holds its thread for a bounded time. The routes that read a body this
-way run in threads of their own (at most ``UPLOADS`` at once): a client that sends slowly,
-however many there are, never takes the threads that other requests are answered in. Long
-writes have theirs too (``HEAVY``).
+A client that sends nothing for ``BODY_IDLE`` seconds, sends fewer than ``MIN_RATE`` bytes a
+second on average once ``BODY_IDLE`` seconds have passed (a byte now and then), or goes away,
+ends the read with a typed error, so a stalled body holds its thread for a bounded time. The
+routes that read a body this way run in threads of their own (at most ``UPLOADS`` at once):
+a client that sends slowly, however many there are, never takes the threads that other
+requests are answered in. Long writes have theirs too (``HEAVY``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
@@ -19,10 +21,13 @@ from starlette.requests import ClientDisconnect
 
 from jaxport import InvalidNameError
 
-__all__ = ["BODY_IDLE", "HEAVY", "UPLOADS", "iterate_body"]
+__all__ = ["BODY_IDLE", "HEAVY", "MIN_RATE", "UPLOADS", "iterate_body"]
 
 #: Seconds a request body may send nothing before its read ends (``InvalidNameError``).
 BODY_IDLE = 60.0
+#: Bytes a second a request body sends on average, at least, once ``BODY_IDLE`` seconds have
+#: passed (a 64 GiB part at this rate takes 48 days: only a client that means to stall is cut).
+MIN_RATE = 16 << 10
 #: Uploads read at once by one server process; more wait (asynchronously) for a slot.
 UPLOADS = 16
 #: Long writes (commits, audits, verify, gc) run at once by one server process; more wait
@@ -34,7 +39,9 @@ def iterate_body(request: Request) -> Iterator[bytes]:
     """The request body's chunks, read as the caller (a worker thread) asks for them.
 
     Raises:
-        InvalidNameError: no bytes for ``BODY_IDLE`` seconds, or the client went away.
+        InvalidNameError: no bytes for ``BODY_IDLE`` seconds, fewer than ``MIN_RATE`` a
+            second since the start once ``BODY_IDLE`` seconds have passed, or the client went
+            away.
     """
     stream: AsyncIterator[bytes] = request.stream().__aiter__()
 
@@ -49,6 +56,14 @@ def iterate_body(request: Request) -> Iterator[bytes]:
         except ClientDisconnect:
             raise InvalidNameError("the client went away before the end of its body") from None
 
+    start, received = time.monotonic(), 0
     while (chunk := anyio.from_thread.run(following)) is not None:
+        received += len(chunk)
+        elapsed = time.monotonic() - start
+        if elapsed > BODY_IDLE and received < MIN_RATE * elapsed:
+            raise InvalidNameError(
+                f"the request body sent {received} bytes in {elapsed:.0f} s: at least "
+                f"{MIN_RATE} a second are expected"
+            )
         if chunk:
             yield chunk
