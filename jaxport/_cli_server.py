@@ -74,8 +74,8 @@ def _seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> fl
     "--memory-budget",
     type=click.IntRange(min=1 << 20),
     metavar="BYTES",
-    help="Memory that large bodies and commits may hold at once per process (default 2 GiB); "
-    "past it a request waits, then gets 503 with Retry-After.",
+    help="Memory that large bodies and commits may hold at once per process (default half the "
+    "machine's); past it a request waits, then gets 503 with Retry-After.",
 )
 @click.option(
     "--max-connections",

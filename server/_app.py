@@ -57,7 +57,8 @@ def create_app(
             archives may declare together (what it writes to a temporary file), in bytes
             (default 64 GiB).
         memory_budget: the bytes of memory that large JSON bodies and commits may hold at
-            once in this server process (``server/_limits.py``; default 2 GiB).
+            once in this server process (``server/_limits.py``; default half the machine's
+            memory).
         webhooks: URLs each event is POSTed to (JSON), signed with ``webhook_secret``
             (``X-Jaxport-Signature: sha256=HEX``, HMAC-SHA256 of the body), retried with
             backoff (``server/_webhooks.py``).

@@ -14,14 +14,17 @@ server process may hold at once beyond the server's own: a large JSON body
 (``JSON_MEMORY_FACTOR`` times its ``Content-Length``, or its route's limit without one:
 the body and Python's objects for it, reserved before a byte is read) and a commit (the
 decompressed bytes its archives' headers declare, ``registry/_uploads.py``'s ``plan``)
-reserve their share before they allocate it and give it back when they are done. One that could never fit is refused (400); one that does not fit now waits at most
-``BUDGET_WAIT`` seconds, then is answered 503 with ``Retry-After`` (the client retries).
+reserve their share before they allocate it and give it back when they are done. One that
+could never fit is refused (400); one that does not fit now waits at most ``BUDGET_WAIT``
+seconds, then is answered 503 with ``Retry-After`` (the client retries). The budget is half
+the machine's memory by default.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -77,8 +80,20 @@ MAX_JSON_STRING = 1 << 20
 JSON_MEMORY_FACTOR = 8
 #: JSON bodies at most this large reserve nothing (a few threads' worth).
 _FREE_JSON = 64 << 10
-#: The default ``--memory-budget``, in bytes.
-DEFAULT_MEMORY_BUDGET = 2 << 30
+
+
+def _half_the_memory() -> int:
+    """Half the machine's physical memory in bytes (2 GiB where it cannot be read), at least
+    1 GiB: what one server process's requests may hold by default."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 4 << 30
+    return max(1 << 30, total // 2)
+
+
+#: The default ``--memory-budget``, in bytes: half the machine's memory.
+DEFAULT_MEMORY_BUDGET = _half_the_memory()
 #: Seconds a request waits for its share of the budget before its 503.
 BUDGET_WAIT = 5.0
 _API = "/api/v1/"
