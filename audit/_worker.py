@@ -327,7 +327,8 @@ class _Worker:
         start = time.perf_counter()
         try:
             assert self._proc.stdin is not None
-            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            deadline = {**request, "deadline": timeout}  # the worker's own alarm, past it
+            self._proc.stdin.write(json.dumps(deadline).encode() + b"\n")
             self._proc.stdin.flush()
         except BrokenPipeError:
             pass
@@ -390,27 +391,33 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _serve(stdin: IO[str], stdout: IO[str], versions: tuple[str, str]) -> None:
-    from jaxport.audit._checks import audit_archive, check_archive
-
     jax_version, jaxlib_version = versions
     _send(stdout, {"jax_version": jax_version, "jaxlib_version": jaxlib_version})
     for line in stdin:
         request = json.loads(line)
-        if request.get("capabilities"):
-            from jaxport.audit._static import capabilities
+        _children.own_deadline(request.get("deadline"))  # should the parent stop watching
+        _send(stdout, _answer(request))
+        _children.own_deadline(None)
 
-            _send(stdout, capabilities().to_json())
-            continue
-        examples, data = request["examples"], Path(request["archive"]).read_bytes()
-        if request["platform"] is None:
-            result = check_archive(data)
-        else:
-            result = audit_archive(
-                data,
-                platform=request["platform"],
-                examples=None if examples is None else Path(examples).read_bytes(),
-            )
-        _send(stdout, dataclasses.asdict(result))
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    """The reply to one request: the capabilities, or an audit's or a check's result."""
+    from jaxport.audit._checks import audit_archive, check_archive
+
+    if request.get("capabilities"):
+        from jaxport.audit._static import capabilities
+
+        return capabilities().to_json()
+    examples, data = request["examples"], Path(request["archive"]).read_bytes()
+    if request["platform"] is None:
+        result = check_archive(data)
+    else:
+        result = audit_archive(
+            data,
+            platform=request["platform"],
+            examples=None if examples is None else Path(examples).read_bytes(),
+        )
+    return dataclasses.asdict(result)
 
 
 def _send(stdout: IO[str], message: dict[str, Any]) -> None:

@@ -222,7 +222,7 @@ class Sandbox:
         with open(worker.scratch, "r+b") as f:
             f.truncate(0)
             f.write(data)
-        request = {"path": str(worker.scratch), "size": len(data)}
+        request = {"path": str(worker.scratch), "size": len(data), "deadline": timeout}
         stdin = worker.process.stdin
         assert stdin is not None
         try:

@@ -215,9 +215,26 @@ def main() -> None:
     out.write(json.dumps({"jaxlib_version": jaxlib.version.__version__}) + "\n")
     out.flush()
     for line in sys.stdin:
-        reply = _handle(parser, json.loads(line))
+        request = json.loads(line)
+        _alarm(request.get("deadline"))  # its own deadline, should the parent not kill it
+        reply = _handle(parser, request)
+        _alarm(None)
         out.write(json.dumps(reply) + "\n")
         out.flush()
+
+
+#: Seconds past the parent's time limit at which a worker's own alarm ends it.
+DEADLINE_GRACE = 5
+
+
+def _alarm(deadline: Any) -> None:
+    """SIGALRM (which ends the process) ``deadline + DEADLINE_GRACE`` seconds from now, or
+    none for None: a worker whose parent stopped watching still ends (``jaxport._children``)."""
+    import math
+    import signal
+
+    finite = isinstance(deadline, int | float) and math.isfinite(deadline) and deadline >= 0
+    signal.alarm(min(math.ceil(deadline) + DEADLINE_GRACE, 2**31 - 1) if finite else 0)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEADLINE_GRACE", "run", "spawn"]
+__all__ = ["DEADLINE_GRACE", "own_deadline", "run", "spawn"]
 
 #: Seconds a one-shot child outlives its parent's time limit before its own alarm kills it.
 DEADLINE_GRACE = 5.0
@@ -163,3 +163,14 @@ def run(
             process.communicate()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def own_deadline(seconds: Any) -> None:
+    """In a long-lived worker, around one request: SIGALRM (which ends the process)
+    ``seconds + DEADLINE_GRACE`` from now, the parent's time limit for the request plus the
+    grace; None (or not a finite number of seconds) cancels it. A worker whose parent stopped
+    watching then still ends."""
+    import signal
+
+    finite = isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0
+    signal.alarm(min(math.ceil(seconds + DEADLINE_GRACE), 2**31 - 1) if finite else 0)

@@ -8,6 +8,7 @@ soon after (the kernel's ``PR_SET_PDEATHSIG``), never left running under PID 1.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -175,3 +176,34 @@ def test_a_program_that_cannot_start_is_an_os_error_as_popen_says(tmp_path):
     ]:
         with pytest.raises(error):
             _children.run(cmd, timeout=10)
+
+
+@pytest.mark.parametrize("worker", ["sandbox", "audit"])
+def test_a_long_lived_worker_ends_by_its_own_deadline(tmp_path, worker):
+    """A request the worker blocks on (its file is a FIFO nobody writes) while its parent
+    does not watch: the request's own alarm ends the worker DEADLINE_GRACE s after the
+    parent's time limit, with nobody killing it."""
+    from jaxport.export import _sandbox
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    if worker == "sandbox":
+        cmd = [sys.executable, "-I", str(_sandbox._WORKER), "0"]
+        request = {"path": str(fifo), "size": 1, "deadline": 0.5}
+    else:
+        cmd = [sys.executable, "-P", "-m", "jaxport.audit._worker"]
+        request = {"archive": str(fifo), "examples": None, "platform": None, "deadline": 0.5}
+    process = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path, text=True
+    )
+    try:
+        assert process.stdout.readline()  # started
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+        process.stdout.close()
+    assert process.returncode == -signal.SIGALRM
