@@ -17,7 +17,8 @@ gives it two guarantees of its own, enforced by the kernel rather than by the pa
 - a one-shot child (``deadline`` given) has a wall-clock deadline of its own: ``alarm(2)``,
   also kept across ``exec``, kills it (``SIGALRM``) ``DEADLINE_GRACE`` seconds after the
   parent's own time limit, should the parent be stopped or stuck. Long-lived workers (the
-  sandbox's, an audit's) get no alarm: their parent limits each request and kills them.
+  sandbox's, an audit's) set the alarm themselves around each request (``own_deadline``,
+  from the time limit the request carries), and idle without one.
 
 On other systems a child's life is bounded by its parent's time limits only. The one
 exception to the guarantees is what a child itself starts (``pip``'s build backends): those
