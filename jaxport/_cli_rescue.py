@@ -16,6 +16,7 @@ def rescued_text(data: dict[str, Any]) -> str:
     report = data["rescue"]
     lines = [
         f"read {report.source} with jax {report.jax_version} (jaxlib {report.jaxlib_version})",
+        f"written by {report.original_writer or 'an unknown jax release'}",
         f"wrote {report.archive} ({report.fun_name}, {', '.join(report.platforms)}, "
         f"{report.nr_devices} device(s), vjp order {report.vjp_order})",
     ]

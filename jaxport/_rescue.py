@@ -60,6 +60,11 @@ class RescueReport:
         check: ``"recorded"`` (ran once, inputs and outputs stored), ``"not-run"`` (could not
             run there: ``reason`` says why) or ``"error"`` (jax raised running it: ``reason``).
         reason: why the check is not ``"recorded"``, else None.
+        original_writer: what the file says of the jax that wrote it (its format names no
+            release: the calling convention version, the releases exporting it, the module's
+            StableHLO version); also the archive's ``jaxport.original_writer`` metadata.
+        converter: the jax that read the file and wrote the archive (``"jax X (jaxlib Y)"``;
+            the archive's header names it as its producer, ``jaxport.rescued_with`` too).
     """
 
     source: str
@@ -74,6 +79,8 @@ class RescueReport:
     vjp_order: int
     check: str
     reason: str | None
+    original_writer: str = ""
+    converter: str = ""
 
     def golden_examples(self) -> list[Any]:
         """The recorded check as ``[jaxport.Example]`` for ``Registry.push(..., examples=)``
@@ -225,6 +232,8 @@ def _report(
         vjp_order=int(facts["vjp_order"]),
         check=str(facts["check"]),
         reason=None if facts["reason"] is None else str(facts["reason"]),
+        original_writer=str(facts.get("original_writer", "")),
+        converter=str(facts.get("converter", f"jax {facts['jax']} (jaxlib {facts['jaxlib']})")),
     )
 
 

@@ -5,14 +5,17 @@ before importing jax, reads ``IN`` (jax-native ``Exported.serialize()`` bytes) w
 interpreter's ``jax.export.deserialize``, and writes into ``WORKDIR``:
 
 - ``archive.jaxport``: ``jaxport.dumps(exp, vjp_order=N)`` (every VJP order the bytes carry,
-  at most ``MAX_NATIVE_VJP_ORDER``), with metadata ``jaxport.converted_from=jax-native`` and
-  ``jaxport.rescued_with=jax X`` (the release that read it);
+  at most ``MAX_NATIVE_VJP_ORDER``), with metadata ``jaxport.converted_from=jax-native``,
+  ``jaxport.rescued_with=jax X`` (the converter: the release that read it and wrote the
+  archive, whose header therefore names it) and ``jaxport.original_writer`` (what the bytes
+  say of the jax that wrote them: jax's native format does not name its release, so the
+  calling convention version, the releases that export it, and the module's StableHLO);
 - ``examples.npz`` (only when the check ran): one golden example, the inputs of
   ``check_inputs`` and the outputs this jax computed (``audit/_examples.py`` format,
   ``allow_pickle=False``);
 - ``facts.json``: what it saw (``jax``, ``jaxlib``, ``vjp_order``, ``platforms``,
   ``nr_devices``, ``fun_name``, ``check`` -- ``"recorded"``, ``"not-run"`` or ``"error"`` --
-  and ``reason``).
+  ``reason``, ``original_writer`` and ``converter``).
 
 Exit status 0: done (whatever the check's status); 3: jax's reader refused the bytes (its
 type name on stdout); 4: jaxport cannot store what jax read (the error on stdout).
@@ -28,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NOT_NATIVE", "NOT_STORABLE", "RESCUED_KEY", "check_inputs", "skip_reason"]
+__all__ = [
+    "NOT_NATIVE",
+    "NOT_STORABLE",
+    "RESCUED_KEY",
+    "WRITER_KEY",
+    "check_inputs",
+    "original_writer",
+    "skip_reason",
+]
 
 #: Exit status when jax's reader refused the bytes.
 NOT_NATIVE = 3
@@ -36,6 +47,26 @@ NOT_NATIVE = 3
 NOT_STORABLE = 4
 #: Metadata key naming the jax release that read the bytes (``"jax 0.10.2"``).
 RESCUED_KEY = "jaxport.rescued_with"
+#: Metadata key saying what is known of the jax that wrote the jax-native bytes.
+WRITER_KEY = "jaxport.original_writer"
+
+
+def original_writer(exported: Any) -> str:
+    """What a jax-native Exported says of the jax that wrote it: its format names no release,
+    so its calling convention version (and the releases that export it) and its module's
+    StableHLO version (the producer string of its bytecode)."""
+    from jaxport.export import releases_exporting
+
+    cc = int(exported.calling_convention_version)
+    data = bytes(exported.mlir_module_serialized)
+    start = data.find(b"StableHLO_v")
+    end = data.find(b"\0", start) if start >= 0 else -1
+    shlo = data[start + len(b"StableHLO_v") : end].decode(errors="replace")[:40] if end > 0 else ""
+    module = f", module in StableHLO {shlo}" if shlo else ""
+    return (
+        f"an unknown jax release (jax-native files do not name it): calling convention "
+        f"version {cc} ({releases_exporting(cc)}){module}"
+    )
 
 
 def skip_reason(exported: Any, platform: str, devices: int) -> str | None:
@@ -133,7 +164,8 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
     except Exception as e:  # jax's reader raises anything on bytes that are not its format
         print(f"{type(e).__name__}: {str(e)[:300]}")
         return NOT_NATIVE
-    meta = {CONVERTED_KEY: "jax-native", RESCUED_KEY: f"jax {jax.__version__}"}
+    writer = original_writer(exported)
+    meta = {CONVERTED_KEY: "jax-native", RESCUED_KEY: f"jax {jax.__version__}", WRITER_KEY: writer}
     try:
         archive = dumps(exported, vjp_order=order, metadata=meta)
     except JaxportError as e:
@@ -150,6 +182,8 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
         "fun_name": str(exported.fun_name),
         "check": status,
         "reason": reason,
+        "original_writer": writer,
+        "converter": f"jax {jax.__version__} (jaxlib {importlib.metadata.version('jaxlib')})",
     }
     (work / "facts.json").write_text(json.dumps(facts))
     return 0

@@ -24,7 +24,7 @@ from jax import export
 
 import jaxport
 from jaxport._rescue import examples_path
-from jaxport._rescue_child import RESCUED_KEY, check_inputs, skip_reason
+from jaxport._rescue_child import RESCUED_KEY, WRITER_KEY, check_inputs, skip_reason
 from jaxport.audit._envs import cached_environment
 from jaxport.audit._examples import decode_examples
 
@@ -98,6 +98,14 @@ def test_rescue_a_file_of_the_running_jax_keeps_vjps_and_records_outputs(tmp_pat
     assert report.archive == str(dst) and report.examples == examples_path(dst)
     info = jaxport.inspect(dst)
     assert info.metadata[RESCUED_KEY] == f"jax {jax.__version__}"
+    # its original writer (as far as jax-native bytes say) and its converter, both recorded
+    assert info.metadata[WRITER_KEY] == report.original_writer
+    assert f"calling convention version {info.calling_convention_version}" in (
+        report.original_writer
+    )
+    assert "StableHLO" in report.original_writer and "unknown jax release" in report.original_writer
+    assert report.converter.startswith(f"jax {jax.__version__} (jaxlib ")
+    assert info.jax_version == jax.__version__  # the header names the converter
     [(ins, outs)] = decode_examples(Path(report.examples).read_bytes())
     np.testing.assert_allclose(outs[0], np.sin(ins[0]), rtol=1e-6)
     loaded = jaxport.load(dst)
