@@ -524,7 +524,9 @@ def _rebuilt(error: dict[str, Any]) -> JaxportError:
         attributes = error.get("attributes") or {}
         for kwargs in (attributes, {}):
             try:
-                return cls(message, **kwargs)
+                error = cls(message, **kwargs)
             except TypeError:
                 continue
+            error.args = (message,)  # as the child wrote it (a path is not appended twice)
+            return error
     return RunError(f"{name}: {message}")

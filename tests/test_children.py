@@ -207,3 +207,19 @@ def test_a_long_lived_worker_ends_by_its_own_deadline(tmp_path, worker):
         process.stdin.close()
         process.stdout.close()
     assert process.returncode == -signal.SIGALRM
+
+
+def test_the_run_childs_errors_are_rebuilt_as_their_class():
+    import jaxport
+    from jaxport._cli_run import _rebuilt
+
+    said = "bad section (/tmp/x.jaxport, at byte 7)"
+    error = _rebuilt({"type": "CorruptArchiveError", "message": said,
+                      "attributes": {"offset": 7, "path": "/tmp/x.jaxport"}})  # fmt: skip
+    assert isinstance(error, jaxport.CorruptArchiveError) and str(error) == said
+    assert (error.offset, error.path) == (7, "/tmp/x.jaxport")
+    missing = _rebuilt({"type": "MissingCustomCallError", "message": "no target",
+                        "attributes": {"targets": ["t"], "fun_name": "f"}})  # fmt: skip
+    assert isinstance(missing, jaxport.MissingCustomCallError) and str(missing) == "no target"
+    other = _rebuilt({"type": "KeyError", "message": "x", "attributes": {}})
+    assert isinstance(other, jaxport.RunError) and str(other) == "KeyError: x"
