@@ -524,9 +524,9 @@ def _rebuilt(error: dict[str, Any]) -> JaxportError:
         attributes = error.get("attributes") or {}
         for kwargs in (attributes, {}):
             try:
-                error = cls(message, **kwargs)
+                rebuilt = cls(message, **kwargs)
             except TypeError:
                 continue
-            error.args = (message,)  # as the child wrote it (a path is not appended twice)
-            return error
+            rebuilt.args = (message,)  # as the child wrote it (a path is not appended twice)
+            return rebuilt
     return RunError(f"{name}: {message}")
