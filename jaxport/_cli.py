@@ -900,6 +900,12 @@ def _timeout_option(text: str) -> Callable[[Any], Any]:
     is_flag=True,
     help="Queue the audits for `jaxport audit-worker` on each platform's hosts (PostgreSQL).",
 )
+@click.option(
+    "--tolerance",
+    metavar="TOL|rtol=R,atol=A",
+    help="Compare golden examples with this tolerance instead of the stored one (push's "
+    "tolerance, else the rule per dtype and output magnitude); its findings are kept apart.",
+)
 @_timeout_option("Seconds one variant's audit may take before it is killed (a crash).")
 @json_option
 @pass_ctx
@@ -917,6 +923,7 @@ def audit(
     workers: int,
     jax_release: str | None,
     enqueue: bool,
+    tolerance: str | None,
     timeout: float,
     as_json: bool,
 ) -> None:
@@ -939,8 +946,12 @@ def audit(
 
     _check_audit_flags(click.get_current_context(), matrix, upgrade_to, python)
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
+    if tolerance is not None:
+        kwargs["tolerance"] = tolerance
     if enqueue:
-        if python or matrix or upgrade_to or no_store or force or static or jax_release:
+        if python or matrix or upgrade_to or no_store or force or static or jax_release or (
+            tolerance is not None
+        ):
             raise click.UsageError("--enqueue takes REFERENCE, --platform and --timeout only")
         _enqueue(ctx, reference, platform, timeout, as_json)
         return
@@ -999,9 +1010,11 @@ def _enqueue(
 
 
 #: Options of ``audit`` that run an audit: meaningless with --matrix, which only reads.
-_RUNS_AN_AUDIT = ("python", "no_store", "timeout", "force", "static", "workers", "jax_release")
+_RUNS_AN_AUDIT = (
+    "python", "no_store", "timeout", "force", "static", "workers", "jax_release", "tolerance",
+)  # fmt: skip
 #: Options of ``audit`` that --upgrade-to does not take.
-_NOT_WITH_UPGRADE = {"force", "static", "workers", "jax_release"}
+_NOT_WITH_UPGRADE = {"force", "static", "workers", "jax_release", "tolerance"}
 
 
 def _check_audit_flags(

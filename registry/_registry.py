@@ -790,6 +790,7 @@ class Registry:
         workers: int = 1,
         jax: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        tolerance: float | tuple[float, float] | Mapping[str, float] | str | None = None,
     ) -> builtins.list[Finding]:
         """Audits variants with a jax: loads, compiles, re-runs golden examples (``jaxport.audit``).
 
@@ -825,6 +826,11 @@ class Registry:
                 needs the package index). Not with ``python``.
             progress: called as ``progress(done, total)`` as the audit advances (counting
                 measurements: stored ones are done from the start).
+            tolerance: compare the golden examples with this tolerance instead of the one
+                stored with them (``push(..., tolerance=...)``, else the rule per dtype and
+                output magnitude); as ``push``'s, or the CLI's ``"1e-4"`` /
+                ``"rtol=1e-5,atol=1e-4"``. Its findings are stored apart (keyed by the
+                examples with that tolerance), so they never stand for the stored tolerance.
 
         Returns:
             One ``Finding`` per variant and platform.
@@ -861,6 +867,7 @@ class Registry:
             level=level,
             workers=workers,
             progress=progress,
+            tolerance=tolerance,
         )
 
     def audit_results(

@@ -386,13 +386,19 @@ class RemoteRegistry(Registry):
         workers: int = 1,
         jax: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        tolerance: Any = None,
     ) -> builtins.list[Finding]:
         """``Registry.audit`` run by the server (with its jax), findings recorded there.
 
         Raises:
-            UnsupportedFeatureError: ``python``, ``jax`` or ``store=False`` (audit with a
-                direct registry for those).
+            UnsupportedFeatureError: ``python``, ``jax``, ``tolerance`` or ``store=False``
+                (audit with a direct registry for those).
         """
+        if tolerance is not None:
+            raise UnsupportedFeatureError(
+                "an audit tolerance is not sent to a registry server: audit with a direct "
+                "registry, or push the examples with push(..., tolerance=...)"
+            )
         from jaxport.audit import Finding
 
         if python is not None or jax is not None or not store:

@@ -185,3 +185,35 @@ def test_a_static_audit_gives_no_last_ok(registry):
     registry.audit("s")
     (window,) = registry.windows("s")
     assert window.window.last_known_release == jax.__version__
+
+
+def test_an_audit_tolerance_overrides_the_stored_one_and_is_kept_apart(registry):
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((8,), jnp.float32))
+    registry.push(exp, "s", examples=[jaxport.Example((x,), {}, np.sin(x) + np.float32(1e-3))])
+    (strict,) = registry.audit("s", platform="cpu")
+    (loose,) = registry.audit("s", platform="cpu", tolerance="rtol=0,atol=2e-3")
+    assert strict.status == "mismatch" and loose.status == "ok" and not loose.reused
+    assert "atol 0.002 + rtol 0 x |expected| (override)" in loose.reason
+    (again,) = registry.audit("s", platform="cpu")  # the stored tolerance's finding, reused
+    assert again.status == "mismatch" and again.reused
+    with pytest.raises(jaxport.InvalidNameError):
+        registry.audit("s", tolerance="loose")
+
+
+def test_the_cli_audit_tolerance(tmp_path):
+    from test_cli import base_env, run
+
+    env = {**base_env(tmp_path), "JAXPORT_REGISTRY": f"sqlite:///{tmp_path / 'r.db'}",
+           "JAXPORT_BLOBS": str(tmp_path / "blobs")}  # fmt: skip
+    reg = jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"])
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((8,), jnp.float32))
+    reg.push(exp, "s", examples=[jaxport.Example((x,), {}, np.sin(x) + np.float32(1e-3))])
+    reg.close()
+    run(env, "audit", "s", "--platform", "cpu", code=1)  # mismatch
+    ok = run(env, "audit", "s", "--platform", "cpu", "--tolerance", "atol=2e-3")
+    assert "ok" in ok.out
+    bad = run(env, "audit", "s", "--tolerance", "loose", code=1)
+    assert bad.err.startswith("InvalidNameError: ")
+    run(env, "audit", "--matrix", "--tolerance", "1e-3", code=2)
