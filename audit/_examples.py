@@ -205,6 +205,9 @@ _DTYPE_TOLERANCE: dict[str, tuple[float, int]] = {
 }
 #: Any other float8 type (e3m4, e4m3, e4m3fn, e4m3fnuz, e4m3b11fnuz, e5m2, e5m2fnuz).
 _FLOAT8 = (1e-1, 1)
+#: The rtol jax's back-compat tests use when a test gives none (``run_one_test``): the floor
+#: of every float dtype's rtol (float64's default, 1e-15, would be far below it).
+_BACK_COMPAT_RTOL = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,14 +234,16 @@ def tolerance(dtype: np.dtype, magnitude: float = 0.0) -> Tolerance:
     ``magnitude`` (the largest finite ``|want|`` of the leaf).
 
     Modelled on jax's own back-compat tests, which compare a module's outputs with
-    ``assertAllClose`` (``export_back_compat_test_util.run_one_test``), whose per-dtype default
-    (``jax._src.public_test_util.default_tolerance``: float32 1e-6, float64 1e-15, float16
-    1e-3, bfloat16 1e-2, float8 1e-1) is used as both rtol and atol. That elementwise atol alone
+    ``assertAllClose`` (``export_back_compat_test_util.run_one_test``: rtol 1e-7 unless the test
+    gives one, atol the per-dtype default of ``jax._src.public_test_util.default_tolerance``:
+    float32 1e-6, float64 1e-15, float16 1e-3, bfloat16 1e-2, float8 1e-1). Here rtol is the
+    larger of 1e-7 and that default, and the atol the larger of that default and a number of
+    ulps of the leaf's magnitude. That elementwise atol alone
     fails a real model's rounding noise: a float32 logit near zero that is a sum of terms of
     size ~1 carries an error of a few ulps of those terms, not of itself (a GPT-2's logits
     moved by 4.5e-6 across jax releases; jax's own tests then pass ``atol``/``rtol`` per test,
-    e.g. ``_ATOL`` 1e-4 for float32 linear algebra). So the atol is the larger of jax's
-    default and a number of ulps of the leaf's magnitude: 512 for 32- and 64-bit types (long
+    e.g. ``_ATOL`` 1e-4 for float32 linear algebra). The number of ulps of the magnitude is
+    512 for 32- and 64-bit types (long
     reductions accumulate in that precision, noise growing with ~sqrt(length)), 4 for
     float16/bfloat16 and 1 for 8- and 4-bit floats (XLA accumulates those in float32 and
     rounds once). A real numerical break (a changed activation, a lost precision step,
@@ -252,7 +257,7 @@ def tolerance(dtype: np.dtype, magnitude: float = 0.0) -> Tolerance:
         return Tolerance(0.0, 0.0)
     tol, ulps = _DTYPE_TOLERANCE.get(dt.name, _FLOAT8 if "float8" in dt.name else (1e-6, 512))
     eps = float(np.finfo(dt).eps) if dt.kind in "fc" else _ml_eps(dt)
-    return Tolerance(tol, max(tol, ulps * eps * float(magnitude)))
+    return Tolerance(max(tol, _BACK_COMPAT_RTOL), max(tol, ulps * eps * float(magnitude)))
 
 
 def _ml_eps(dt: np.dtype) -> float:

@@ -348,7 +348,7 @@ def test_version_page_shows_each_variants_facts_and_escapes_metadata(context, se
     assert cell.inner_text() == "<b>vision</b>" and cell.locator("b").count() == 0
     findings = _rows(page, "#findings")
     assert {(r[2], r[3], r[4]) for r in findings} == {
-        (NEW_JAX, "static", "ok"),
+        (NEW_JAX, "static", "unknown"),  # a static verdict is never ok
         (OLD_JAX, "static", "incompatible"),
     }
     page.goto(f"{server}/names/sine/2")
@@ -397,7 +397,7 @@ def test_matrix_colours_each_cell_by_status_with_a_legend(context, server, fille
     swatches = [_background(s) for s in page.locator("#legend .swatch").all()]
     assert dict(zip(legend, swatches, strict=True)) == {
         "ok": GREEN, "incompatible": RED, "compile-error": RED, "mismatch": ORANGE,
-        "error": RED, "crash": RED, "not-run": GREY, "not audited": WHITE,
+        "error": RED, "crash": RED, "not-run": GREY, "unknown": GREY, "not audited": WHITE,
     }  # fmt: skip
     # One name's matrix has its rows only.
     page.goto(f"{server}/names/tanh/matrix")
