@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, delete, or_, select
+from sqlalchemy import Engine, delete, func, or_, select
 
 from jaxport.registry import _db
 from jaxport.registry._models import (
@@ -110,8 +110,11 @@ class Reach:
 
 
 def _named(column: Any, prefixes: Sequence[str]) -> Any:
-    """``column`` starts with one of ``prefixes`` (``%`` and ``_`` in them taken literally)."""
-    return or_(*(column.startswith(p, autoescape=True) for p in prefixes))
+    """``column`` starts with one of ``prefixes``, byte for byte as ``TokenInfo.allows_name``
+    compares: its first characters equal the prefix. Not ``LIKE``: SQLite's ignores the case
+    of ASCII letters (https://www.sqlite.org/lang_expr.html#like), so ``team-a-`` would reach
+    ``TEAM-A-x``'s blobs."""
+    return or_(*(func.substr(column, 1, len(p)) == p for p in prefixes))
 
 
 def _holders(chunk: Sequence[str], prefixes: Sequence[str]) -> list[Any]:

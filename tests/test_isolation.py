@@ -58,6 +58,8 @@ class Store:
     tensors: list[str]  # team-b-model's part digests (skeleton first)
     own: str  # team-a-own's archive digest
     twin: str  # team-b-twin's rewritten digest: own[:12] + something else
+    upper: str  # TEAM-A-upper's archive digest: a name team-a- does not start (its case)
+    upper_size: int
 
     @property
     def api(self) -> str:
@@ -88,6 +90,7 @@ def _fill(db: str, blobs: str) -> dict:
         model = reg.push(_model(), "team-b-model").variants[0]
         own = reg.push(_exported(jnp.cos), "team-a-own").variants[0].digest
         twin = reg.push(_exported(jnp.tanh), "team-b-twin").variants[0].digest
+        upper = reg.push(_exported(jnp.arctan), "TEAM-A-upper").variants[0]
         with reg._engine.begin() as conn:
             tensors = [p.digest for p in parts_of(conn, model.variant_id)]
             examples = conn.execute(sa.text("SELECT digest FROM examples")).scalar_one()
@@ -103,7 +106,8 @@ def _fill(db: str, blobs: str) -> dict:
         digest = secret.variants[0].digest
         data = reg.read_blob(digest)
     return {"secret": digest, "secret_bytes": data, "examples": examples,
-            "tensors": tensors, "own": own, "twin": fake}  # fmt: skip
+            "tensors": tensors, "own": own, "twin": fake,
+            "upper": upper.digest, "upper_size": upper.size_bytes}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -166,6 +170,23 @@ def test_commit_of_another_teams_archive_is_refused_without_its_size(store):
     r = httpx.get(f"{s.api}/blobs/{s.secret}", headers=s.auth(s.a_writer))
     assert r.status_code == 404
     r = httpx.get(f"{s.api}/ref", params={"reference": "team-a-stolen"}, headers=s.auth(s.a_writer))
+    assert r.status_code == 404
+
+
+def test_a_prefix_reaches_names_of_its_case_only(store):
+    """``team-a-`` does not start ``TEAM-A-upper``: its archive is not the token's to commit,
+    find or read (SQLite's LIKE ignored the case of ASCII letters: the commit succeeded and
+    the blob then downloaded)."""
+    s = store
+    r = httpx.post(f"{s.api}/blobs/missing", json={"digests": [s.upper], "name": "team-a-up"},
+                   headers=s.auth(s.a_writer))  # fmt: skip
+    assert r.json() == {"missing": [s.upper]}
+    e = _error(_commit(s, s.a_writer, "team-a-up", s.upper, s.upper_size), 422)
+    assert e["type"] == "IntegrityError" and "was not uploaded" in e["message"]
+    r = httpx.get(f"{s.api}/blobs/{s.upper}", headers=s.auth(s.a_writer))
+    assert r.status_code == 404
+    r = httpx.get(f"{s.api}/ref", params={"reference": f"sha256:{s.upper[:12]}"},
+                  headers=s.auth(s.a_writer))  # fmt: skip
     assert r.status_code == 404
 
 
