@@ -64,7 +64,7 @@ from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._batch import WriteBatch
-from jaxport.registry._blobs import BlobStore
+from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._events import EventLog
 from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._model_parts import FUNCTION, MODEL
@@ -166,7 +166,9 @@ class Publisher:
         if tolerance is not None and not examples:
             raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
         if examples:
-            golden = golden_blob(items[0].kind, examples, lambda: _runner(items), tolerance)
+            golden = self._stored_golden(name, items, examples, tolerance) or golden_blob(
+                items[0].kind, examples, lambda: _runner(items), tolerance
+            )
         blobs = {d: b for i in items for d, b in i.blobs.items()}
         if golden is not None:
             blobs[golden[0]] = golden[1]
@@ -201,6 +203,39 @@ class Publisher:
             created=created, notes=notes, repaired=repaired,
         )  # fmt: skip
 
+    def _stored_golden(
+        self, name: str, items: Sequence[_Item], examples: Any, tolerance: Any
+    ) -> tuple[str, bytes] | None:
+        """The examples blob of a version of ``name`` holding these very archives whose
+        examples have these inputs, these given outputs and this tolerance, when an output is
+        left for the push to compute: the same archive computed it then, so pushing again
+        changes nothing, even where a backend's numerics vary from run to run (GPU
+        autotuning, say). None: no such version (the examples are made as usual)."""
+        from jaxport.registry._golden import examples_from_blob
+
+        kind = items[0].kind
+        calls = [c for cs in examples.values() for c in cs] if kind == MODEL else list(examples)
+        if not any(_output_missing(c) for c in calls):
+            return None
+        query = (
+            select(VersionRow.content_key, ExamplesRow.digest)
+            .join(NameRow, NameRow.id == VersionRow.model_id)
+            .join(ExamplesRow, ExamplesRow.version_id == VersionRow.id)
+            .where(NameRow.name == name)
+            .order_by(VersionRow.version.desc())
+            .limit(_REUSE_LOOKBACK)
+        )
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        digests = [i.digest for i in items]
+        for key, digest in rows:
+            if key != content_key(digests, digest) or not self._blobs.exists(digest):
+                continue
+            data = read_verified(self._blobs, digest)
+            if _same_examples(kind, examples_from_blob(kind, data), examples, tolerance):
+                return digest, data
+        return None
+
     def _write_blobs(
         self, blobs: Mapping[str, bytes | memoryview], known: set[str]
     ) -> tuple[str, ...]:
@@ -214,6 +249,53 @@ class Publisher:
             if digest in known:
                 repaired.append(digest)
         return tuple(repaired)
+
+
+#: How many of a name's newest versions with examples ``_stored_golden`` looks at.
+_REUSE_LOOKBACK = 16
+
+
+def _output_missing(call: Any) -> bool:
+    from jaxport.audit import Example
+
+    return (call.outputs if isinstance(call, Example) else Example(*call).outputs) is None
+
+
+def _same_examples(kind: str, stored: Any, examples: Any, tolerance: Any) -> bool:
+    """Whether ``examples`` (as pushed) are ``stored`` (read back from a blob): the same flat
+    inputs, bit for bit, the same outputs where given, the same tolerance override."""
+    import jax
+    import numpy as np
+
+    from jaxport.audit import Example, check_tolerance
+
+    if check_tolerance(tolerance) != stored.tolerance:
+        return False
+    if kind == MODEL:
+        if set(examples) != set(stored):
+            return False
+        pairs = [(c, s) for m in examples for c, s in zip(examples[m], stored[m], strict=False)]
+        counts = all(len(examples[m]) == len(stored[m]) for m in examples)
+    else:
+        pairs, counts = list(zip(examples, stored, strict=False)), len(examples) == len(stored)
+    if not counts:
+        return False
+
+    def same(a: list[Any], b: list[Any]) -> bool:
+        return len(a) == len(b) and all(
+            np.asarray(x).dtype == np.asarray(y).dtype
+            and np.asarray(x).shape == np.asarray(y).shape
+            and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+            for x, y in zip(a, b, strict=True)
+        )
+
+    for call, old in pairs:
+        ex = call if isinstance(call, Example) else Example(*call)
+        if not same(jax.tree.leaves((tuple(ex.args), dict(ex.kwargs))), list(old.args)):
+            return False
+        if ex.outputs is not None and not same(jax.tree.leaves(ex.outputs), list(old.outputs)):
+            return False
+    return True
 
 
 def _register_pending(

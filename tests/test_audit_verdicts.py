@@ -217,3 +217,28 @@ def test_the_cli_audit_tolerance(tmp_path):
     bad = run(env, "audit", "s", "--tolerance", "loose", code=1)
     assert bad.err.startswith("InvalidNameError: ")
     run(env, "audit", "--matrix", "--tolerance", "1e-3", code=2)
+
+
+# -- pushing the same archives and examples again ----------------------------------------------
+
+
+def test_a_repush_with_outputs_computed_again_changes_nothing(registry, monkeypatch):
+    """Outputs left for the push to compute come from the same archive: a backend whose
+    numerics vary between runs (GPU autotuning) must not make the same content a new version."""
+    from jaxport.registry import _golden
+
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((4,), jnp.float32))
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    first = registry.push(exp, "r", examples=[((x,), {})])
+    real = _golden._call_placed
+    monkeypatch.setattr(_golden, "_call_placed",
+                        lambda e, leaves: real(e, leaves) + np.float32(1e-7))  # fmt: skip
+    again = registry.push(exp, "r", examples=[((x,), {})])
+    assert (again.version, again.created) == (first.version, False)
+    given = registry.push(exp, "r", examples=[jaxport.Example((x,), {}, np.sin(x) + 1)])
+    assert given.created  # other outputs, given: other examples
+    other = registry.push(exp, "r", examples=[((x + 1,), {})])
+    assert other.created  # other inputs
+    tolerant = registry.push(exp, "r", examples=[((x,), {})], tolerance=1e-3)
+    assert tolerant.created  # another tolerance
+    assert registry.push(exp, "r", examples=[((x,), {})], tolerance=1e-3).created is False
