@@ -91,6 +91,10 @@ class _Spawner:
     """One daemon thread, alive as long as the process, that forks every child."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No thread yet (also in a forked copy, whose lock may have been held at the fork)."""
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pid = -1
@@ -119,6 +123,8 @@ class _Spawner:
 
 
 _SPAWNER = _Spawner()
+if hasattr(os, "register_at_fork"):  # a forked copy starts its own thread, with a fresh lock
+    os.register_at_fork(after_in_child=_SPAWNER.reset)
 
 
 def spawn(

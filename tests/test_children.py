@@ -223,3 +223,22 @@ def test_the_run_childs_errors_are_rebuilt_as_their_class():
     assert isinstance(missing, jaxport.MissingCustomCallError) and str(missing) == "no target"
     other = _rebuilt({"type": "KeyError", "message": "x", "attributes": {}})
     assert isinstance(other, jaxport.RunError) and str(other) == "KeyError: x"
+
+
+_FORKED = """
+import os
+from jaxport import _children
+_children.run(["true"], timeout=30)  # the spawner thread runs here
+pid = os.fork()
+if pid == 0:  # the copy has no spawner thread: it starts its own
+    done = _children.run(["echo", "copy"], timeout=30)
+    os._exit(0 if done.stdout == b"copy\\n" else 1)
+_, status = os.waitpid(pid, 0)
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_copy_of_the_process_starts_children_too(tmp_path):
+    # in a process of its own, without jax (which warns on any fork)
+    done = subprocess.run([sys.executable, "-P", "-c", _FORKED], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0
