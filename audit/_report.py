@@ -116,9 +116,9 @@ class Finding:
 class UpgradeRow:
     """One variant (``name``, ``version``, ``digest``) on one platform: its status under the
     running jax (``now``) and under the target release (``after``, ``"not audited"`` where no
-    finding exists); ``breaks``: ok now and measured not ok after (``not-run`` after is not a
-    break: nothing was measured). ``current`` and ``target`` are the two jax releases compared;
-    ``short_digest``: ``sha256:`` + 12 hex of ``digest``."""
+    finding exists); ``breaks``: ok now and measured not ok after (``not-run`` or a static
+    ``unknown`` after is not a break: nothing was measured). ``current`` and ``target`` are
+    the two jax releases compared; ``short_digest``: ``sha256:`` + 12 hex of ``digest``."""
 
     name: str
     version: int
