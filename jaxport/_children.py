@@ -38,10 +38,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEADLINE_GRACE", "own_deadline", "run", "spawn"]
+__all__ = ["DEADLINE_GRACE", "MAX_WAIT", "own_deadline", "run", "spawn"]
 
 #: Seconds a one-shot child outlives its parent's time limit before its own alarm kills it.
 DEADLINE_GRACE = 5.0
+#: The longest time limit ``run`` waits, seconds (23 days: ``poll(2)`` counts milliseconds in
+#: an int); a longer one (``--timeout 1e10``) is this one.
+MAX_WAIT = 2_000_000.0
 #: The launcher: ``PYTHON -I -S -c _LAUNCHER PARENT_PID ALARM_SECONDS CMD...`` asks for
 #: SIGKILL at its parent's death (``prctl(PR_SET_PDEATHSIG)``, 1 and 9 in ``<linux/prctl.h>``
 #: and ``<signal.h>``), exits if that parent already died, sets the alarm, and ``exec``s CMD
@@ -143,7 +146,9 @@ def spawn(
     Raises:
         OSError: the program could not be started.
     """
-    alarm = 0 if deadline is None else max(1, math.ceil(deadline + DEADLINE_GRACE))
+    alarm = 0  # none for a long-lived worker, or a deadline beyond alarm(2)'s range
+    if deadline is not None and math.isfinite(deadline) and deadline + DEADLINE_GRACE < 2**31:
+        alarm = max(1, math.ceil(deadline + DEADLINE_GRACE))
     return _SPAWNER.popen(_launched(cmd, alarm, kwargs.get("env")), kwargs)
 
 
@@ -151,13 +156,14 @@ def run(
     cmd: Sequence[str], *, timeout: float, stdin: Any = subprocess.DEVNULL, **kwargs: Any
 ) -> subprocess.CompletedProcess[bytes]:
     """``cmd`` run to its end by ``spawn``, its stdout and stderr captured, for at most
-    ``timeout`` seconds (then killed): ``subprocess.run(cmd, capture_output=True,
-    timeout=timeout)`` with this module's guarantees.
+    ``timeout`` seconds (then killed; at most ``MAX_WAIT``): ``subprocess.run(cmd,
+    capture_output=True, timeout=timeout)`` with this module's guarantees.
 
     Raises:
         subprocess.TimeoutExpired: no end within ``timeout`` seconds (the child is killed).
         OSError: the program could not be started.
     """
+    timeout = min(timeout, MAX_WAIT)
     process = spawn(
         cmd, deadline=timeout, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
     )
