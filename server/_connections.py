@@ -4,7 +4,11 @@
   of connecting, or of the answer before (``DeadlineH11Protocol``, uvicorn's h11 protocol with
   that deadline; uvicorn has none: a client sending a byte now and then held a connection
   forever), else it is closed without an answer. An idle kept-alive connection is closed
-  after ``KEEP_ALIVE`` seconds (uvicorn's ``timeout_keep_alive``).
+  after ``KEEP_ALIVE`` seconds (uvicorn's ``timeout_keep_alive``). A body the route answered
+  without reading it all (a 401 before an unauthenticated write's body, a page that reads
+  none) ends within ``BODY_TIMEOUT`` seconds of the answer, else the connection is closed:
+  uvicorn restarts its keep-alive timer on every byte, so a byte now and then after the
+  answer held the connection forever.
 - **Bodies**: a body other than a part upload arrives whole within ``BODY_TIMEOUT`` seconds
   of its head (``server/_guard.py``: the route sees the client as gone, 400); an upload may
   pause at most ``server/_bridge.py``'s ``BODY_IDLE`` seconds between chunks.
@@ -63,7 +67,8 @@ _LIMITED_LOGGERS = ("asyncio", "uvicorn", "uvicorn.error", "jaxport.server")
 
 class DeadlineH11Protocol(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is not whole within
-    ``HEADER_TIMEOUT`` seconds (of connecting, or of the previous answer)."""
+    ``HEADER_TIMEOUT`` seconds (of connecting, or of the previous answer), or whose body the
+    answer left unread does not end within ``BODY_TIMEOUT`` seconds of the answer."""
 
     _head_timer: asyncio.TimerHandle | None = None
 
@@ -73,21 +78,25 @@ class DeadlineH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # a whole head arrived
+        if self._answering():  # a whole head arrived
             self._disarm()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm()
+        if not self.transport.is_closing():  # the next head, or the rest of this body
+            self._arm(HEADER_TIMEOUT if self.conn.their_state is h11.IDLE else BODY_TIMEOUT)
+
+    def _answering(self) -> bool:
+        """Whether a request's head arrived and its answer is not sent yet."""
+        return self.conn.our_state in (h11.SEND_RESPONSE, h11.SEND_BODY)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float = HEADER_TIMEOUT) -> None:
         self._disarm()
-        self._head_timer = self.loop.call_later(HEADER_TIMEOUT, self._head_too_slow)
+        self._head_timer = self.loop.call_later(seconds, self._head_too_slow)
 
     def _disarm(self) -> None:
         if self._head_timer is not None:
@@ -96,7 +105,7 @@ class DeadlineH11Protocol(H11Protocol):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if not self._answering() and not self.transport.is_closing():
             self.transport.close()
 
 

@@ -705,6 +705,37 @@ def test_slow_heads_and_bodies_are_cut_off(t):
     assert answers["body"] == b"" or _status(answers["body"]) == 400
 
 
+@pytest.mark.parametrize("head", [
+    b"POST /api/v1/gc HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n",  # 401 first
+    b"GET /login HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n",  # never read
+], ids=["refused-write", "unread-body"])  # fmt: skip
+def test_a_body_left_unread_after_the_answer_is_cut_off(t, head):
+    """F5: after an answer that did not read the body (an unauthenticated write's 401, a page),
+    a client without a token sending a byte now and then held the connection forever
+    (uvicorn's keep-alive timer restarts on every byte). It ends ``BODY_TIMEOUT`` seconds
+    after the answer."""
+    port = int(t.server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head)
+        answer = b""
+        while not _complete(answer):
+            answer += s.recv(65536)
+        assert _status(answer) in (200, 401)
+        closed = False
+        for _ in range(int(BODY_TIMEOUT + HEADER_TIMEOUT) + 30):  # a byte a second
+            try:
+                s.sendall(b"a")
+                s.settimeout(1.0)
+                closed = s.recv(65536) == b""
+            except TimeoutError:
+                continue
+            except OSError:  # reset: closed by the server
+                closed = True
+            if closed:
+                break
+    assert closed
+
+
 def test_a_fifo_in_the_blob_store_is_refused_not_waited_on(t):
     """F9: a FIFO planted in the blob store made pull and verify block forever."""
     admin = jaxport.Registry(t.server.url, token=t.admin)
