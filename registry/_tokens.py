@@ -134,11 +134,14 @@ class Tokens:
             prefixes: limit the token to names starting with one of these.
             expires_in: seconds until it expires, at most 100 years (None: never).
             within: the token that asks (the server's caller): the new token's scope and
-                prefixes must be within its own (``TokenInfo.covers``). None: no limit.
+                prefixes must be within its own (``TokenInfo.covers``), and it expires no
+                later (a token about to expire makes no token that outlives it). None: no
+                limit.
 
         Raises:
             InvalidNameError: a bad name, scope, prefix or ``expires_in``.
-            PermissionDeniedError: the new token would reach beyond ``within``.
+            PermissionDeniedError: the new token would reach beyond ``within``, or outlive
+                it.
             ConflictError: a token with this name exists (revoked ones included).
         """
         check_name(name, "token name")
@@ -163,6 +166,15 @@ class Tokens:
                     f"got {expires_in!r:.40}"
                 )
             expires_at = time.time() + float(expires_in)
+        if (
+            within is not None
+            and within.expires_at is not None
+            and (expires_at is None or expires_at > within.expires_at)
+        ):
+            raise PermissionDeniedError(
+                f"token {within.name!r} expires in {within.expires_at - time.time():,.0f} s: it "
+                "can make only tokens that expire by then (expires_in no larger)"
+            )
         secret = _PREFIX + secrets.token_urlsafe(32)
         info = TokenInfo(name, scope, prefixes, time.time(), expires_at)
         with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:

@@ -301,6 +301,25 @@ def test_a_prefixed_admin_sees_and_makes_only_tokens_within_its_own(store):
     assert httpx.post(f"{s.api}/tokens", json=body, headers=a).status_code == 201
 
 
+def test_a_token_makes_no_token_that_outlives_it(store):
+    """An admin token that expires (a CI job's, an hour) made a token that never expires,
+    keeping its reach past its own end."""
+    s = store
+    body = {"name": f"short-{uuid.uuid4().hex[:8]}", "scope": "admin", "prefixes": ["team-a-"],
+            "expires_in": 3600}  # fmt: skip
+    r = httpx.post(f"{s.api}/tokens", json=body, headers=s.auth(s.admin))
+    assert r.status_code == 201, r.text
+    short = s.auth(r.json()["secret"])
+    for expires_in in (None, 7200):
+        body = {"name": f"long-{uuid.uuid4().hex[:8]}", "scope": "read",
+                "prefixes": ["team-a-"], "expires_in": expires_in}  # fmt: skip
+        e = _error(httpx.post(f"{s.api}/tokens", json=body, headers=short), 403)
+        assert e["type"] == "PermissionDeniedError" and "expire" in e["message"]
+    body = {"name": f"ok-{uuid.uuid4().hex[:8]}", "scope": "read", "prefixes": ["team-a-"],
+            "expires_in": 60}  # fmt: skip
+    assert httpx.post(f"{s.api}/tokens", json=body, headers=short).status_code == 201
+
+
 def test_a_prefixed_admin_cannot_revoke_other_tokens(store):
     s = store
     a = s.auth(s.a_admin)
