@@ -32,6 +32,9 @@ SITES = {
     "jaxport.rescue(pathlib.Path(WORK, 'in'), pathlib.Path(WORK, 'out'), python=FAKE)",
     "audit": "from jaxport.audit import AuditJob, run_audits\n"
     "run_audits([AuditJob(b'archive', None)], python=FAKE)",
+    "run": "import sys, pathlib, jaxport._children\nsys.executable = FAKE\n"
+    "from jaxport._cli_run import call_in_child\n"
+    "call_in_child(pathlib.Path(WORK, 'a.jaxport'), None, pathlib.Path(WORK, 'in.npz'))",
     "probe": "from jaxport.audit._probe import _versions_of\n_versions_of(FAKE, ('jax',))",
     "install": "from jaxport.audit._envs import _run\n_run((FAKE, 'install'))",
 }
