@@ -100,6 +100,14 @@ def serialization() -> Any:
     return serialization
 
 
+def serialization_generated() -> Any:
+    """jax's FlatBuffers accessors of its own serialization
+    (``jax._src.export.serialization_generated``)."""
+    from jax._src.export import serialization_generated
+
+    return serialization_generated
+
+
 def sharding_impls() -> Any:
     """``jax._src.sharding_impls`` (``GSPMDSharding``)."""
     from jax._src import sharding_impls

@@ -156,7 +156,9 @@ def _dimension_texts(data: bytes) -> list[str]:
         ValueError: a vector declares more entries than the bytes hold.
         Exception: whatever the accessors raise on bytes that are not that FlatBuffer.
     """
-    from jax._src.export import serialization_generated as ser
+    from jaxport.export._jax import serialization_generated
+
+    ser = serialization_generated()
 
     buf = bytearray(data)
     budget = BUDGET_FACTOR * len(buf) + BUDGET_SLACK  # shared strings are read once per use

@@ -59,6 +59,8 @@ BASE = {
     "registry reports each variant's window",
     "_signing": "Sigstore signing and verifying of a digest, shared by jaxport.sign_file and "
     "the registry's signatures",
+    "_children": "every child process jaxport starts (sandbox workers, the converter, audit "
+    "workers, probes, rescue, managed environments) dies with its parent and has a deadline",
     "_extras": "the one place an optional capability's library is imported, and the extra "
     "its error names (MissingExtraError), for every package that has one",
     "_npz": "reading an untrusted .npz without believing its headers, for `jaxport run`'s "
