@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from jaxport.export._compat import release_key as release_key
     from jaxport.export._compat import stablehlo_range as stablehlo_range
     from jaxport.export._container import MAGIC as MAGIC
+    from jaxport.export._container import PREAMBLE_LENGTH as PREAMBLE_LENGTH
     from jaxport.export._custom_calls import HOST_CALLBACK_TARGETS as HOST_CALLBACK_TARGETS
     from jaxport.export._custom_calls import allowed_targets as allowed_targets
     from jaxport.export._custom_calls import is_host_callback as is_host_callback

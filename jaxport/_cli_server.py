@@ -114,15 +114,21 @@ def serve(
     os.environ[ENV_OPTIONS] = options_to_env(
         url, blobs, open_read, list(webhooks), secret, max_upload, memory_budget
     )
-    from jaxport.server import _connections as c
+    from jaxport.server import (
+        KEEP_ALIVE,
+        MAX_HEAD,
+        DeadlineH11Protocol,
+        connection_cap,
+        raise_open_file_limit,
+    )
 
-    cap = c.connection_cap(max_connections, c.raise_open_file_limit())  # workers inherit it
+    cap = connection_cap(max_connections, raise_open_file_limit())  # workers inherit it
     click.echo(f"jaxport registry server on http://{host}:{port} ({workers} process(es))", err=True)
     uvicorn.run(
         "jaxport.server:app_from_env", factory=True, host=host, port=port,
-        workers=workers, log_level="warning", access_log=False, http=c.DeadlineH11Protocol,
-        limit_concurrency=cap, timeout_keep_alive=c.KEEP_ALIVE,
-        h11_max_incomplete_event_size=c.MAX_HEAD,
+        workers=workers, log_level="warning", access_log=False, http=DeadlineH11Protocol,
+        limit_concurrency=cap, timeout_keep_alive=KEEP_ALIVE,
+        h11_max_incomplete_event_size=MAX_HEAD,
     )  # fmt: skip
 
 

@@ -57,8 +57,10 @@ if TYPE_CHECKING:
     from jaxport.registry._types import VariantInfo as VariantInfo
     from jaxport.registry._types import VerifyReport as VerifyReport
     from jaxport.registry._uploads import ArchiveParts as ArchiveParts
+    from jaxport.registry._uploads import plan_parts as plan_parts
     from jaxport.registry._windows import VariantWindow as VariantWindow
     from jaxport.registry._wire import from_wire as from_wire
     from jaxport.registry._wire import to_wire as to_wire
+    from jaxport.registry._workdirs import sweep_commit_dirs as sweep_commit_dirs
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -45,7 +45,7 @@ from jaxport.registry._models import (
 from jaxport.registry._publish import PENDING_TTL, pid_scope
 from jaxport.registry._queries import model_id_of, version_id_of
 from jaxport.registry._types import BlobProblem, GcReport, VerifyReport
-from jaxport.registry._workdirs import sweep
+from jaxport.registry._workdirs import sweep_commit_dirs
 
 __all__ = ["Maintenance"]
 
@@ -120,7 +120,7 @@ class Maintenance:
             for stray in temps:
                 self._blobs.remove_stray(stray)
         foreign = tuple(s.path for s in strays if s.kind == "foreign")
-        commits = tuple(sweep(self._blobs, dry_run=dry_run))  # of killed commits: F8
+        commits = tuple(sweep_commit_dirs(self._blobs, dry_run=dry_run))  # of killed commits: F8
         return GcReport(
             digests=doomed,
             bytes=total,

@@ -314,12 +314,12 @@ class Registry:
         Raises:
             IntegrityError: a part is missing (``.expected`` names it) or corrupt, or the
                 parts do not make the archive's digest.
-            InvalidNameError: the parts are not the archive's layout (``_uploads.plan``).
+            InvalidNameError: the parts are not the archive's layout (``_uploads.plan_parts``).
             (and see ``push``)
         """
         self._check_writable()
         for archive in archives:
-            _uploads.plan(self.blobs, archive)  # its layout, before a byte is written
+            _uploads.plan_parts(self.blobs, archive)  # its layout, before a byte is written
         with _workdirs.commit_dir(self.blobs) as tmp:  # where gc and a server's start sweep
             paths = [_uploads.assemble(self.blobs, a, tmp) for a in archives]
             return self.push(paths, name, **push)

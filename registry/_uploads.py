@@ -7,11 +7,12 @@ as it arrives; a part that does not match is never stored), then commits the ver
 archives are put together from their parts (``assemble``: every part verified, the whole
 archive's sha256 checked) and pushed as files, through the same validation as any push. Before
 a byte is written, a commit's parts must be the archive's layout as its header (in the first
-part) declares it (``plan``): a model's skeleton, then each tensor's section once, in order; any
-other archive one part, whole. So what a commit writes to its temporary file is the archive's
-declared size, and the memory its push needs (the sections it decompresses) is known. Parts
-stored before a commit are blobs nothing refers to yet: ``gc`` keeps them for ``min_age``
-(an hour by default), so an interrupted upload resumes by asking ``missing`` again.
+part) declares it (``plan_parts``): a model's skeleton, then each tensor's section once, in
+order; any other archive one part, whole. So what a commit writes to its temporary file is the
+archive's declared size, and the memory its push needs (the sections it decompresses) is
+known. Parts stored before a commit are blobs nothing refers to yet: ``gc`` keeps them for
+``min_age`` (an hour by default), so an interrupted upload resumes by asking ``missing``
+again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from jaxport.registry._blobs import BlobStore
 from jaxport.registry._model_parts import archive_chunks, header_info
 from jaxport.registry._names import check_digest
 
-__all__ = ["ArchiveParts", "assemble", "missing", "plan", "receive"]
+__all__ = ["ArchiveParts", "assemble", "missing", "plan_parts", "receive"]
 
 #: Most parts one archive may name: a model's skeleton and its tensors, one section each
 #: besides the modules' (the format's ``MAX_MODEL_SECTIONS``, 2**16).
@@ -76,7 +77,7 @@ class ArchiveParts:
             raise InvalidNameError(f"the parts end at byte {end}, past the archive's {self.size}")
 
 
-def plan(blobs: BlobStore, archive: ArchiveParts) -> int:
+def plan_parts(blobs: BlobStore, archive: ArchiveParts) -> int:
     """Checks that ``archive``'s parts are its layout as the header in its first part
     declares it (``jaxport.export.split_archive``'s, from the header alone); returns the bytes
     of memory its push may hold: the decompressed size of every compressed section, plus the
@@ -90,7 +91,7 @@ def plan(blobs: BlobStore, archive: ArchiveParts) -> int:
         IntegrityError: the first part is missing (``.expected`` names it), or its header
             does not match its digest.
     """
-    from jaxport.export._container import PREAMBLE_LENGTH
+    from jaxport.export import PREAMBLE_LENGTH  # imports jax: not on the module's import
 
     archive.check()
     first = archive.parts[0]
@@ -185,7 +186,7 @@ def assemble(blobs: BlobStore, archive: ArchiveParts, directory: str | os.PathLi
             archive's sha256 is not ``archive.digest``.
         InvalidNameError: see ``ArchiveParts.check``.
     """
-    plan(blobs, archive)
+    plan_parts(blobs, archive)
     path = Path(directory) / f"{archive.digest}.jaxport"
     h = hashlib.sha256()
 

@@ -5,7 +5,7 @@ Each commit works in a directory ``jaxport-commit-*`` under one root per blob st
 ``<tempdir>/jaxport-commits-<sha256 of the store>[:16]``, owned by this user (``tempdir`` is
 ``tempfile.gettempdir()``: ``$TMPDIR``, else ``/tmp``). The directory holds a lock file that
 its process keeps locked (``flock``) until it removes the directory; a process killed with
-``kill -9`` drops the lock with its last file descriptor. ``sweep`` removes every such
+``kill -9`` drops the lock with its last file descriptor. ``sweep_commit_dirs`` removes every such
 directory whose lock is free (and any older than ``MIN_AGE`` without one): ``jaxport serve``
 sweeps when each server process starts, ``gc`` on every run (``GcReport.temp_files`` lists
 them), so a commit in flight, in any process on this machine, is never touched.
@@ -26,7 +26,7 @@ from pathlib import Path
 from jaxport import RegistryError
 from jaxport.registry._blobs import BlobStore, LocalBlobStore
 
-__all__ = ["COMMIT_PREFIX", "MIN_AGE", "commit_dir", "sweep", "workdir_root"]
+__all__ = ["COMMIT_PREFIX", "MIN_AGE", "commit_dir", "sweep_commit_dirs", "workdir_root"]
 
 #: The name of each commit's directory starts with this.
 COMMIT_PREFIX = "jaxport-commit-"
@@ -74,7 +74,7 @@ def commit_dir(blobs: BlobStore) -> Iterator[Path]:
         os.close(fd)
 
 
-def sweep(blobs: BlobStore, *, dry_run: bool = False) -> list[str]:
+def sweep_commit_dirs(blobs: BlobStore, *, dry_run: bool = False) -> list[str]:
     """Removes (unless ``dry_run``) the commit directories that no process holds: their lock
     is free, or they have none and are older than ``MIN_AGE`` seconds. Returns their paths."""
     root = workdir_root(blobs)

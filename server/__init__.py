@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from jaxport._lazy import attach
 from jaxport.server._app import create_app as create_app
+from jaxport.server._connections import KEEP_ALIVE as KEEP_ALIVE
+from jaxport.server._connections import MAX_HEAD as MAX_HEAD
+from jaxport.server._connections import DeadlineH11Protocol as DeadlineH11Protocol
+from jaxport.server._connections import connection_cap as connection_cap
+from jaxport.server._connections import raise_open_file_limit as raise_open_file_limit
 from jaxport.server._factory import ENV_OPTIONS as ENV_OPTIONS
 from jaxport.server._factory import app_from_env as app_from_env
 from jaxport.server._factory import options_to_env as options_to_env

@@ -18,10 +18,10 @@ from jaxport.registry import (
     ArchiveParts,
     Registry,
     TokenInfo,
-    _uploads,
     acting_as,
     examples_from_blob,
     from_wire,
+    plan_parts,
     to_wire,
 )
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
@@ -193,7 +193,7 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
 
 
 def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
-    """The bytes of memory a commit's push may hold (``_uploads.plan``: its parts checked to
+    """The bytes of memory a commit's push may hold (``plan_parts``: its parts checked to
     be each archive's layout, from the headers alone), once its archives' declared sizes are
     within ``max_upload`` together (what it writes to a temporary file) and its parts within
     ``MAX_COMMIT_PARTS`` (issue 24: F4, F6).
@@ -213,7 +213,7 @@ def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
         raise InvalidNameError(
             f"a commit's archives are at most {limit:,} bytes together, these {declared:,}"
         )
-    return sum(_uploads.plan(_reg(request).blobs, a) for a in archives)
+    return sum(plan_parts(_reg(request).blobs, a) for a in archives)
 
 
 def _check_reached_parts(

@@ -24,8 +24,7 @@ from starlette.exceptions import HTTPException
 
 from jaxport import JaxportError, __version__
 from jaxport._files import DEFAULT_MAX_READ
-from jaxport.registry import Registry
-from jaxport.registry._workdirs import sweep
+from jaxport.registry import Registry, sweep_commit_dirs
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS
 from jaxport.server._docs import docs_router
@@ -67,7 +66,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await anyio.to_thread.run_sync(functools.partial(sweep, registry.blobs))  # F8
+        await anyio.to_thread.run_sync(functools.partial(sweep_commit_dirs, registry.blobs))  # F8
         yield
         if hooks is not None:
             hooks.close()  # what is queued is delivered (with its retries) before exit
