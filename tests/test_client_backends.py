@@ -218,6 +218,19 @@ def test_golden_examples(client):
         client.push(exp, name, examples={"apply": []})
 
 
+def test_a_push_tolerance_reaches_the_audit_through_every_backend(client):
+    """The tolerance travels in the examples blob: through a server it is read back from it
+    (``examples_from_blob``) and stored as the client made it."""
+    name, x = _name(), np.linspace(0, 1, 3, dtype=np.float32)
+    exp = _exported(jnp.sin)
+    off = [jaxport.Example((x,), {}, np.sin(x) + np.float32(1e-3))]
+    client.push(exp, name, examples=off, tolerance={"atol": 2e-3})
+    [finding] = client.audit(name, platform="cpu", force=True)
+    assert finding.status == "ok" and "(override)" in finding.reason, finding.reason
+    again = client.push(exp, name, examples=off, tolerance={"atol": 2e-3})
+    assert not again.created
+
+
 def test_the_server_runs_on_postgresql_and_s3(request):
     """What .ci/run gives the server: PostgreSQL and S3 (a newcomer's machine may lack both)."""
     s = request.getfixturevalue("server")
