@@ -198,8 +198,8 @@ _DTYPE_TOLERANCE: dict[str, tuple[float, int]] = {
     "complex128": (1e-15, 512),
     "float32": (1e-6, 512),
     "complex64": (1e-6, 512),
-    "float16": (1e-3, 4),
-    "bfloat16": (1e-2, 4),
+    "float16": (1e-3, 2),
+    "bfloat16": (1e-2, 2),
     "float4_e2m1fn": (1.0, 1),
     "float8_e8m0fnu": (1.0, 1),
 }
@@ -244,7 +244,7 @@ def tolerance(dtype: np.dtype, magnitude: float = 0.0) -> Tolerance:
     moved by 4.5e-6 across jax releases; jax's own tests then pass ``atol``/``rtol`` per test,
     e.g. ``_ATOL`` 1e-4 for float32 linear algebra). The number of ulps of the magnitude is
     512 for 32- and 64-bit types (long
-    reductions accumulate in that precision, noise growing with ~sqrt(length)), 4 for
+    reductions accumulate in that precision, noise growing with ~sqrt(length)), 2 for
     float16/bfloat16 and 1 for 8- and 4-bit floats (XLA accumulates those in float32 and
     rounds once). A real numerical break (a changed activation, a lost precision step,
     another algorithm) moves outputs by far more than 512 ulps of their magnitude (float32:

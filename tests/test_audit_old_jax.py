@@ -3,7 +3,10 @@
 Each artifact is audited twice: from jax's own bytes (``.jaxexport``) and from a jaxport archive
 of the same Exported (``.jaxport``, made by convert_to_jaxport.py under jax 0.10.2). Measured
 under every supported jax (0.7.0 .. 0.12.0.1): the QR artifact no longer compiles (its custom
-call ``lapack_sgeqrf`` is gone), the bf16 artifact runs with different numbers, and a plain f32
+call ``lapack_sgeqrf`` is gone), the bf16 artifact runs with numbers that differ by rounding only
+(0.0625 at most on outputs up to 13.5: under one bfloat16 ulp there, so ``ok`` by the tolerance
+per dtype and output magnitude, its finding stating the error; jax's elementwise bf16 rule
+called it a mismatch), and a plain f32
 ``sin`` still matches the producer's outputs exactly. From jax 0.11.1 on, jax's own
 ``deserialize`` refuses the ``.jaxexport`` bytes (older than its 6-month window): those cases
 check that refusal instead, and the jaxport cases show the artifacts still audit the same.
@@ -41,7 +44,7 @@ def _push(registry: jaxport.Registry, name: str, source: str) -> None:
     ("name", "status", "reason"),
     [
         ("qr_f32", "compile-error", "lapack_sgeqrf"),
-        ("bf16_ops", "mismatch", "bfloat16"),
+        ("bf16_ops", "ok", "within bfloat16"),
         ("sin_f32", "ok", "matches 1 example"),
     ],
 )
@@ -59,5 +62,5 @@ def test_jax_0_4_30_artifacts(registry, name, status, reason, source):
     assert reason in finding.reason
     if status == "compile-error":
         assert "lapack_sgeqrf" in finding.checks["custom calls"]  # flagged statically too
-    if status == "mismatch":
+    if name == "bf16_ops":
         assert "max abs error 0.0625" in finding.checks["golden"]

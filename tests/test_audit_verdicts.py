@@ -109,7 +109,7 @@ def test_the_dtype_rule():
     f32 = tolerance(np.dtype(np.float32), 10.0)
     assert f32.rtol == 1e-6 and f32.atol == pytest.approx(512 * 2**-23 * 10)
     assert tolerance(np.dtype(np.float32), 0.0).atol == 1e-6  # jax's default is the floor
-    assert tolerance(np.dtype(jnp.bfloat16), 1.0).atol == pytest.approx(4 * 2**-7)
+    assert tolerance(np.dtype(jnp.bfloat16), 1.0).atol == pytest.approx(2 * 2**-7)
     nan = np.array([np.nan, np.inf, 1.0], np.float32)
     assert compare([nan], [nan]).ok
     assert not compare([np.array([np.nan, np.inf, 1.0], np.float32)], [nan[::-1].copy()]).ok

@@ -284,7 +284,10 @@ def test_an_audit_of_a_model_re_runs_its_examples_per_method(registry, model):
     registry.push(model, "ex", examples={"full": [((x,), {})], "first": [((x,),)]})
     (finding,) = registry.audit("ex")
     assert finding.status == "ok", finding.reason
-    assert finding.reason == "loads, compiles every method (first, full) and matches 2 example(s)"
+    assert finding.reason.startswith(
+        "loads, compiles every method (first, full) and matches 2 example(s): max abs error 0,"
+    )  # then the max rel error and the tolerance used
+    assert "within float32: atol" in finding.reason
     wrong = jaxport.Example((x,), {}, np.ones_like(np.asarray(model.full(x))))
     registry.push(model, "ex2", examples={"full": [wrong]})
     (finding,) = registry.audit("ex2")
