@@ -949,8 +949,15 @@ def audit(
     if tolerance is not None:
         kwargs["tolerance"] = tolerance
     if enqueue:
-        if python or matrix or upgrade_to or no_store or force or static or jax_release or (
-            tolerance is not None
+        if (
+            python
+            or matrix
+            or upgrade_to
+            or no_store
+            or force
+            or static
+            or jax_release
+            or (tolerance is not None)
         ):
             raise click.UsageError("--enqueue takes REFERENCE, --platform and --timeout only")
         _enqueue(ctx, reference, platform, timeout, as_json)
@@ -1317,9 +1324,23 @@ def _url(ctx: _Context, *, create: bool = False) -> str:
 @pass_ctx
 def db_current(ctx: _Context, as_json: bool) -> None:
     """Print the database's schema revision and the one this jaxport writes."""
-    from jaxport.registry import schema_revision
+    from jaxport.migrations import HEAD
+    from jaxport.registry import (
+        RegistryConfig,
+        check_sqlite_directory,
+        schema_revision,
+        sqlite_file,
+    )
 
-    found, head = schema_revision(_url(ctx))
+    config = RegistryConfig.from_env()
+    url = ctx.url or config.database_url()
+    path = sqlite_file(url)
+    if path is not None and not path.exists():  # a read makes no file: there is no schema
+        if url != config.default_database_url():
+            check_sqlite_directory(url)  # a missing directory is an error, named
+        found, head = None, HEAD
+    else:
+        found, head = schema_revision(url)
     _emit(
         as_json,
         {"database": found, "jaxport": head},

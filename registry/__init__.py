@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from jaxport.registry._config import HOME_ENV as HOME_ENV
     from jaxport.registry._config import URL_ENV as URL_ENV
     from jaxport.registry._config import RegistryConfig as RegistryConfig
+    from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
     from jaxport.registry._config import default_home as default_home
     from jaxport.registry._config import default_url as default_url
     from jaxport.registry._config import is_server_url as is_server_url

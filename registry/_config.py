@@ -31,6 +31,7 @@ __all__ = [
     "TOKEN_ENV",
     "URL_ENV",
     "RegistryConfig",
+    "check_sqlite_directory",
     "default_blobs",
     "default_home",
     "default_url",
@@ -204,3 +205,21 @@ def safe_url(url: str) -> str:
     fsspec URLs alike; imports nothing heavy, so the CLI's ``--help`` can show where the
     registry is."""
     return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", url))
+
+
+def check_sqlite_directory(url: str) -> Path | None:
+    """The absolute path of a SQLite URL's database file (``sqlite_file``), once its directory
+    is known to exist (SQLite itself would only say "unable to open database file").
+
+    Raises:
+        RegistryError: the directory does not exist; the message names the file's absolute
+            path.
+    """
+    path = sqlite_file(url)
+    if path is not None and not path.parent.is_dir():
+        raise RegistryError(
+            f"cannot open the SQLite registry {path}: its directory {path.parent} does not "
+            "exist (create it first, or fix the URL: sqlite:///RELATIVE/PATH or "
+            "sqlite:////ABSOLUTE/PATH)"
+        )
+    return path

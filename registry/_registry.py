@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from jaxport import (
     InvalidNameError,
     NotFoundError,
-    RegistryError,
     SchemaVersionError,
     __version__,
 )
@@ -29,6 +28,7 @@ from jaxport.registry._aliases import Aliases
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import (
     RegistryConfig,
+    check_sqlite_directory,
     default_home,
     is_server_url,
     safe_url,
@@ -1074,23 +1074,15 @@ def _remote_url(url: str | None) -> bool:
 
 def _open_sqlite_directory(url: str, config: RegistryConfig) -> None:
     """Makes the embedded default registry's directory; refuses any other SQLite file whose
-    directory is missing, naming its absolute path (SQLite would only say "unable to open
-    database file").
+    directory is missing (``check_sqlite_directory``).
 
     Raises:
         RegistryError: the directory of ``url``'s database file does not exist.
     """
     path = sqlite_file(url)
-    if path is None or path.parent.is_dir():
-        return
-    if url == config.default_database_url():
+    if path is not None and url == config.default_database_url():
         path.parent.mkdir(parents=True, exist_ok=True)
-        return
-    raise RegistryError(
-        f"cannot open the SQLite registry {path}: its directory {path.parent} does not "
-        "exist (create it first, or fix the URL: sqlite:///RELATIVE/PATH or "
-        "sqlite:////ABSOLUTE/PATH)"
-    )
+    check_sqlite_directory(url)
 
 
 def _platform(platform: Any) -> str | None:

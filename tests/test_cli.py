@@ -186,7 +186,7 @@ WRONG_INPUT = [
     (["inspect", "{garbage}"], 1, "CorruptArchiveError", "garbage.bin"),
     (["--registry", "postgresql+psycopg://nohost/db", "ls"], 1, "RegistryError", "--blobs"),
     (["--registry", "not a url", "ls"], 1, "RegistryError", "not a url"),
-    (["--blobs", "gcs://bucket/prefix", "ls"], 1, "RegistryError", "gcsfs"),
+    (["--blobs", "gcs://bucket/prefix", "push", "{garbage}"], 1, "RegistryError", "gcsfs"),
 ]
 _HEAVY = 4  # the last entries of WRONG_INPUT
 

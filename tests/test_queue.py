@@ -204,6 +204,8 @@ def test_enqueue_on_sqlite_is_a_typed_error(tmp_path):
     env = {**os.environ, "JAXPORT_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
     env.pop("JAXPORT_REGISTRY", None)
     env.pop("JAXPORT_BLOBS", None)
+    (tmp_path / "home").mkdir()
+    jaxport.Registry(f"sqlite:///{tmp_path / 'home' / 'registry.db'}").close()  # an empty one
     err = _run(env, "audit", "--enqueue", code=1).stderr
     assert err.startswith("UnsupportedFeatureError: the audit queue needs a PostgreSQL registry")
     err = _run(env, "audit-worker", "--platform", "tpu", "--until-idle", code=1).stderr

@@ -139,7 +139,7 @@ def test_a_missing_sqlite_directory_is_named_by_its_absolute_path(tmp_path, monk
 
 READS = [
     ["ls"], ["show", "tanh"], ["log"], ["search", "--platform", "cpu"], ["alias", "tanh"],
-    ["token", "list"], ["db", "current"], ["verify"], ["audit", "--matrix"],
+    ["token", "list"], ["verify"], ["audit", "--matrix"],
     ["pull", "tanh", "-o", "x.jaxport"], ["inspect", "tanh:1"], ["diff", "tanh:1", "tanh:2"],
 ]  # fmt: skip
 
@@ -160,6 +160,14 @@ def test_read_only_commands_never_create_a_database(tmp_path, where):
         assert out.returncode == 1, (args, out.stdout)
         assert f"no registry database at {expected}" in out.stderr, (args, out.stderr)
         assert not db.exists() and not (tmp_path / "home").exists(), args
+    full = (
+        ["--registry", "sqlite:///reg.db", "db", "current"]
+        if where == "option"
+        else ["db", "current"]
+    )
+    out = _run(full, env, tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("database: none"), out.stderr
+    assert not db.exists() and not (tmp_path / "home").exists()
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
