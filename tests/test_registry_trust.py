@@ -84,7 +84,7 @@ def _native_with_long_dimension(terms):
 
 def test_a_native_dimension_of_20000_terms_is_refused_before_jax_parses_it(registry, tmp_path):
     data = _native_with_long_dimension(20_000)
-    assert len(data) > 500_000
+    assert len(data) > 300_000  # 508 KB under jax 0.10.2, 340 KB under 0.7.0's writer
     with pytest.raises(jaxport.UnsupportedFeatureError) as refused:
         registry.push(data, "long")
     assert "longer than 256 characters; refused before jax parsed them" in str(refused.value)
