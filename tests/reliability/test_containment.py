@@ -238,6 +238,7 @@ def test_cli_with_credentials_in_urls_never_shows_them(db_url, tmp_path):
     wrong = url.split("?", 1)[0].rsplit("/", 1)[0] + "/no_such_database_x"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXPORT_")}
     env["JAXPORT_HOME"] = str(tmp_path / "home")
+    jaxport.Registry(db_url, blobs=tmp_path / "blobs").close()  # reads make no database
     runs = [
         (["--registry", url, "--blobs", blobs, "db", "current"], env, 0),
         (["--registry", url, "--blobs", blobs, "ls", "--json"], env, 0),
