@@ -125,8 +125,8 @@ class _Context:
 
         config = RegistryConfig.from_env()
         url = self.url or config.url
-        if is_server_url(url):
-            return Registry(url, token=self.token)
+        if is_server_url(url):  # --blobs is refused there: the server has its own store
+            return Registry(url, blobs=self.blobs, token=self.token)
         if self.token is not None:
             raise InvalidNameError(
                 "--token is for a registry server (an http(s):// --registry or "
