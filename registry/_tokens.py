@@ -141,13 +141,22 @@ class Tokens:
         Raises:
             InvalidNameError: a bad name, scope, prefix or ``expires_in``.
             PermissionDeniedError: the new token would reach beyond ``within``, or outlive
-                it.
+                it, or ``within`` has prefixes and ``name`` starts with none of them (token
+                names are one namespace: a name taken by another team is never disclosed).
             ConflictError: a token with this name exists (revoked ones included).
         """
         check_name(name, "token name")
         if scope not in SCOPES:
             raise InvalidNameError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r:.40}")
         prefixes = tuple(_prefixes(prefixes))
+        if within is not None and within.prefixes and not within.allows_name(name):
+            # Token names are one namespace: a prefix-limited token names its tokens within
+            # its prefixes, so a name taken elsewhere is never disclosed by a 409.
+            mine = ", ".join(map(repr, within.prefixes))
+            raise PermissionDeniedError(
+                f"token {within.name!r} (prefixes {mine}) names its tokens within its prefixes: "
+                f"e.g. {within.prefixes[0] + name!r:.80}"
+            )
         if within is not None and not within.covers(scope, prefixes):
             mine = ", ".join(map(repr, within.prefixes))
             raise PermissionDeniedError(

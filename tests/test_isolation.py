@@ -294,11 +294,26 @@ def test_a_prefixed_admin_sees_and_makes_only_tokens_within_its_own(store):
     assert not listed & {"admin", "b-writer"}
     for scope, prefixes in (("admin", []), ("read", []), ("write", ["team-b-"]),
                             ("read", ["team-"]), ("admin", ["team-a-", "x"])):  # fmt: skip
-        body = {"name": f"t-{uuid.uuid4().hex[:8]}", "scope": scope, "prefixes": prefixes}
+        body = {"name": f"team-a-t-{uuid.uuid4().hex[:8]}", "scope": scope,
+                "prefixes": prefixes}  # fmt: skip
         r = httpx.post(f"{s.api}/tokens", json=body, headers=a)
         assert _error(r, 403)["type"] == "PermissionDeniedError", (scope, prefixes)
-    body = {"name": "a-sub", "scope": "write", "prefixes": ["team-a-sub-"]}
+    body = {"name": "team-a-sub", "scope": "write", "prefixes": ["team-a-sub-"]}
     assert httpx.post(f"{s.api}/tokens", json=body, headers=a).status_code == 201
+
+
+def test_a_prefixed_admin_learns_no_other_token_name(store):
+    """Token names are one namespace: a 409 for a name taken told a team-a- admin that
+    another team's token (``b-writer``) exists. Its tokens are named within its prefixes,
+    and any other name is refused alike, taken or not."""
+    s = store
+    a = s.auth(s.a_admin)
+    answers = []
+    for name in ("b-writer", "admin", f"free-{uuid.uuid4().hex[:8]}"):
+        body = {"name": name, "scope": "read", "prefixes": ["team-a-"]}
+        e = _error(httpx.post(f"{s.api}/tokens", json=body, headers=a), 403)
+        answers.append(e["message"].replace(f"'team-a-{name}'", "'team-a-NAME'"))
+    assert len(set(answers)) == 1 and "team-a-" in answers[0]
 
 
 def test_a_token_makes_no_token_that_outlives_it(store):
@@ -311,11 +326,11 @@ def test_a_token_makes_no_token_that_outlives_it(store):
     assert r.status_code == 201, r.text
     short = s.auth(r.json()["secret"])
     for expires_in in (None, 7200):
-        body = {"name": f"long-{uuid.uuid4().hex[:8]}", "scope": "read",
+        body = {"name": f"team-a-long-{uuid.uuid4().hex[:8]}", "scope": "read",
                 "prefixes": ["team-a-"], "expires_in": expires_in}  # fmt: skip
         e = _error(httpx.post(f"{s.api}/tokens", json=body, headers=short), 403)
         assert e["type"] == "PermissionDeniedError" and "expire" in e["message"]
-    body = {"name": f"ok-{uuid.uuid4().hex[:8]}", "scope": "read", "prefixes": ["team-a-"],
+    body = {"name": f"team-a-ok-{uuid.uuid4().hex[:8]}", "scope": "read", "prefixes": ["team-a-"],
             "expires_in": 60}  # fmt: skip
     assert httpx.post(f"{s.api}/tokens", json=body, headers=short).status_code == 201
 
