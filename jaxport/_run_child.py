@@ -1,4 +1,4 @@
-"""The child of ``jaxport run`` (``jaxport._cli_run.call_in_child``): one call, then exit.
+"""The child of ``jaxport run`` (``jaxport._cli.runner.call_in_child``): one call, then exit.
 
 ``PYTHON -I -m jaxport._run_child WORKDIR``: reads ``WORKDIR/request.json`` (``archive``,
 ``method`` or null for a function archive, ``inputs``, ``allow_custom_calls``), loads the
@@ -40,7 +40,7 @@ def main(workdir: str) -> int:
 
 
 def _call(request: dict[str, Any]) -> tuple[bytes, list[Any]]:
-    from jaxport import _cli_run
+    from jaxport._cli import runner as _cli_run
     from jaxport.export import inspect, load, load_model
 
     archive, inputs = Path(request["archive"]), Path(request["inputs"])

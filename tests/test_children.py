@@ -33,7 +33,7 @@ SITES = {
     "audit": "from jaxport.audit import AuditJob, run_audits\n"
     "run_audits([AuditJob(b'archive', None)], python=FAKE)",
     "run": "import sys, pathlib, jaxport._children\nsys.executable = FAKE\n"
-    "from jaxport._cli_run import call_in_child\n"
+    "from jaxport._cli.runner import call_in_child\n"
     "call_in_child(pathlib.Path(WORK, 'a.jaxport'), None, pathlib.Path(WORK, 'in.npz'))",
     "probe": "from jaxport.audit._probe import _versions_of\n_versions_of(FAKE, ('jax',))",
     "install": "from jaxport.audit._envs import _run\n_run((FAKE, 'install'))",
@@ -157,7 +157,7 @@ def test_run_in_python_raises_time_limit_error(tmp_path):
     import numpy as np
 
     import jaxport
-    from jaxport._cli_run import call_in_child
+    from jaxport._cli.runner import call_in_child
 
     _looping_archive(tmp_path / "loop.jaxport")
     np.savez(tmp_path / "in.npz", np.int32(5))
@@ -214,7 +214,7 @@ def test_a_long_lived_worker_ends_by_its_own_deadline(tmp_path, worker):
 
 def test_the_run_childs_errors_are_rebuilt_as_their_class():
     import jaxport
-    from jaxport._cli_run import _rebuilt
+    from jaxport._cli.runner import _rebuilt
 
     said = "bad section (/tmp/x.jaxport, at byte 7)"
     error = _rebuilt({"type": "CorruptArchiveError", "message": said,

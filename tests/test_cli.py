@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 import jaxport
-from jaxport._cli import main
+from jaxport._cli.main import main
 
 JAXPORT = str(Path(sys.executable).with_name("jaxport"))
 WIDTH = 80
@@ -139,7 +139,7 @@ def test_short_and_long_help_everywhere(tmp_path):
 def test_light_commands_import_no_heavy_library(tmp_path, args, loaded):
     """``--help`` imports neither jax, SQLAlchemy nor rich (``jaxport --help`` < 0.3 s)."""
     code = (
-        "import sys\nfrom jaxport._cli import main\n"
+        "import sys\nfrom jaxport._cli.main import main\n"
         f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
         "heavy = {m.split('.')[0] for m in sys.modules} & {'jax', 'sqlalchemy', 'rich'}\n"
         "print(sorted(heavy), file=sys.stderr)"
@@ -152,7 +152,7 @@ def test_light_commands_import_no_heavy_library(tmp_path, args, loaded):
 
 def test_ls_on_an_empty_registry_imports_no_jax(tmp_path):
     code = (
-        "import sys\nfrom jaxport._cli import main\n"
+        "import sys\nfrom jaxport._cli.main import main\n"
         "try:\n    main(['ls'])\nexcept SystemExit:\n    pass\n"
         "print('jax' in sys.modules, file=sys.stderr)"
     )

@@ -16,7 +16,7 @@ import pytest
 from test_cli import base_env, fits, run
 
 import jaxport
-from jaxport._cli_output import FUNCTION_ONLY, to_json
+from jaxport._cli.output import FUNCTION_ONLY, to_json
 
 METHODS = ("embed", "half", "logits")
 

@@ -10,8 +10,8 @@ import stat
 import click
 import pytest
 
-from jaxport._cli import main
-from jaxport._cli_output import CLI_WORDS, cli_message, error_document, iso_time, to_json
+from jaxport._cli.main import main
+from jaxport._cli.output import CLI_WORDS, cli_message, error_document, iso_time, to_json
 from jaxport._errors import ConflictError
 from jaxport._io import atomic_write
 

@@ -102,7 +102,7 @@ def test_older_database_needs_an_explicit_upgrade(db_url, tmp_path):
 def test_cli_db_current_and_upgrade(db_url):
     from click.testing import CliRunner
 
-    from jaxport._cli import main
+    from jaxport._cli.main import main
 
     runner = CliRunner()
     result = runner.invoke(main, ["--registry", db_url, "db", "current"])

@@ -296,7 +296,7 @@ def _rendered(renderable) -> str:
 
     from rich.console import Console
 
-    from jaxport._cli_render import Trimmed
+    from jaxport._cli.render import Trimmed
 
     out = io.StringIO()
     Console(width=80, file=out, highlight=False).print(Trimmed(renderable))
@@ -313,8 +313,8 @@ def _rendered(renderable) -> str:
     ],
 )
 def test_matrix_keeps_to_80_columns(releases, status, as_columns):
-    from jaxport._cli_render import matrix_table
-    from jaxport._cli_reports import matrix_report
+    from jaxport._cli.render import matrix_table
+    from jaxport._cli.audit_reports import matrix_report
 
     long_name = "a-name-that-is-long-enough-to-fold-in-a-narrow-column"
     findings = [_finding(long_name, 12, D1, r, status) for r in reversed(releases)]

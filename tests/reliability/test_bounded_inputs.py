@@ -24,7 +24,7 @@ import pytest
 
 import jaxport
 from jaxport import _npz
-from jaxport._cli_run import InputSpec, load_inputs
+from jaxport._cli.runner import InputSpec, load_inputs
 
 JAXPORT = str(Path(sys.executable).with_name("jaxport"))
 F32 = jnp.float32
@@ -65,7 +65,7 @@ def test_a_small_npz_declaring_a_terabyte_is_refused_before_allocating(
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
         "from pathlib import Path\n"
-        "from jaxport._cli_run import InputSpec, load_inputs\n"
+        "from jaxport._cli.runner import InputSpec, load_inputs\n"
         "from jaxport import RunError\n"
         "try:\n"
         f"    load_inputs(Path({str(path)!r}), [InputSpec('[0]', (2**38,), 'float32')], 'f')\n"

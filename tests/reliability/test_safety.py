@@ -566,7 +566,7 @@ SUBPROCESS_SITES = {
     ("jaxport._children", "run"): (
         "spawn's one-shot form: the child's output captured, killed at its time limit"
     ),
-    ("jaxport._cli_run", "call_in_child"): (
+    ("jaxport._cli.runner", "call_in_child"): (
         "jaxport run's call: [python, -I, -m, jaxport._run_child, WORKDIR], no shell, the "
         "allow-listed environment, killed at --timeout; archive and inputs reach it as files"
     ),

@@ -119,6 +119,6 @@ def audit_worker(
             stalled_after=stalled_after, on_finding=on_finding,
         )  # fmt: skip
     if as_json:
-        from jaxport._cli_output import emit_json
+        from jaxport._cli.output import emit_json
 
         emit_json(seen)

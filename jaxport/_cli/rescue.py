@@ -101,7 +101,7 @@ def rescue_cmd(
                 str(report.archive), push_name, examples=report.golden_examples()
             )
     if as_json:
-        from jaxport._cli_output import emit_json
+        from jaxport._cli.output import emit_json
 
         emit_json({"rescue": report, "pushed": data.get("pushed")})
         return

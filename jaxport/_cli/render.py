@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 
-from jaxport._cli_window import window_text
+from jaxport._cli.window import window_text
 
 __all__ = [
     "Trimmed",
@@ -187,7 +187,7 @@ def ref_panel(data: dict[str, Any]) -> Group:
     if data.get("windows"):
         details.append(_windows_grid(data["windows"]))
     if data.get("signatures"):
-        from jaxport._cli_sign import signatures_table
+        from jaxport._cli.sign import signatures_table
 
         details.append(signatures_table(data["signatures"]))
     return Group(head, table, *details)
@@ -414,7 +414,7 @@ def model_tables(info: Any) -> Group:
 
 def _methods_table(methods: Iterable[Any]) -> Table:
     """A model's methods (``MethodInfo``): signature, platforms, devices, VJP order."""
-    from jaxport._cli_run import aval_text, signature
+    from jaxport._cli.runner import aval_text, signature
 
     table = Table(
         _key("method"), _text("signature", ratio=1), _text("platforms"), _key("devices"),
@@ -503,7 +503,7 @@ def _status(status: str, *, short: bool = False) -> Text:
 
 def _provenance(report: Any, verb: str) -> Text:
     """The line above a report's table: which jax and jaxlib made it, and when (UTC)."""
-    from jaxport._cli_output import iso_time
+    from jaxport._cli.output import iso_time
 
     return Text(
         f"{verb} jax {report.jax_version}, jaxlib {report.jaxlib_version}, "

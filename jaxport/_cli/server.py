@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from jaxport._cli_output import json_option
+from jaxport._cli.output import json_option
 from jaxport._errors import InvalidNameError
 
 __all__ = ["log_cmd", "serve", "token"]
@@ -169,7 +169,7 @@ def token_create(
     with ctx.obj.registry(create=True) as reg:
         new = reg.tokens.create(name, scope, prefixes=prefixes, expires_in=expires_in)
     if as_json:
-        from jaxport._cli_output import emit_json, to_json
+        from jaxport._cli.output import emit_json, to_json
 
         emit_json({"token": to_json(new.info), "secret": new.secret})
         return
@@ -185,7 +185,7 @@ def token_list(ctx: click.Context, as_json: bool) -> None:
     with ctx.obj.registry() as reg:
         tokens = reg.tokens.list()
     if as_json:
-        from jaxport._cli_output import emit_json, to_json
+        from jaxport._cli.output import emit_json, to_json
 
         emit_json({"tokens": to_json(tokens)})
         return
@@ -231,7 +231,7 @@ def log_cmd(
     with ctx.obj.registry() as reg:
         events = reg.events(name=name, limit=limit, before=before)
     if as_json:
-        from jaxport._cli_output import emit_json, to_json
+        from jaxport._cli.output import emit_json, to_json
 
         emit_json({"events": to_json(events)})
         return
@@ -241,7 +241,7 @@ def log_cmd(
 
 def _when(seconds: float) -> str:
     """Local time, as every other table shows it (JSON gives ISO 8601 in UTC)."""
-    from jaxport._cli_render import local_time
+    from jaxport._cli.render import local_time
 
     return local_time(seconds, to_the_second=True)
 

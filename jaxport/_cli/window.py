@@ -41,7 +41,7 @@ def windows_table(rows: list[Any]) -> Table:
         Column("last ok", no_wrap=True),
         title="variants whose jax window ends before the date",
     )
-    from jaxport._cli_render import short_digest
+    from jaxport._cli.render import short_digest
 
     for r in sorted(rows, key=lambda r: (r.window.window_ends or "9999", r.name, r.version)):
         w = r.window

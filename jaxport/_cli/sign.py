@@ -116,7 +116,7 @@ def signatures_table(signatures: list[Any]) -> Any:
     """``show``: the signatures stored for the version's variants (not verified)."""
     from rich.table import Table
 
-    from jaxport._cli_render import local_time
+    from jaxport._cli.render import local_time
 
     table = Table("variant", "signer", "kind", "signed", title="signatures (not verified here)")
     for s in signatures:

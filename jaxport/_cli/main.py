@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
-from jaxport._cli_output import json_option
-from jaxport._cli_queue import audit_worker
-from jaxport._cli_rescue import rescue_cmd
-from jaxport._cli_server import log_cmd, serve, token
+from jaxport._cli.output import json_option
+from jaxport._cli.queue import audit_worker
+from jaxport._cli.rescue import rescue_cmd
+from jaxport._cli.server import log_cmd, serve, token
 from jaxport._errors import (
     InvalidNameError,
     JaxportError,
@@ -64,7 +64,7 @@ class _Cli(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from jaxport._cli_output import report_error
+        from jaxport._cli.output import report_error
         from jaxport._standins import standins_allowed
 
         as_json = bool(ctx.meta.get(_JSON))
@@ -220,13 +220,13 @@ _SHOW_WARNING = warnings.showwarning
 
 def _emit(as_json: bool, data: Any, render: Any) -> None:
     if as_json:
-        from jaxport._cli_output import emit_json
+        from jaxport._cli.output import emit_json
 
         emit_json(data)
         return
     from rich.console import Console
 
-    from jaxport._cli_render import Trimmed
+    from jaxport._cli.render import Trimmed
 
     rendered = render(data)
     if isinstance(rendered, str):  # a message: the terminal wraps it, paths stay whole
@@ -310,7 +310,7 @@ def push(
     if jobs is None:
         _emit(as_json, result, _pushed)
         return
-    from jaxport._cli_queue import enqueued_text
+    from jaxport._cli.queue import enqueued_text
 
     data = {"pushed": result, "queued": jobs}
     _emit(as_json, data, lambda d: f"{_pushed(d['pushed'])}\n{enqueued_text(d['queued'])}")
@@ -376,7 +376,7 @@ def pull(
 
     REFERENCE (see jaxport -h) names the version; --platform and --devices choose its variant.
     """
-    from jaxport._cli_output import STDOUT, check_output, write_output
+    from jaxport._cli.output import STDOUT, check_output, write_output
 
     if output == STDOUT and as_json:
         raise click.UsageError("-o - writes the archive to stdout: leave out --json")
@@ -490,7 +490,7 @@ def ls(ctx: _Context, name: str | None, limit: int, after: str | None, as_json: 
     Every name's versions, or NAME's, in name and version order (a deleted name has none:
     it is not found). With NAME, --after names a row of NAME.
     """
-    from jaxport._cli_render import refs_table
+    from jaxport._cli.render import refs_table
 
     cursor = _cursor(after)
     if name is not None and cursor is not None and cursor[0] != name:
@@ -556,7 +556,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Search variants by platform, devices, versions."""
-    from jaxport._cli_render import variants_table
+    from jaxport._cli.render import variants_table
 
     with ctx.registry() as reg:
         found = reg.search(
@@ -583,7 +583,7 @@ def show(ctx: _Context, reference: str, as_json: bool) -> None:
 
     REFERENCE names it (a bare NAME: the newest version).
     """
-    from jaxport._cli_render import ref_panel
+    from jaxport._cli.render import ref_panel
 
     with ctx.registry() as reg:
         ref = reg.get(reference)
@@ -628,7 +628,7 @@ def inspect_cmd(ctx: _Context, source: str, platform: str | None, as_json: bool)
     where it stands in jax's 6-month compatibility window, for the jax installed here.
     """
     from jaxport import inspect
-    from jaxport._cli_render import info_tables
+    from jaxport._cli.render import info_tables
 
     path = Path(source)
     if path.exists() or (platform is None and ("/" in source or source.endswith(".jaxport"))):
@@ -700,9 +700,9 @@ def run(
     each one's shape, dtype, min, max and first values. The call runs in a child process
     that is killed after --timeout seconds (TimeLimitError) and dies with this one.
     """
-    from jaxport import _cli_run
-    from jaxport._cli_output import check_output, write_output
-    from jaxport._cli_render import outputs_table
+    from jaxport._cli import runner as _cli_run
+    from jaxport._cli.output import check_output, write_output
+    from jaxport._cli.render import outputs_table
 
     if output is not None and str(output) == "-":
         raise click.BadParameter(
@@ -940,9 +940,9 @@ def audit(
     (UTC). --expiring-before DATE audits nothing: it lists the variants whose jax window ends
     before DATE (with the newest jax an audit found each ok under) and exits 0.
     """
-    from jaxport import _cli_reports
-    from jaxport._cli_progress import audit_progress
-    from jaxport._cli_render import findings_table, matrix_table, upgrade_table
+    from jaxport._cli import audit_reports as _cli_reports
+    from jaxport._cli.progress import audit_progress
+    from jaxport._cli.render import findings_table, matrix_table, upgrade_table
 
     _check_audit_flags(click.get_current_context(), matrix, upgrade_to, python)
     kwargs: dict[str, Any] = {} if platform is None else {"platform": platform}
@@ -968,7 +968,7 @@ def audit(
         )
     with ctx.registry() as reg:
         if expiring_before is not None:
-            from jaxport._cli_window import windows_table
+            from jaxport._cli.window import windows_table
 
             rows = reg.windows(reference, expiring_before=expiring_before.date())
             _emit(as_json, rows, windows_table)
@@ -1009,7 +1009,7 @@ def audit(
 def _enqueue(
     ctx: _Context, reference: str | None, platform: str | None, timeout: float, as_json: bool
 ) -> None:
-    from jaxport._cli_queue import enqueued_text
+    from jaxport._cli.queue import enqueued_text
 
     with ctx.registry() as reg:
         jobs = reg.enqueue_audits(reference, platform=platform, timeout=timeout)
@@ -1085,7 +1085,7 @@ def diff(ctx: _Context, old: str, new: str, as_json: bool) -> None:
 
     OLD and NEW are references; exit 1 if anything breaks.
     """
-    from jaxport._cli_render import changes_table
+    from jaxport._cli.render import changes_table
 
     with ctx.registry() as reg:
         changes = reg.diff(old, new)
@@ -1115,7 +1115,7 @@ def alias(
     if alias is None:
         with ctx.registry() as reg:
             data = {"name": name, "aliases": reg.aliases(name), "history": reg.alias_history(name)}
-        from jaxport._cli_render import alias_tables
+        from jaxport._cli.render import alias_tables
 
         _emit(as_json, data, alias_tables)
         return
@@ -1169,7 +1169,7 @@ def rm(ctx: _Context, reference: str, force: bool, as_json: bool) -> None:
 @pass_ctx
 def gc(ctx: _Context, dry_run: bool, min_age: float, temp_age: float, as_json: bool) -> None:
     """Remove blobs nothing refers to, and stale temporary files."""
-    from jaxport._cli_render import gc_summary
+    from jaxport._cli.render import gc_summary
 
     with ctx.registry() as reg:
         report = reg.gc(dry_run=dry_run, min_age=min_age, temp_age=temp_age)
@@ -1225,7 +1225,7 @@ def verify(
     if targets:
         _verify_files(targets, timeout, as_json)
         return
-    from jaxport._cli_render import verify_summary
+    from jaxport._cli.render import verify_summary
 
     with ctx.registry() as reg:
         report = reg.verify(deep=deep, timeout=timeout)
@@ -1235,7 +1235,7 @@ def verify(
 
 
 def _verify_files(targets: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    from jaxport._cli_verify import file_lines, missing_paths, verify_files
+    from jaxport._cli.verify_files import file_lines, missing_paths, verify_files
 
     if missing := missing_paths(targets):
         raise click.UsageError(
@@ -1254,7 +1254,7 @@ def _verify_files(targets: tuple[str, ...], timeout: float, as_json: bool) -> No
 def _verify_signatures(
     ctx: _Context, targets: tuple[str, ...], signatures: bool, keys: tuple[Path, ...], as_json: bool
 ) -> None:
-    from jaxport._cli_sign import verify_lines, verify_targets
+    from jaxport._cli.sign import verify_lines, verify_targets
 
     if not signatures or not keys:
         raise click.UsageError("check signatures with --signatures and --key or --certificate")
@@ -1296,7 +1296,7 @@ def sign(
     version for a REFERENCE; needs pip install "jaxport[signing]". An existing path is a
     FILE, anything else a REFERENCE.
     """
-    from jaxport._cli_sign import password_from, sign_target, signed_text
+    from jaxport._cli.sign import password_from, sign_target, signed_text
 
     data = sign_target(
         ctx.registry, target, key, password=password_from(password_env),
@@ -1368,6 +1368,3 @@ main.add_command(rescue_cmd)
 main.add_command(serve)
 main.add_command(token)
 main.add_command(log_cmd)
-
-if __name__ == "__main__":
-    main()
