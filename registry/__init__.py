@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from jaxport.registry._events import current_actor as current_actor
     from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
     from jaxport.registry._golden import examples_from_blob as examples_from_blob
+    from jaxport.registry._names import DESCRIPTION_KEY as DESCRIPTION_KEY
     from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
+    from jaxport.registry._names import MAX_DESCRIPTION_BYTES as MAX_DESCRIPTION_BYTES
     from jaxport.registry._names import Reference as Reference
     from jaxport.registry._names import parse_reference as parse_reference
     from jaxport.registry._publish import content_key as content_key

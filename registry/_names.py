@@ -21,8 +21,10 @@ from jaxport import InvalidNameError
 from jaxport._grammar import MAX_NAME_LENGTH, name_problem
 
 __all__ = [
+    "DESCRIPTION_KEY",
     "DIGEST_PREFIX",
     "KNOWN_PLATFORMS",
+    "MAX_DESCRIPTION_BYTES",
     "MAX_METADATA_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_VERSION",
@@ -52,6 +54,11 @@ DIGEST_PREFIX = "sha256:"
 MIN_DIGEST_PREFIX = 6
 #: The largest metadata of one push (keys and values, UTF-8), in bytes.
 MAX_METADATA_BYTES = 1 << 20
+#: The metadata key of a version's description (its model card): Markdown, which the server's
+#: pages render with HTML disabled (``server/_markdown.py``); ``jaxport push --description``.
+DESCRIPTION_KEY = "description"
+#: The largest description, in bytes (UTF-8).
+MAX_DESCRIPTION_BYTES = 64 << 10
 _HEX = re.compile(r"[0-9a-f]+")
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -203,11 +210,13 @@ def parse_reference(reference: object) -> Reference:
 def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     """``metadata`` as a plain dict if every key and value is a valid UTF-8 string.
 
-    Keys: 1 to 200 characters; the whole mapping at most ``MAX_METADATA_BYTES`` (UTF-8).
+    Keys: 1 to 200 characters; the whole mapping at most ``MAX_METADATA_BYTES`` (UTF-8), the
+    value of ``DESCRIPTION_KEY`` at most ``MAX_DESCRIPTION_BYTES``.
 
     Raises:
         InvalidNameError: a non-string, empty or over-long key, a non-string value, a string
-            that is not valid UTF-8 (a lone surrogate), or too much metadata.
+            that is not valid UTF-8 (a lone surrogate), too much metadata, or too long a
+            description.
     """
     if metadata is None:
         return {}
@@ -219,7 +228,12 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidNameError(f"metadata keys are 1 to 200 characters, got {key!r:.80}")
         if not isinstance(value, str):
             raise InvalidNameError(f"metadata value of {key!r} is not a string: {value!r:.80}")
-        total += _utf8_length(key, "metadata key") + _utf8_length(value, f"metadata {key!r}")
+        size = _utf8_length(value, f"metadata {key!r}")
+        if key == DESCRIPTION_KEY and size > MAX_DESCRIPTION_BYTES:
+            raise InvalidNameError(
+                f"the description is {size} bytes, the limit is {MAX_DESCRIPTION_BYTES}"
+            )
+        total += _utf8_length(key, "metadata key") + size
     if total > MAX_METADATA_BYTES:
         raise InvalidNameError(f"metadata is {total} bytes, the limit is {MAX_METADATA_BYTES}")
     return dict(metadata)
