@@ -4,9 +4,10 @@ Both implement ``BlobStore``; ``tests/test_blob_stores.py`` runs one conformance
 Blobs live at ``<root>/sha256/<first two hex digits>/<digest>``; a digest is checked (64 lowercase
 hex digits) before it becomes part of a path, so no name reaches outside the root. Temporary
 files of writes in progress are ``.tmp-<digest>.<random>`` beside their blob (local) or
-``<root>/tmp/<digest>.<random>`` (fsspec; none on S3, where a blob is one PUT), so ``gc`` can
-tell a push's from a killed write's; anything else under the root is *foreign*: reported,
-never deleted.
+``<root>/tmp/<digest>.<random>`` (fsspec; none on S3, where a blob is one PUT), and the parts a
+client uploads straight to S3 are ``<root>/staging/<upload>/<digest>`` (``_store_urls``), so
+``gc`` can tell a push's from a killed write's; anything else under the root is *foreign*:
+reported, never deleted. A store that can sign URLs has ``urls`` (``signing``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from jaxport import IntegrityError, JaxportError, RegistryError
 from jaxport._files import open_regular_file
@@ -30,6 +31,9 @@ from jaxport.registry._config import is_fsspec_url, safe_url
 from jaxport.registry._masking import masked, masked_options, secret_values
 from jaxport.registry._names import check_digest
 
+if TYPE_CHECKING:
+    from jaxport.registry._store_urls import StoreUrls
+
 __all__ = [
     "BlobStore",
     "FsspecBlobStore",
@@ -37,6 +41,7 @@ __all__ = [
     "Stray",
     "open_blob_store",
     "read_verified",
+    "signing",
     "verify",
 ]
 
@@ -118,12 +123,14 @@ def _classify(relative: str) -> str:
             return "temp"
     if len(parts) == 2 and parts[0] == "tmp":
         return "temp"
+    if len(parts) == 3 and parts[0] == "staging" and _DIGEST.fullmatch(parts[2]):
+        return "temp"  # a part uploaded straight to the store, not committed (yet)
     return "foreign"
 
 
 def _temp_digest(relative: str) -> str | None:
-    """The digest in a temporary file's name (``sha256/ab/.tmp-<digest>.<random>`` or
-    ``tmp/<digest>.<random>``), or None."""
+    """The digest in a temporary file's name (``sha256/ab/.tmp-<digest>.<random>``,
+    ``tmp/<digest>.<random>`` or ``staging/<upload>/<digest>``), or None."""
     name = relative.rsplit("/", 1)[-1].removeprefix(".tmp-")
     digest = name.split(".", 1)[0]
     return digest if _DIGEST.fullmatch(digest) else None
@@ -161,6 +168,9 @@ class LocalBlobStore:
     that is a symlink is followed only to a directory inside the root, a blob file that is a
     symlink is refused (``IntegrityError``); listings report symlinks as foreign files.
     """
+
+    #: A local store signs no URLs: its bytes go through the server (``signing``).
+    urls = None
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -269,7 +279,8 @@ class FsspecBlobStore:
     credential (``safe_url``, ``masked_options``); the filesystem, which holds them, and the root
     are private. The filesystem's exceptions are translated at one boundary (``_errors``), their
     messages masked. On a local filesystem (``local://``) every path is checked to stay under the
-    root, as ``LocalBlobStore`` does.
+    root, as ``LocalBlobStore`` does. On S3, ``urls`` signs URLs (``_store_urls.StoreUrls``;
+    Signature Version 4 unless ``config_kwargs`` name another), elsewhere it is None.
 
     Raises (every method):
         RegistryError: the store cannot be reached or refuses (credentials, permissions, a
@@ -292,6 +303,9 @@ class FsspecBlobStore:
         options = dict(storage_options)
         if _scheme(url) in _S3:
             options.setdefault("use_listings_cache", False)
+            config = dict(options.get("config_kwargs") or {})  # type: ignore[call-overload]
+            config.setdefault("signature_version", "s3v4")  # signs a PUT's checksum header
+            options["config_kwargs"] = config
         try:
             self._fs, self._root = fsspec.core.url_to_fs(url, **options)
         except ImportError as e:
@@ -306,6 +320,11 @@ class FsspecBlobStore:
         self._local = isinstance(self._fs, LocalFileSystem)
         protocols = self._fs.protocol
         self._s3 = bool(_S3 & set([protocols] if isinstance(protocols, str) else protocols))
+        self.urls: StoreUrls | None = None
+        if self._s3:
+            from jaxport.registry._store_urls import StoreUrls
+
+            self.urls = StoreUrls(self._fs, self._root, self._errors)
 
     def __repr__(self) -> str:
         shown = f", **{self._shown_options!r}" if self._shown_options else ""
@@ -489,6 +508,13 @@ def open_blob_store(
     if text.startswith("file://"):
         return LocalBlobStore(text.removeprefix("file://"))
     return FsspecBlobStore(text, **(storage_options or {}))
+
+
+def signing(blobs: BlobStore) -> StoreUrls | None:
+    """The presigned URLs of ``blobs`` if it can sign them (an S3 store), else None: the one
+    place that asks (a ``BlobStore`` without ``urls`` cannot)."""
+    urls: StoreUrls | None = getattr(blobs, "urls", None)
+    return urls
 
 
 def read_verified(blobs: BlobStore, digest: str) -> bytes:

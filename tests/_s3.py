@@ -1,13 +1,14 @@
 """A real S3 for the tests: moto's server in a subprocess, on 127.0.0.1 only, authenticating.
 
-``s3_server`` (one per session) starts ``python -m moto.server`` on a free port, waits for it
-(at most ``START_TIMEOUT`` seconds), creates an IAM user whose access key may do every S3
+``s3_server`` (one per session) starts moto's server on a free port, behind the middleware of
+``tests/_s3_moto.py`` (presigned URLs and ``x-amz-checksum-sha256`` checked as S3 does), waits
+for it (at most ``START_TIMEOUT`` seconds), creates an IAM user whose access key may do every S3
 action, then the bucket. Authentication is on from then (moto's ``INITIAL_NO_AUTH_ACTION_COUNT``
-lets only the three IAM calls through unsigned): a request with a wrong key or secret, or
-none, is refused, so a test whose credentials do not reach the store fails. The server is
-stopped at the end of the session. ``s3`` (one per test) is the same server with the ``AWS_*``
-environment cleared, botocore's files and instance metadata out of reach, and fsspec's cache
-of filesystems emptied, so each test's credentials are the ones it gives.
+lets only the three IAM calls through unsigned): a request with a wrong key or secret, or none,
+is refused, so a test whose credentials do not reach the store fails. The server is stopped at
+the end of the session. ``s3`` (one per test) is the same server with the ``AWS_*`` environment
+cleared, botocore's files and instance metadata out of reach, and fsspec's cache of filesystems
+emptied, so each test's credentials are the ones it gives.
 
 Without moto (``pip install 'moto[server]'``, in the ``dev`` extra) the tests that use it skip.
 """
@@ -35,6 +36,8 @@ __all__ = ["START_TIMEOUT", "S3Server", "s3", "s3_server"]
 #: Seconds the server has to answer before the fixture fails.
 START_TIMEOUT = 15.0
 _REGION = "us-east-1"
+#: moto's server with S3's checks of presigned URLs and checksums.
+_MOTO = Path(__file__).with_name("_s3_moto.py")
 _ALLOW_S3 = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
@@ -145,7 +148,7 @@ def s3_server() -> Iterator[S3Server]:
         log = Path(tmp) / "moto.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                [sys.executable, str(_MOTO), "-H", "127.0.0.1", "-p", str(port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
