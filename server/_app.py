@@ -94,7 +94,7 @@ def create_app(
     app.include_router(docs_router(API), prefix=API)
     app.add_exception_handler(JaxportError, _errors.jaxport_error_handler)
     app.add_exception_handler(RequestValidationError, _errors.validation_error_handler)
-    app.add_exception_handler(HTTPException, _errors.http_error_handler)
+    app.add_exception_handler(HTTPException, _pages.http_error_handler)  # pages: a page
     app.add_middleware(Guard)  # auth before a write's body, body limits, other errors: 500
     app.add_middleware(SecurityHeaders)  # outermost: every answer, the Guard's included
     return app

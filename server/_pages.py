@@ -2,19 +2,26 @@
 
 =============================  ================================================================
 ``/``                          every name the token may see: newest version, versions, aliases
-``/names/{name}``              its versions (newest first, paged) and variants, its aliases and
-                               their history
-``/names/{name}/{version}``    one version: each variant's facts, a model's methods and
-                               tensors, metadata, stored audit findings
+``/names/{name}``              its description (the newest version's), its versions (newest
+                               first, paged) and variants, a form to compare two, its aliases
+                               and their history
+``/names/{name}/{version}``    one version: its description, how to pull it (Python and CLI, per
+                               platform), each variant's facts, a model's methods and tensors,
+                               metadata, stored audit findings
+``/names/{name}/compare``      two versions (``?a=1&b=2``) side by side and ``Registry.diff``'s
+                               changes (``server/_compare.py``)
+``/search``                    versions by name, metadata, platform, jax release
+                               (``server/_find.py``); every page's header has its box
 ``/matrix``                    the audit matrix (``/names/{name}/matrix``: one name's)
-``/events``                    the event log, newest first, paged
+``/events``                    the event log in words, newest first, paged
 ``/login``, ``/logout``        a form that stores a token in the ``jaxport_token`` cookie
 =============================  ================================================================
 
 Pages read as the API does (scope ``read``, ``server/_auth.py``); browsers send no bearer
 header, so ``POST /login`` puts the token in an HttpOnly, SameSite=Strict cookie (never in a
-URL), and with ``open_read`` no token is needed. Every error is a page (``PageRoute``): no or a
-bad token is a 401 page that links to ``/login``, never a traceback.
+URL), and with ``open_read`` no token is needed. Every error is a page (``PageRoute``; an
+unknown path too, ``http_error_handler``): no or a bad token is a 401 page that links to
+``/login``, never a traceback; any other error page shows who is signed in, as every page does.
 """
 
 from __future__ import annotations
@@ -25,21 +32,27 @@ import urllib.parse
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
+from fastapi import Query as Param
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from jaxport import AuthenticationError, JaxportError
 from jaxport.audit import STATUSES
 from jaxport.registry import Registry, TokenInfo
+from jaxport.server import _errors
 from jaxport.server import _views as v
 from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
+from jaxport.server._compare import compare
 from jaxport.server._errors import public_message, status_of
+from jaxport.server._find import Query, find
+from jaxport.server._usage import snippets
 
-__all__ = ["PageRoute", "router"]
+__all__ = ["PageRoute", "http_error_handler", "router"]
 
 _LOG = logging.getLogger("jaxport.server")
 NAMES_PER_PAGE = 50
@@ -47,7 +60,10 @@ VERSIONS_PER_PAGE = 20
 EVENTS_PER_PAGE = 50
 #: The largest ``POST /login`` body, in bytes (a token is 47 characters).
 _MAX_FORM = 8192
-_TITLES = {401: "Sign in needed", 403: "Not allowed", 404: "Not found", 422: "Bad request"}
+_TITLES = {
+    400: "Bad request", 401: "Sign in needed", 403: "Not allowed", 404: "Not found",
+    405: "Not allowed", 413: "Too large", 422: "Bad request", 500: "Internal error",
+}  # fmt: skip
 
 
 class PageRoute(APIRoute):
@@ -75,12 +91,19 @@ class PageRoute(APIRoute):
         return page_handler
 
 
-def error_page(request: Request, status: int, message: str) -> Response:
-    """An error as a page; a 401 links to ``/login`` and drops a cookie that failed."""
+def error_page(request: Request, status: int, message: str, who: str | None = None) -> Response:
+    """An error as a page; a 401 links to ``/login`` and drops a cookie that failed. Any
+    other shows who is signed in: ``who``, else the token the request's route read."""
     if status == 401 and bearer(request) is None and COOKIE not in request.cookies:
         message = "This page needs a token with the read scope."
+    principal = getattr(request.state, "principal", None)
+    if who is None and status != 401 and isinstance(principal, TokenInfo):
+        who = _who(principal)
     title = _TITLES.get(status, "Error")
-    page = v.render("error.html", status, title=title, message=message, status=status, who=None)
+    page = v.render(
+        "error.html", status, title=title, message=message, status=status,
+        who=None if status == 401 else who,
+    )  # fmt: skip
     if status == 401:
         page.headers["WWW-Authenticate"] = "Bearer"
         if COOKIE in request.cookies:
@@ -88,9 +111,33 @@ def error_page(request: Request, status: int, message: str) -> Response:
     return page
 
 
+async def http_error_handler(request: Request, error: Exception) -> Response:
+    """An HTTP error of the framework (an unknown path 404, a method not allowed 405): under
+    ``/api/`` the API's JSON answer (``server/_errors.py``), elsewhere a page that shows who
+    the cookie's token is, when it is one (read in a thread: it asks the database)."""
+    assert isinstance(error, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return await _errors.http_error_handler(request, error)
+    who = await run_in_threadpool(_cookie_holder, request)
+    page = error_page(request, error.status_code, str(error.detail), who)
+    for name, value in (error.headers or {}).items():
+        page.headers[name] = value
+    return page
+
+
+def _cookie_holder(request: Request) -> str | None:
+    """The name of the token in the request's cookie (None: none, or not a valid one)."""
+    if not request.cookies.get(COOKIE):
+        return None
+    try:
+        return _who(scope("read")(request))
+    except JaxportError:
+        return None
+
+
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
-Page = Annotated[int, Query(ge=1, le=1_000_000)]
+Page = Annotated[int, Param(ge=1, le=1_000_000)]
 
 
 def _reg(request: Request) -> Registry:
@@ -127,25 +174,55 @@ def name_matrix(request: Request, p: Reader, name: str) -> Response:
 
 @router.get("/names/{name}")
 def name_page(request: Request, p: Reader, name: str, page: Page = 1) -> Response:
-    """A name's versions (newest first, paged) with their variants, its aliases and moves."""
+    """A name's description (its newest version's), its versions (newest first, paged) with
+    their variants, a form to compare two, its aliases and moves."""
     check_name(p, name)
     reg = _reg(request)
     rows, total = v.version_rows(reg, name, page=page, per_page=VERSIONS_PER_PAGE)
+    newest = reg.get(name) if total else None  # its description heads the page
     return v.render(
         "name.html", name=name, rows=rows, total=total, page=page,
         more=total > page * VERSIONS_PER_PAGE, aliases=reg.aliases(name),
-        moves=v.alias_moves(reg, name), who=_who(p),
+        moves=v.alias_moves(reg, name), newest=newest, who=_who(p),
     )  # fmt: skip
+
+
+Version = Annotated[int, Param(ge=1, le=2**31 - 1)]
+
+
+@router.get("/names/{name}/compare")
+def compare_page(request: Request, p: Reader, name: str, a: Version, b: Version) -> Response:
+    """Versions ``a`` and ``b`` of ``name`` side by side, and what changed from ``a`` to ``b``."""
+    check_name(p, name)
+    comparison = compare(_reg(request), name, a, b)
+    return v.render("compare.html", name=name, c=comparison, who=_who(p))
 
 
 @router.get("/names/{name}/{version}")
 def version_page(request: Request, p: Reader, name: str, version: int) -> Response:
-    """One version: each variant's facts, a model's methods and tensors, metadata, findings."""
+    """One version: its description, how to pull it, each variant's facts, a model's methods
+    and tensors, metadata, findings."""
     check_name(p, name)
     reg = _reg(request)
     ref = reg.get(f"{name}:{version}")
     findings = v.version_findings(reg, name, version)
-    return v.render("version.html", ref=ref, findings=findings, who=_who(p))
+    usage = snippets(ref, str(request.base_url).rstrip("/"))
+    return v.render("version.html", ref=ref, findings=findings, usage=usage, who=_who(p))
+
+
+@router.get("/search")
+def search(
+    request: Request,
+    p: Reader,
+    q: Annotated[str, Param(max_length=500)] = "",
+    meta: Annotated[list[str], Param()] = [],  # noqa: B006 - FastAPI copies it
+    platform: Annotated[str, Param(max_length=20)] = "",
+    jax: Annotated[str, Param(max_length=50)] = "",
+) -> Response:
+    """Versions by name, metadata, platform and jax release (``server/_find.py``)."""
+    query = Query.parse(q, meta, platform, jax)
+    results, more = ([], False) if query.empty else find(_reg(request), p, query)
+    return v.render("search.html", query=query, results=results, more=more, who=_who(p))
 
 
 @router.get("/matrix")
@@ -165,12 +242,13 @@ def _matrix(request: Request, p: Reader, name: str | None) -> Response:
 
 @router.get("/events")
 def events(
-    request: Request, p: Reader, before: Annotated[int | None, Query(ge=1)] = None
+    request: Request, p: Reader, before: Annotated[int | None, Param(ge=1)] = None
 ) -> Response:
     """The event log, newest first; ``before``: the id of the last event of the page before."""
-    found = _reg(request).events(limit=EVENTS_PER_PAGE, before=before)
+    reg = _reg(request)
+    found = reg.events(limit=EVENTS_PER_PAGE, before=before)
     older = found[-1].id if len(found) == EVENTS_PER_PAGE else None
-    shown = v.visible_events(found, p)
+    shown = v.event_rows(reg, v.visible_events(found, p))
     return v.render("events.html", events=shown, older=older, who=_who(p))
 
 

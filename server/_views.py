@@ -18,17 +18,28 @@ from typing import Any
 import jinja2
 from fastapi.responses import HTMLResponse
 
-from jaxport import __version__
+from jaxport import NotFoundError, __version__
 from jaxport.audit import Finding, MatrixCell, matrix_cells, matrix_releases
-from jaxport.registry import AliasMove, Event, Registry, TokenInfo, VariantInfo
+from jaxport.registry import (
+    DESCRIPTION_KEY,
+    AliasMove,
+    Event,
+    Registry,
+    TokenInfo,
+    VariantInfo,
+)
+from jaxport.server._markdown import render_markdown
 
 __all__ = [
     "STATUS_CLASSES",
+    "AliasChange",
+    "EventRow",
     "MatrixRow",
     "NameRow",
     "VersionRow",
     "alias_moves",
     "css",
+    "event_rows",
     "human_size",
     "iso_utc",
     "matrix_rows",
@@ -52,6 +63,8 @@ STATUS_CLASSES = {
     "unknown": "st-not-run",
     "not audited": "st-none",
 }
+#: The platforms the search form offers (``Exported.platforms``' names).
+KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 #: Variants read from the registry per query (``Registry.search`` pages).
 _CHUNK = 10_000
 #: Answer headers of every page: no script, no frame, no cache of a token's view.
@@ -88,8 +101,14 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(size=human_size, iso=iso_utc, json=lambda d: json.dumps(d, sort_keys=True))
-    env.globals.update(version=__version__, status_class=STATUS_CLASSES.get)
+    env.filters.update(
+        size=human_size, iso=iso_utc, json=lambda d: json.dumps(d, sort_keys=True),
+        markdown=render_markdown,
+    )  # fmt: skip
+    env.globals.update(
+        version=__version__, status_class=STATUS_CLASSES.get, description_key=DESCRIPTION_KEY,
+        platforms=KNOWN_PLATFORMS,
+    )  # fmt: skip
     return env
 
 
@@ -237,3 +256,81 @@ def visible_events(events: Sequence[Event], principal: TokenInfo) -> list[Event]
     if not principal.prefixes:
         return list(events)
     return [e for e in events if e.name is not None and principal.allows_name(e.name)]
+
+
+@dataclasses.dataclass(frozen=True)
+class AliasChange:
+    """An alias an event moved: from ``before`` to ``after`` (None: it had none / removed)."""
+
+    alias: str
+    before: int | None
+    after: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EventRow:
+    """An event as the events page shows it: ``what`` in words and the aliases it moved."""
+
+    event: Event
+    what: str
+    aliases: tuple[AliasChange, ...]
+
+
+def event_rows(reg: Registry, events: Sequence[Event]) -> list[EventRow]:
+    """``events`` in words. An alias event (and a push that moved aliases) records the alias
+    and where it now points; where it pointed before is read from the name's alias history:
+    the newest move of that alias to that version made no later than the event (both are
+    written in one transaction, the move first)."""
+    histories: dict[str, list[AliasMove]] = {}
+    rows = []
+    for e in events:
+        moved: list[str] = []
+        if e.kind == "alias":
+            moved = [str(e.detail.get("alias", ""))]
+        elif e.kind == "push":
+            moved = [str(a) for a in e.detail.get("aliases", [])]
+        changes = tuple(_alias_change(reg, histories, e, alias) for alias in moved)
+        rows.append(EventRow(e, _what(e), changes))
+    return rows
+
+
+def _alias_change(
+    reg: Registry, histories: dict[str, list[AliasMove]], e: Event, alias: str
+) -> AliasChange:
+    if e.name is None:
+        return AliasChange(alias, None, e.version)
+    if e.name not in histories:
+        try:
+            histories[e.name] = reg.alias_history(e.name)
+        except NotFoundError:  # the name was deleted since
+            histories[e.name] = []
+    for move in reversed(histories[e.name]):
+        if move.alias == alias and move.to_version == e.version and move.moved_at <= e.at:
+            return AliasChange(alias, move.from_version, move.to_version)
+    return AliasChange(alias, None, e.version)
+
+
+def _what(e: Event) -> str:
+    d = e.detail
+    if e.kind == "push":
+        digests = d.get("digests", [])
+        if d.get("created", True):
+            return f"pushed {len(digests)} variant{'' if len(digests) == 1 else 's'}"
+        return f"repaired {len(d.get('repaired', []))} blob(s) of an existing version"
+    if e.kind == "alias":
+        return "removed an alias" if e.version is None else "moved an alias"
+    if e.kind == "delete":
+        return "deleted (forced)" if d.get("force") else "deleted"
+    if e.kind == "gc":
+        return f"collected {d.get('removed', 0)} blob(s), {human_size(d.get('bytes', 0) or 0)}"
+    if e.kind == "sign":
+        return "signed by " + ", ".join(map(str, d.get("signers", [])))
+    if e.kind == "token-create":
+        prefixes = d.get("prefixes") or []
+        limit = f", names {' '.join(map(str, prefixes))}*" if prefixes else ""
+        expires = d.get("expires_at")
+        until = f", until {iso_utc(expires)}" if isinstance(expires, int | float) else ""
+        return f"created token {d.get('token')} ({d.get('scope')}{limit}{until})"
+    if e.kind == "token-revoke":
+        return f"revoked token {d.get('token')}"
+    return e.kind

@@ -418,7 +418,8 @@ def test_events_are_newest_first_with_time_actor_kind_and_reference(context, ser
     assert all(r[2].startswith("local:") for r in rows)
     assert ["alias", "sine:1"] in [r[3:5] for r in rows]
     revoke = rows[0]
-    assert '"token": "gone"' in revoke[5]
+    assert revoke[5] == "revoked token gone"
+    assert rows[1][5] == "created token gone (read)"
     # Keyset paging: only events older than the third.
     page.goto(f"{server}/events?before={ids[2]}")
     assert [int(r[0]) for r in _rows(page, "#events")] == ids[3:]
