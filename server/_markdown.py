@@ -69,14 +69,19 @@ def render_markdown(text: str) -> Markup:
 
 
 def summary(text: str, length: int = 160) -> str:
-    """The first paragraph of a description that is not a heading, as one line cut at
-    ``length`` characters (search results): Markdown's markup characters are left as they are
-    (the page escapes them)."""
-    lines: list[str] = []
-    for line in text.strip().splitlines():
-        if lines and not line.strip():
-            break
-        if line.strip() and not line.lstrip().startswith("#"):  # headings are titles
-            lines.append(line.strip())
-    first = " ".join(lines)
-    return first if len(first) <= length else first[: length - 1].rstrip() + "…"
+    """The first paragraph of a description as plain text (Markdown's markup dropped: the words
+    of its emphasis, code and links kept), cut at ``length`` characters (search results, the
+    compare page)."""
+    tokens = _parser().parse(text)
+    for i, token in enumerate(tokens[:-1]):
+        if token.type == "paragraph_open" and tokens[i + 1].children is not None:
+            words = "".join(_plain(child) for child in tokens[i + 1].children or ())
+            first = " ".join(words.split())
+            return first if len(first) <= length else first[: length - 1].rstrip() + "…"
+    return ""
+
+
+def _plain(token: Token) -> str:
+    if token.type in ("text", "code_inline"):
+        return token.content
+    return " " if token.type in ("softbreak", "hardbreak") else ""

@@ -184,7 +184,7 @@ def test_search_by_name_metadata_platform_and_jax_release(viewer, server):
     assert _search(page, "jax:0.0") == [] and page.locator("#none").count() == 1
     assert _search(page, "owner=ml platform:tpu vision")[0][:2] == ["vision:2", "function"]
     row = _search(page, "owner=ml")[1]
-    assert ISO_UTC.match(row[2]) and row[5].startswith("Encodes **images**")
+    assert ISO_UTC.match(row[2]) and row[5].startswith("Encodes images for the search team.")
     # The search page's own form: the platform as a field.
     page.select_option("#find select[name=platform]", "tpu")
     page.fill("#find input[name=q]", "")
@@ -256,7 +256,7 @@ def test_compare_shows_platforms_signatures_and_audits(viewer, server):
     assert facts["signatures"] == ["[0][0]: float32[4] -> .: float32[4]"] * 2
     assert facts["custom-call targets"] == ["none", "none"]
     assert facts["metadata team"] == ["search", "—"]
-    assert facts["description"][0].startswith("Encodes **images**")
+    assert facts["description"][0].startswith("Encodes images for the search team.")
     audits = _rows(page, "#audits")
     assert ["cpu", NEW_JAX, "static", "unknown", "unknown"] in audits
     assert ["tpu", NEW_JAX, "static", "\N{EN DASH}", "not-run"] in audits
