@@ -269,6 +269,14 @@ def _parse_meta(
     help="Metadata of the version (repeat); archives are never rewritten, they keep their own.",
 )
 @click.option(
+    "--description",
+    "description_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="A Markdown file (UTF-8, at most 64 KiB): the version's description, its metadata key "
+    "'description', which the server's pages render (HTML disabled).",
+)
+@click.option(
     "--max-size",
     type=click.IntRange(min=0),
     default=64 << 30,
@@ -288,6 +296,7 @@ def push(
     name: str | None,
     aliases: tuple[str, ...],
     metadata: dict[str, str],
+    description_file: Path | None,
     max_size: int,
     allow_custom_calls: tuple[str, ...],
     audit: bool,
@@ -299,6 +308,8 @@ def push(
     Exported.serialize() (converted, keeping its VJP order); they are told apart by content.
     Pushing archives that are already a version changes nothing and names that version.
     """
+    if description_file is not None:
+        metadata = {**metadata, **_description(description_file)}
     with ctx.registry(create=True) as reg:
         if audit:
             reg.check_audit_queue()  # refused before anything is pushed
@@ -314,6 +325,24 @@ def push(
 
     data = {"pushed": result, "queued": jobs}
     _emit(as_json, data, lambda d: f"{_pushed(d['pushed'])}\n{enqueued_text(d['queued'])}")
+
+
+def _description(path: Path) -> dict[str, str]:
+    """``--description FILE`` as push metadata: ``{"description": TEXT}`` (it replaces a
+    ``--meta description=...``).
+
+    Raises:
+        InvalidNameError: the file is over 64 KiB, not a regular file or not UTF-8.
+    """
+    from jaxport import InvalidNameError
+    from jaxport._files import read_regular
+    from jaxport.registry import DESCRIPTION_KEY, MAX_DESCRIPTION_BYTES
+
+    data = read_regular(path, InvalidNameError, max_size=MAX_DESCRIPTION_BYTES)
+    try:
+        return {DESCRIPTION_KEY: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        raise InvalidNameError(f"the description {path} is not UTF-8 text") from None
 
 
 def _pushed(result: Any) -> str:
