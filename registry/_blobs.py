@@ -18,6 +18,7 @@ import datetime
 import hashlib
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -281,6 +282,9 @@ class FsspecBlobStore:
     messages masked. On a local filesystem (``local://``) every path is checked to stay under the
     root, as ``LocalBlobStore`` does. On S3, ``urls`` signs URLs (``_store_urls.StoreUrls``;
     Signature Version 4 unless ``config_kwargs`` name another), elsewhere it is None.
+    ``bytes_read`` and ``bytes_written`` count the blob bytes this object moved from and to
+    the store (``get``, ``open``'s reads, ``put``): what a registry server's own process
+    reads or writes of the archives it serves.
 
     Raises (every method):
         RegistryError: the store cannot be reached or refuses (credentials, permissions, a
@@ -321,6 +325,8 @@ class FsspecBlobStore:
         protocols = self._fs.protocol
         self._s3 = bool(_S3 & set([protocols] if isinstance(protocols, str) else protocols))
         self.urls: StoreUrls | None = None
+        self.bytes_read = self.bytes_written = 0
+        self._count = threading.Lock()
         if self._s3:
             from jaxport.registry._store_urls import StoreUrls
 
@@ -357,11 +363,17 @@ class FsspecBlobStore:
         path = f"{self._root}/{under or _relative(digest)}"
         return _inside(self._root, path, digest, link_ok=link_ok) if self._local else path
 
+    def _moved(self, *, read: int = 0, written: int = 0) -> None:
+        with self._count:
+            self.bytes_read += read
+            self.bytes_written += written
+
     def put(self, digest: str, data: bytes | memoryview, *, replace: bool = False) -> None:
         path = self._path(digest)
         with self._errors(f"writing blob {digest}"):
             if not replace and self._fs.exists(path):
                 return
+            self._moved(written=len(data))
             if self._s3:  # no rename, no directories: one atomic PUT (or multipart upload)
                 self._fs.pipe_file(path, bytes(data))
                 return
@@ -374,7 +386,9 @@ class FsspecBlobStore:
     def get(self, digest: str) -> bytes:
         path = self._path(digest)
         with self._errors(f"blob {digest}", lookup=True):
-            return bytes(self._fs.cat_file(path))
+            data = bytes(self._fs.cat_file(path))
+        self._moved(read=len(data))
+        return data
 
     def open(self, digest: str) -> BinaryIO:
         """``digest``'s file opened for reading (ranges are fetched as they are read).
@@ -385,7 +399,7 @@ class FsspecBlobStore:
         """
         path = self._path(digest)
         with self._errors(f"blob {digest}", lookup=True):
-            return self._fs.open(path, "rb")  # type: ignore[no-any-return]
+            return _Counted(self._fs.open(path, "rb"), self._moved)  # type: ignore[return-value]
 
     def exists(self, digest: str) -> bool:
         path = self._path(digest)
@@ -440,6 +454,32 @@ class FsspecBlobStore:
         path = self._path(digest)
         with self._errors(f"blob {digest}", lookup=True):
             return _age(self._fs.info(path))
+
+
+class _Counted:
+    """A file opened for reading whose reads are counted (``FsspecBlobStore.bytes_read``)."""
+
+    def __init__(self, file: Any, moved: Any) -> None:
+        self._file, self._moved = file, moved
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._file.read(size)
+        self._moved(read=len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n: int = self._file.readinto(buffer)
+        self._moved(read=n)
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> _Counted:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
 
 
 #: fsspec protocols of S3 (s3fs): no rename, no directories, whole objects only.

@@ -5,20 +5,20 @@ A store that can sign (``FsspecBlobStore`` over s3fs: S3, MinIO, R2, Ceph) has `
 ``StoreUrls``; any other has ``urls = None`` (``signing``: the one place that asks). What a URL
 may do is fixed by its signature (AWS Signature Version 4, query-string form):
 
-- ``presign_put``: one PUT of one part to its **staging key** ``<root>/staging/<upload>/<digest>``
+- ``put_url``: one PUT of one part to its **staging key** ``<root>/staging/<upload>/<digest>``
   (never its content-addressed key, so an unfinished upload never shows as a blob), with the
   part's sha256 signed in as the ``x-amz-checksum-sha256`` header and its length as
   ``Content-Length``: S3 refuses a body whose sha256 is not the digest (``BadDigest``) and any
   other header value (``SignatureDoesNotMatch``).
-- ``presign_get``: one GET of one blob.
+- ``get_url``: one GET of one blob.
 - Both expire after ``expires`` seconds (S3: at most 7 days).
 
-At commit the server checks a staged part without reading it (``staged``: HEAD with
-``ChecksumMode=ENABLED``: its size and the sha256 S3 computed), then moves it to its
-content-addressed key with a server-side copy (``promote``: S3 computes the copy's sha256
-again, ``ChecksumAlgorithm=SHA256``), so the blob's recorded checksum is the store's own
-(``checksum``). Staging keys are temporary files to ``BlobStore.strays``: ``gc`` removes those
-older than its ``temp_age``.
+Once uploaded, the server checks a staged part without reading it (``take``: a HEAD with
+``ChecksumMode=ENABLED`` gives its size and the sha256 S3 computed), then moves it to its
+content-addressed key with a server-side copy (S3 computes the copy's sha256 again,
+``ChecksumAlgorithm=SHA256``), so a blob's recorded checksum is the store's own (``stat``).
+Staging keys are temporary files to ``BlobStore.strays``: ``gc`` removes those older than its
+``temp_age``.
 
 Raises (every method):
     RegistryError: the store refuses or cannot be reached (messages masked).
@@ -93,21 +93,24 @@ class StoreUrls:
     def _blob(self, digest: str) -> str:
         return f"sha256/{check_digest(digest)[:2]}/{digest}"
 
-    def presign_get(self, digest: str, expires: int) -> str:
+    #: Most bytes one presigned PUT may carry: a larger part goes through the server.
+    max_put = MAX_PUT
+
+    def get_url(self, digest: str, expires: int) -> str:
         """A URL that GETs blob ``digest`` (HTTP ranges too) for ``expires`` seconds."""
         bucket, key = self._split(self._blob(digest))
         with self._errors(f"signing a read of blob {digest}"):
             return str(self._url("get_object", expires, Bucket=bucket, Key=key))
 
-    def presign_put(
-        self, key: str, sha256: str, size: int, expires: int
+    def put_url(
+        self, upload: str, digest: str, size: int, expires: int
     ) -> tuple[str, dict[str, str]]:
-        """A URL that PUTs ``size`` bytes whose sha256 is ``sha256`` (hex) at ``key`` (relative
-        to the root: ``staging_key``) for ``expires`` seconds, and the headers the PUT must
-        send (signed into the URL: another value is refused)."""
-        bucket, object_key = self._split(key)
-        checksum = _b64(sha256)
-        with self._errors(f"signing an upload of {sha256}"):
+        """A URL that PUTs ``size`` bytes whose sha256 is ``digest`` to its staging key in
+        ``upload`` for ``expires`` seconds, and the headers the PUT must send (signed into the
+        URL: another value is refused)."""
+        bucket, object_key = self._split(staging_key(upload, digest))
+        checksum = _b64(digest)
+        with self._errors(f"signing an upload of {digest}"):
             url = self._url(
                 "put_object", expires, Bucket=bucket, Key=object_key,
                 ChecksumSHA256=checksum, ContentLength=size,
@@ -119,9 +122,26 @@ class StoreUrls:
         key = params.pop("Key")
         return self._fs.url(f"{bucket}/{key}", expires=expires, client_method=method, **params)
 
-    def staged(self, key: str) -> tuple[int, str | None] | None:
-        """``(size in bytes, sha256 hex the store computed or None)`` of the object at ``key``
-        (a HEAD: no body read); None if there is none."""
+    def take(self, upload: str, digest: str) -> int | None:
+        """Stores the part ``digest`` uploaded to its staging key in ``upload`` as a blob, if
+        the store computed that sha256 for it (``promote``); returns its size, or None where
+        there is no such part (or another one, which is deleted)."""
+        key = staging_key(upload, digest)
+        found = self._head(key)
+        if found is None:
+            return None
+        if found[1] != digest:
+            self._discard(key)
+            return None
+        self._promote(key, digest)
+        return found[0]
+
+    def stat(self, digest: str) -> tuple[int, str | None] | None:
+        """``(size in bytes, the sha256 hex the store recorded or None)`` of blob ``digest``
+        (a HEAD); None if there is none."""
+        return self._head(self._blob(digest))
+
+    def _head(self, key: str) -> tuple[int, str | None] | None:
         bucket, object_key = self._split(key)
         with self._errors(f"looking at {key}"):
             try:
@@ -132,13 +152,7 @@ class StoreUrls:
                 return None
         return int(head["ContentLength"]), _hex(head.get("ChecksumSHA256"))
 
-    def checksum(self, digest: str) -> str | None:
-        """The sha256 (hex) the store recorded for blob ``digest`` (None: none recorded, or
-        no such blob), read with a HEAD."""
-        found = self.staged(self._blob(digest))
-        return None if found is None else found[1]
-
-    def promote(self, key: str, digest: str) -> None:
+    def _promote(self, key: str, digest: str) -> None:
         """Copies the object at ``key`` to blob ``digest``'s key inside the store (no byte
         through this process; S3 computes the copy's sha256), then deletes ``key``."""
         bucket, source = self._split(key)
@@ -149,10 +163,9 @@ class StoreUrls:
                 CopySource={"Bucket": bucket, "Key": source}, ChecksumAlgorithm="SHA256",
             )  # fmt: skip
             self._fs.invalidate_cache(f"{bucket}/{target}")
-        self.discard(key)
+        self._discard(key)
 
-    def discard(self, key: str) -> None:
-        """Deletes the object at ``key``; a no-op if it is gone."""
+    def _discard(self, key: str) -> None:
         bucket, object_key = self._split(key)
         with self._errors(f"removing {key}"):
             self._fs.call_s3("delete_object", Bucket=bucket, Key=object_key)

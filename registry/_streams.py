@@ -34,6 +34,13 @@ class BlobStream:
     def __init__(self, blobs: BlobStore, digest: str, size: int, parts: list[Part] | None):
         self.blobs, self.digest, self.size, self._parts = blobs, digest, size, parts
 
+    @property
+    def parts(self) -> list[Part]:
+        """Where the bytes are: a model archive's parts, else one part, the blob whole."""
+        if self._parts is not None:
+            return list(self._parts)
+        return [Part(0, self.digest, 0, self.size)]
+
     def chunks(self, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """Bytes ``start`` to ``end`` (default: the end), a chunk at a time; verified when it
         is the whole (see the module's doc).

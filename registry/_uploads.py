@@ -13,6 +13,14 @@ archive's declared size, and the memory its push needs (the sections it decompre
 known. Parts stored before a commit are blobs nothing refers to yet: ``gc`` keeps them for
 ``min_age`` (an hour by default), so an interrupted upload resumes by asking ``missing``
 again.
+
+Where the store recorded each tensor part's sha256 itself (an S3 store, the parts uploaded
+straight to it through presigned URLs: ``_store_urls``), a model is committed without reading
+its tensors (``sources``: a ``StoredModel`` instead of an assembled file): the skeleton is read
+and validated in full, each tensor part is checked by the store's checksum and size (a HEAD),
+compressed tensors are read and checked as ever; the whole archive's sha256 is then the
+client's word, checked by every whole read (a pull) and refused where it names another
+archive's parts (``_publish``).
 """
 
 from __future__ import annotations
@@ -28,11 +36,20 @@ from pathlib import Path
 from jaxport import IntegrityError, InvalidNameError, JaxportError
 from jaxport._io import atomic_write
 from jaxport.export import Part
-from jaxport.registry._blobs import BlobStore
+from jaxport.registry._blobs import BlobStore, signing
 from jaxport.registry._model_parts import archive_chunks, header_info
 from jaxport.registry._names import check_digest
 
-__all__ = ["ArchiveParts", "assemble", "missing", "plan_parts", "receive"]
+__all__ = [
+    "ArchiveParts",
+    "StoredModel",
+    "assemble",
+    "missing",
+    "plan_parts",
+    "receive",
+    "sources",
+    "vouched",
+]
 
 #: Most parts one archive may name: a model's skeleton and its tensors, one section each
 #: besides the modules' (the format's ``MAX_MODEL_SECTIONS``, 2**16).
@@ -203,3 +220,38 @@ def assemble(blobs: BlobStore, archive: ArchiveParts, directory: str | os.PathLi
             expected=archive.digest, found=h.hexdigest(),
         )  # fmt: skip
     return path
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredModel:
+    """A model archive whose parts ``blobs`` holds, to push without reading its tensors
+    (``_publish`` checks each tensor part's checksum recorded by the store)."""
+
+    archive: ArchiveParts
+    blobs: BlobStore
+
+
+def sources(
+    blobs: BlobStore, archives: Sequence[ArchiveParts], directory: str | os.PathLike[str]
+) -> list[Path | StoredModel]:
+    """What ``push`` takes for archives whose parts are stored: ``StoredModel``s where every
+    archive is a model with tensors and the store records checksums (an S3 store), else each
+    archive put together from its parts into ``directory`` (``assemble``).
+
+    Raises:
+        (see ``assemble``; a ``StoredModel`` is checked by ``push``)
+    """
+    if all(len(a.parts) > 1 and vouched(blobs, a.parts[1:]) is None for a in archives):
+        return [StoredModel(a, blobs) for a in archives]
+    return [assemble(blobs, a, directory) for a in archives]
+
+
+def vouched(blobs: BlobStore, parts: Sequence[Part]) -> Part | None:
+    """The first of ``parts`` that ``blobs`` does not hold with the sha256 it computed itself
+    and the part's size (one HEAD each, ``StoreUrls.stat``), or None: the store vouches for
+    all. A store that keeps no checksums vouches for none."""
+    urls = signing(blobs)
+    for part in parts:
+        if urls is None or urls.stat(part.digest) != (part.size, part.digest):
+            return part
+    return None

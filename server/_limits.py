@@ -1,13 +1,12 @@
 """What one request may make the server hold, and all requests together (issue 24: F3, F6).
 
-Bodies. Every body has a limit by route, checked before it is read (by its
-``Content-Length``) and as it arrives (a body without one): a part upload
-``--max-upload`` bytes; a commit or a ``missing`` question ``MAX_LIST_BODY`` (a commit of
-``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); any other body ``MAX_BODY``.
-A JSON body is parsed in a worker thread (``OffLoopJSON``), never on the event loop, and
-refused (400) past ``MAX_JSON_DEPTH`` levels, ``MAX_JSON_VALUES`` values or a string of
-``MAX_JSON_STRING`` characters, so that what the route's model then validates on the loop
-is small.
+Bodies. Every body has a limit by route, checked before it is read (by its ``Content-Length``)
+and as it arrives (a body without one): a part upload ``--max-upload`` bytes; a commit, a
+``missing`` question or an upload's start or completion ``MAX_LIST_BODY`` (a commit of
+``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); any other body ``MAX_BODY``. A JSON
+body is parsed in a worker thread (``OffLoopJSON``), never on the event loop, and refused (400)
+past ``MAX_JSON_DEPTH`` levels, ``MAX_JSON_VALUES`` values or a string of ``MAX_JSON_STRING``
+characters, so that what the route's model then validates on the loop is small.
 
 Memory. A ``MemoryBudget`` (``jaxport serve --memory-budget``) is what the requests of one
 server process may hold at once beyond the server's own: a large JSON body
@@ -99,11 +98,17 @@ BUDGET_WAIT = 5.0
 _API = "/api/v1/"
 
 
+#: The POST routes whose body lists a push's parts (``server/_presign.py``: ``uploads``).
+_LIST_ROUTES = frozenset(
+    _API + r for r in ("versions", "blobs/missing", "uploads", "uploads/complete")
+)
+
+
 def body_limit(method: str, path: str, max_upload: int) -> int:
     """The largest body, in bytes, of a request to ``method path`` (see the module's doc)."""
     if method == "PUT" and path.startswith(_API + "blobs/"):
         return max_upload
-    if method == "POST" and path in (_API + "versions", _API + "blobs/missing"):
+    if method == "POST" and path in _LIST_ROUTES:
         return MAX_LIST_BODY
     return MAX_BODY
 
