@@ -80,7 +80,9 @@ from jaxport.registry._models import (
 )
 from jaxport.registry._names import check_metadata, check_name, check_names
 from jaxport.registry._queries import ref_on
+from jaxport.registry._stored_push import check_claimed, stored_model
 from jaxport.registry._types import PushResult, Ref, VariantInfo
+from jaxport.registry._uploads import StoredModel
 from jaxport.registry._verdicts import RegistryVerdicts, push_verdicts
 
 if TYPE_CHECKING:
@@ -120,6 +122,8 @@ class _Item:
     exported: Exported | None = None
     model: Model | None = None
     parts: tuple[Part, ...] = ()
+    #: Parts the store holds, checked by its own checksums (``_stored_push``): not written.
+    stored: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -175,7 +179,12 @@ class Publisher:
         notes = tuple(n for i in items for n in i.notes)
         token = uuid.uuid4().hex
         with _db.translating_db_errors(), _db.write_connection(self._engine) as conn:
-            known = _register_pending(conn, token, blobs)
+            if stored := [i for i in items if i.stored]:  # parts the store vouches for
+                with conn.begin():
+                    for i in stored:
+                        check_claimed(conn, i.digest, i.parts)
+            pending = list(dict.fromkeys([*blobs, *(d for i in items for d in i.stored)]))
+            known = _register_pending(conn, token, pending)
             try:
                 repaired = self._write_blobs(blobs, known)
                 with conn.begin():
@@ -298,9 +307,7 @@ def _same_examples(kind: str, stored: Any, examples: Any, tolerance: Any) -> boo
     return True
 
 
-def _register_pending(
-    conn: Connection, token: str, blobs: Mapping[str, bytes | memoryview]
-) -> set[str]:
+def _register_pending(conn: Connection, token: str, blobs: Sequence[str]) -> set[str]:
     """Step 1 of the blob protocol, in a transaction of its own (committed, so gc sees it);
     returns the digests that already have a ``blobs`` row. On PostgreSQL one statement
     (``_db.register_pending_at_once``)."""
@@ -497,6 +504,8 @@ def _prepare(
         return _stored_even_if_newer(bytes(source), None, verdicts, allow)
     if isinstance(source, Model):
         return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
+    if isinstance(source, StoredModel):
+        return _stored_item(source, verdicts, allow)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
 
@@ -601,6 +610,20 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> _Item:
 
     digest = hashlib.sha256(data).hexdigest()
     return _Item(digest, len(data), inspect(data), notes, {digest: data}, exported=exported)
+
+
+def _stored_item(source: StoredModel, verdicts: VerdictCache, allow: tuple[str, ...]) -> _Item:
+    """A model archive the store holds in parts, its tensors unread (``_stored_push``); one a
+    newer jax wrote is stored, not run, as ``_stored_even_if_newer`` says."""
+    from jaxport.export import newer_note
+
+    info, model, newer = stored_model(source, verdicts, allow)
+    parts = source.archive.parts
+    return _Item(
+        source.archive.digest, source.archive.size, info, (newer_note(newer),) if newer else (),
+        {}, model=None if newer else model, parts=parts,
+        stored=tuple(dict.fromkeys(p.digest for p in parts)),
+    )  # fmt: skip
 
 
 def _model_item(archive: ArchiveChunks, model: Model, path: str | None) -> _Item:
