@@ -50,12 +50,13 @@ if TYPE_CHECKING:
     from jaxport.export._custom_calls import target_releases as target_releases
     from jaxport.export._dtypes import numpy_dtype as numpy_dtype
     from jaxport.export._info import ArchiveInfo as ArchiveInfo
-    from jaxport.export._info import AvalInfo as AvalInfo
-    from jaxport.export._info import MethodInfo as MethodInfo
-    from jaxport.export._info import ModuleInfo as ModuleInfo
-    from jaxport.export._info import SectionInfo as SectionInfo
     from jaxport.export._info import inspect as inspect
     from jaxport.export._info import module_custom_calls as module_custom_calls
+    from jaxport.export._info_types import AvalInfo as AvalInfo
+    from jaxport.export._info_types import MethodInfo as MethodInfo
+    from jaxport.export._info_types import ModuleInfo as ModuleInfo
+    from jaxport.export._info_types import SectionInfo as SectionInfo
+    from jaxport.export._info_types import TensorInfo as TensorInfo
     from jaxport.export._model import Model as Model
     from jaxport.export._model_io import load_model as load_model
     from jaxport.export._model_io import loads_model as loads_model
@@ -75,7 +76,6 @@ if TYPE_CHECKING:
     from jaxport.export._parts import ranged_info as ranged_info
     from jaxport.export._parts import split_archive as split_archive
     from jaxport.export._parts import stream_info as stream_info
-    from jaxport.export._tensors import TensorInfo as TensorInfo
     from jaxport.export._verdicts import LayeredVerdictCache as LayeredVerdictCache
     from jaxport.export._verdicts import LocalVerdictCache as LocalVerdictCache
     from jaxport.export._verdicts import Verdict as Verdict

@@ -24,6 +24,7 @@ from jaxport.export import (
 )
 from jaxport.export._avals import AvalTables
 from jaxport.export._compress import PARALLEL_BYTES
+from jaxport.export._container import ArchiveHeader, read_header
 from jaxport.export._exported import (
     check_calling_convention_version,
     decode_exported,
@@ -227,64 +228,12 @@ def encode_section(builder: flatbuffers.Builder, s: _container.Section) -> int:
     return int(fb.SectionEnd(builder))
 
 
-def _decode_section(table: fb.Section) -> _container.Section:
-    return _container.Section(
-        offset=table.Offset(),
-        length=table.Length(),
-        compression=table.Compression(),
-        uncompressed_length=table.UncompressedLength(),
-        sha256=_fb.read_bytes(table, "Sha256") or b"",
-    )
-
-
 def encode_metadata_entry(builder: flatbuffers.Builder, entry: tuple[str, str]) -> int:
     key, value = (builder.CreateString(s) for s in entry)
     fb.MetadataEntryStart(builder)
     fb.MetadataEntryAddKey(builder, key)
     fb.MetadataEntryAddValue(builder, value)
     return int(fb.MetadataEntryEnd(builder))
-
-
-@dataclasses.dataclass(frozen=True)
-class ArchiveHeader:
-    """A checked preamble and header, and the payload's place; read by ``read_header``."""
-
-    preamble: _container.Preamble
-    archive: fb.Archive
-    sections: list[_container.Section]
-    payload_start: int
-    total_length: int
-
-
-def read_header(head: bytes | memoryview, total_length: int, *, path: str | None) -> ArchiveHeader:
-    """Checks and parses the preamble and header at the start of an archive.
-
-    Args:
-        head: the archive's first bytes: at least the preamble and the header.
-        total_length: the archive's whole length in bytes, to check section ranges.
-        path: the file, for error messages.
-
-    Raises:
-        CorruptArchiveError, IntegrityError, UnsupportedVersionError: see ``loads``.
-    """
-    preamble = _container.decode_preamble(head, path=path)
-    payload_start = _container.PREAMBLE_LENGTH + preamble.header_length
-    header = bytes(head[_container.PREAMBLE_LENGTH : payload_start])
-    _container.check_header(header, preamble, path=path)
-    with _fb.translating_read_errors(path):
-        archive = fb.Archive.GetRootAs(header, 0)
-        _container.check_section_count(
-            archive.SectionsLength(), format_version=preamble.format_version, path=path
-        )
-        sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
-    _container.check_sections(
-        sections,
-        total_length - payload_start,
-        payload_start=payload_start,
-        path=path,
-        format_version=preamble.format_version,
-    )
-    return ArchiveHeader(preamble, archive, sections, payload_start, total_length)
 
 
 def writer_jax(head: ArchiveHeader) -> str:

@@ -8,24 +8,27 @@ sharding checks (``DuplicateSpecError``, ``AssertionError``), jaxlib's C++ bindi
 (``RuntimeError: std::bad_cast``) and zstandard (``ZstdError``). Every reader of an archive runs
 inside ``translating_read_errors``, which turns each of ``TRANSLATED_ERRORS`` into a
 ``CorruptArchiveError`` naming the original type, and the field where it happened.
+
+jax's own two are looked up only once jax is loaded (they cannot be raised before): reading an
+archive's header (a push of a file through a registry server) imports no jax.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
+import sys
 import tokenize
 from types import TracebackType
 
 import zstandard
 
 from jaxport import CorruptArchiveError, JaxportError, UnsupportedFeatureError
-from jaxport.export._jax import core as jax_core
-from jaxport.export._jax import named_sharding
 
-__all__ = ["TRANSLATED_ERRORS", "translating_read_errors"]
+__all__ = ["translating_read_errors"]  # and TRANSLATED_ERRORS, made on first use (__getattr__)
 
-#: What a malformed header can make the libraries under the reader raise.
-TRANSLATED_ERRORS: tuple[type[Exception], ...] = (
+#: What a malformed header can make the libraries under the reader raise, but jax's own.
+_LIBRARY_ERRORS: tuple[type[Exception], ...] = (
     struct.error,  # FlatBuffers: a read past the buffer
     LookupError,  # FlatBuffers, tables: IndexError, KeyError
     UnicodeError,  # strings that are not UTF-8
@@ -40,9 +43,30 @@ TRANSLATED_ERRORS: tuple[type[Exception], ...] = (
     RuntimeError,  # jaxlib's C++ (std::bad_cast, XLA status errors)
     tokenize.TokenError,  # jax's symbolic-shape tokenizer
     zstandard.ZstdError,
-    jax_core.InconclusiveDimensionOperation,
-    named_sharding.DuplicateSpecError,
 )
+
+
+@functools.cache
+def _jax_errors() -> tuple[type[Exception], ...]:
+    """jax's shape arithmetic's and sharding checks' errors (imports jax)."""
+    from jaxport.export._jax import core as jax_core
+    from jaxport.export._jax import named_sharding
+
+    return (jax_core.InconclusiveDimensionOperation, named_sharding.DuplicateSpecError)
+
+
+def __getattr__(name: str) -> tuple[type[Exception], ...]:
+    """``TRANSLATED_ERRORS``: every error ``translating_read_errors`` translates (imports jax)."""
+    if name == "TRANSLATED_ERRORS":
+        return _LIBRARY_ERRORS + _jax_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _translated(exc: BaseException) -> bool:
+    if isinstance(exc, _LIBRARY_ERRORS):
+        return True
+    return "jax" in sys.modules and isinstance(exc, _jax_errors())
+
 
 _MAX_DETAIL = 300
 
@@ -84,7 +108,7 @@ class translating_read_errors:
             if located is not exc:
                 raise located from exc.__cause__
             return
-        if isinstance(exc, TRANSLATED_ERRORS):
+        if _translated(exc):
             detail = str(exc)
             if len(detail) > _MAX_DETAIL:
                 detail = detail[:_MAX_DETAIL] + "..."

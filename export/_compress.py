@@ -27,10 +27,9 @@ from typing import Any
 
 import zstandard
 
-from jaxport.export._hashing import Sha256Beside
+from jaxport.export._hashing import THREADS, Sha256Beside
 from jaxport.export._limits import MAX_WINDOW_LOG
 from jaxport.export._sections import Section
-from jaxport.export._tensors import THREADS
 from jaxport.schema import fb
 
 __all__ = [

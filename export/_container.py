@@ -26,7 +26,7 @@ import struct
 from collections.abc import Sequence
 
 from jaxport import CorruptArchiveError, IntegrityError, UnsupportedVersionError
-from jaxport.export import _limits
+from jaxport.export import _fb, _limits
 from jaxport.export._compress import compress_section, compress_tensor
 from jaxport.export._section_reader import SectionReader
 from jaxport.export._sections import Section
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_MODEL_SECTIONS",
     "MAX_SECTIONS",
     "PREAMBLE_LENGTH",
+    "ArchiveHeader",
     "Preamble",
     "Section",
     "SectionReader",
@@ -55,6 +56,7 @@ __all__ = [
     "compress_tensor",
     "decode_preamble",
     "encode_preamble",
+    "read_header",
     "section_start",
 ]
 
@@ -255,3 +257,55 @@ def check_padding(
                 f"non-zero padding before section {i}", offset=payload_start + position, path=path
             )
         position = s.offset + s.length
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveHeader:
+    """A checked preamble and header, and the payload's place; read by ``read_header``."""
+
+    preamble: Preamble
+    archive: fb.Archive
+    sections: list[Section]
+    payload_start: int
+    total_length: int
+
+
+def read_header(head: bytes | memoryview, total_length: int, *, path: str | None) -> ArchiveHeader:
+    """Checks and parses the preamble and header at the start of an archive.
+
+    Args:
+        head: the archive's first bytes: at least the preamble and the header.
+        total_length: the archive's whole length in bytes, to check section ranges.
+        path: the file, for error messages.
+
+    Raises:
+        CorruptArchiveError, IntegrityError, UnsupportedVersionError: see ``loads``.
+    """
+    preamble = decode_preamble(head, path=path)
+    payload_start = PREAMBLE_LENGTH + preamble.header_length
+    header = bytes(head[PREAMBLE_LENGTH:payload_start])
+    check_header(header, preamble, path=path)
+    with _fb.translating_read_errors(path):
+        archive = fb.Archive.GetRootAs(header, 0)
+        check_section_count(
+            archive.SectionsLength(), format_version=preamble.format_version, path=path
+        )
+        sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
+    check_sections(
+        sections,
+        total_length - payload_start,
+        payload_start=payload_start,
+        path=path,
+        format_version=preamble.format_version,
+    )
+    return ArchiveHeader(preamble, archive, sections, payload_start, total_length)
+
+
+def _decode_section(table: fb.Section) -> Section:
+    return Section(
+        offset=table.Offset(),
+        length=table.Length(),
+        compression=table.Compression(),
+        uncompressed_length=table.UncompressedLength(),
+        sha256=_fb.read_bytes(table, "Sha256") or b"",
+    )

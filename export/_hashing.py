@@ -11,12 +11,17 @@ before the caller writes them and joined by more threads once it has.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["THREADED_BYTES", "Sha256Beside", "Sha256Jobs", "sha256_beside"]
+__all__ = ["THREADED_BYTES", "THREADS", "Sha256Beside", "Sha256Jobs", "sha256_beside"]
+
+#: Threads that hash (or compress) tensors: one per core (CPU-bound work; hashlib and
+#: zstandard release the GIL).
+THREADS = max(2, min(32, os.cpu_count() or 1))
 
 #: Work on fewer bytes than this stays in the caller's thread (4 MiB: about 3 ms of sha256).
 THREADED_BYTES = 4 << 20

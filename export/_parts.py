@@ -19,6 +19,9 @@ caller's business: it hands in a function from digest to bytes.
 
 Only ``hashlib`` and the standard library at import: the registry imports ``Part`` and
 ``ArchiveChunks`` without jax; reading an archive imports the format modules when called.
+``chunks_layout`` reads what splitting needs (the kind, the sections, each tensor's section, a
+function's name) from the header's FlatBuffer alone, without jax: a registry server's client
+splits a file it pushes without loading jax; ``chunks_info`` reads the whole header.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from jaxport import IntegrityError, UnsupportedFeatureError
+from jaxport import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from jaxport.export._container import Section
@@ -40,9 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveChunks",
+    "ArchiveLayout",
     "Part",
     "assemble_chunks",
     "chunks_info",
+    "chunks_layout",
     "model_from_parts",
     "ranged_info",
     "split_archive",
@@ -108,9 +113,71 @@ class ArchiveChunks:
         return digest.hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class LayoutSection:
+    """A payload section as splitting sees it: ``offset`` from the payload's start, ``length``
+    in bytes, the ``sha256`` (hex) of its stored bytes."""
+
+    offset: int
+    length: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutTensor:
+    """A model's tensor as splitting sees it: the ``section`` holding it, a ``path`` for
+    messages."""
+
+    section: int
+    path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveLayout:
+    """What ``split_archive`` and a push's default name need of an archive's header
+    (``chunks_layout``): ``kind`` (``"function"`` or ``"model"``), ``header_length`` in
+    bytes, the ``sections``, each tensor's section (a model's), a function's ``fun_name``."""
+
+    kind: str
+    header_length: int
+    sections: tuple[LayoutSection, ...]
+    tensors: tuple[LayoutTensor, ...]
+    fun_name: str
+
+
+def chunks_layout(archive: ArchiveChunks) -> ArchiveLayout:
+    """The ``ArchiveLayout`` of an archive held as chunks: its preamble and header checked
+    (``read_header``: magic, version, header size, FlatBuffer, section ranges), the few fields
+    splitting needs read; nothing of jax imported.
+
+    Raises:
+        CorruptArchiveError: a malformed preamble or header, or a tensor whose section does
+            not exist.
+        IntegrityError: a header that does not match its digest.
+    """
+    from jaxport.export import _container, _fb, _limits
+
+    start = bytes(archive.view(0, min(archive.size, _container.PREAMBLE_LENGTH)))
+    preamble = _container.decode_preamble(start, path=None)
+    end = min(archive.size, _container.PREAMBLE_LENGTH + preamble.header_length)
+    head = _container.read_header(archive.view(0, end), archive.size, path=None)
+    sections = tuple(LayoutSection(s.offset, s.length, s.sha256.hex()) for s in head.sections)
+    with _fb.translating_read_errors(None), _limits.header_budget(preamble.header_length):
+        model = head.archive.Model()
+        if model is None:
+            exported = head.archive.Exported()
+            name = _fb.read_str(exported.FunName()) if exported is not None else ""
+            return ArchiveLayout("function", preamble.header_length, sections, (), name)
+        tables = _fb.read_tables(model, "Tensors")
+        tensors = tuple(LayoutTensor(t.Section(), f"#{i}") for i, t in enumerate(tables))
+    if any(t.section >= len(sections) for t in tensors):
+        raise CorruptArchiveError("a tensor's section does not exist")
+    return ArchiveLayout("model", preamble.header_length, sections, tensors, "")
+
+
 def split_archive(
     archive: ArchiveChunks,
-    info: ArchiveInfo | None,
+    info: ArchiveInfo | ArchiveLayout | None,
     *,
     path: str | None = None,
     digest: str | None = None,
@@ -139,7 +206,8 @@ def split_archive(
             f"{where}: {len(info.sections)} sections for {len(info.tensors)} tensors: the "
             "registry stores model archives as jaxport writes them"
         )
-    for i, t in enumerate(info.tensors):
+    tensors: Sequence[TensorInfo | LayoutTensor] = info.tensors
+    for i, t in enumerate(tensors):
         s = info.sections[t.section]
         offset = start + s.offset
         if offset < parts[-1].end:

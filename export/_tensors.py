@@ -8,9 +8,7 @@ array read from a memory-mapped file is a read-only view of the map.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +18,8 @@ import numpy as np
 from jaxport import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
 from jaxport.export import _dtypes, _fb, _limits
 from jaxport.export._dtypes import numpy_dtype
-from jaxport.export._hashing import Sha256Jobs
+from jaxport.export._hashing import THREADS, Sha256Jobs
+from jaxport.export._info_types import TensorInfo
 from jaxport.schema import fb
 
 __all__ = [
@@ -35,32 +34,6 @@ __all__ = [
     "tensor_bytes",
     "tensor_digests",
 ]
-
-#: Threads that hash (or compress) tensors: one per core (CPU-bound work; hashlib and
-#: zstandard release the GIL).
-THREADS = max(2, min(32, os.cpu_count() or 1))
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorInfo:
-    """A parameter tensor as the header describes it.
-
-    Attributes:
-        path: the leaf's key path in the parameter pytree (``jax.tree_util.keystr``), e.g.
-            ``"['dense']['kernel']"``.
-        shape: its shape.
-        dtype: its numpy dtype name, e.g. ``"float32"``, ``"bfloat16"``.
-        nbytes: its size in bytes.
-        sha256: hex digest of its bytes.
-        section: the archive section that holds its bytes.
-    """
-
-    path: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-    sha256: str
-    section: int
 
 
 def host_array(leaf: Any, path: str) -> np.ndarray[Any, Any]:
