@@ -1,9 +1,11 @@
-"""The SQL-backed artifact registry: ``Registry``, its result types, references and blob stores.
+"""The artifact registry: ``Registry`` (over a SQL database or a registry server), its result
+types, references and blob stores.
 
 Names load lazily: ``import jaxport.registry`` imports neither SQLAlchemy nor jax until a name
 that needs them is used (``jaxport.registry._config`` is read by the CLI's ``--help``). Each
 public name is listed once, as an import below; ``__all__`` and the loader are derived from
-those lines (``jaxport._lazy``).
+those lines (``jaxport._lazy``). What jaxport's server and CLI share beyond these is in
+``jaxport.registry._internal``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
     from jaxport.registry._db import schema_revision as schema_revision
     from jaxport.registry._db import upgrade_database as upgrade_database
     from jaxport.registry._events import Event as Event
-    from jaxport.registry._events import acting_as as acting_as
-    from jaxport.registry._events import current_actor as current_actor
     from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
     from jaxport.registry._golden import examples_from_blob as examples_from_blob
     from jaxport.registry._names import DESCRIPTION_KEY as DESCRIPTION_KEY
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from jaxport.registry._names import MAX_DESCRIPTION_BYTES as MAX_DESCRIPTION_BYTES
     from jaxport.registry._names import Reference as Reference
     from jaxport.registry._names import parse_reference as parse_reference
+    from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
     from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
@@ -60,10 +61,6 @@ if TYPE_CHECKING:
     from jaxport.registry._types import VariantInfo as VariantInfo
     from jaxport.registry._types import VerifyReport as VerifyReport
     from jaxport.registry._uploads import ArchiveParts as ArchiveParts
-    from jaxport.registry._uploads import plan_parts as plan_parts
     from jaxport.registry._windows import VariantWindow as VariantWindow
-    from jaxport.registry._wire import from_wire as from_wire
-    from jaxport.registry._wire import to_wire as to_wire
-    from jaxport.registry._workdirs import sweep_commit_dirs as sweep_commit_dirs
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -7,7 +7,7 @@ import time
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from jaxport.registry import _db
-from jaxport.registry._events import EventLog
+from jaxport.registry._event_log import EventLog
 from jaxport.registry._models import AliasMoveRow, AliasRow, VersionRow
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._queries import alias_version, model_id_of, version_id_of

@@ -12,7 +12,8 @@ and the parts of each variant in ``variant_parts``. The variant's digest stays t
 the whole archive, which is the parts in order, each at its offset after zero padding
 (``archive_chunks``): ``pull_bytes`` gives back the archive byte for byte. ``open_model`` reads
 the skeleton and each tensor's blob when the model first uses it (memory-mapped from a local
-store); the model checks each tensor against its digest then.
+store); the model checks each tensor against its digest then. SQLAlchemy is imported by
+``parts_of`` only: a push through a server splits archives here without it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select
-
 from jaxport import IntegrityError, NotFoundError
 from jaxport.export import Part, assemble_chunks
 from jaxport.registry._blobs import (
@@ -33,9 +32,10 @@ from jaxport.registry._blobs import (
     LocalBlobStore,
     read_verified,
 )
-from jaxport.registry._models import VariantPartRow
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from jaxport.export import ArchiveInfo, Model, VerdictCache
 
 __all__ = [
@@ -55,6 +55,10 @@ MODEL = "model"
 
 def parts_of(conn: Connection, variant_id: int) -> list[Part]:
     """The parts of a model variant, in position order (empty for a function variant)."""
+    from sqlalchemy import select
+
+    from jaxport.registry._models import VariantPartRow
+
     rows = conn.execute(
         select(
             VariantPartRow.position,

@@ -65,7 +65,7 @@ from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._batch import WriteBatch
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._events import EventLog
+from jaxport.registry._event_log import EventLog
 from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from jaxport import IntegrityError, NotFoundError, WrongKindError
+from jaxport import IntegrityError, NotFoundError
 from jaxport.export import Part
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Pulls"]
 
-#: How to get a variant's archive, in Python and on the command line (``_cli_output.CLI_WORDS``).
-_ARCHIVE_CALLS = "Registry.pull_bytes or `jaxport pull`"
-
 
 class Pulls:
     """Reads variants chosen by ``Registry.resolve``; see the ``Registry`` methods."""
@@ -61,30 +58,12 @@ class Pulls:
             self._verdict_cache = pull_verdicts(self._engine)
         return self._verdict_cache
 
-    def exported(
-        self,
-        reference: str,
-        chosen: VariantInfo,
-        allow_custom_calls: Sequence[str],
-        method: str | None = None,
+    def function(
+        self, reference: str, chosen: VariantInfo, allow_custom_calls: Sequence[str]
     ) -> Exported:
-        """``Registry.pull``."""
+        """The ``Exported`` of a function variant (``Registry.pull``)."""
         from jaxport.export import loads
 
-        where = f"{chosen.name}:{chosen.version}"
-        if chosen.kind == MODEL and method is None:
-            raise WrongKindError(
-                f"{where} is a model: use Registry.pull_model or `jaxport run`, or pull one "
-                f"method with method= (its archive: {_ARCHIVE_CALLS})",
-                found=MODEL,
-            )
-        if chosen.kind == MODEL:
-            return self.method(chosen, method or "", allow_custom_calls)
-        if method is not None:
-            raise WrongKindError(
-                f"{where} is a function, not a model: it has no method {method!r}",
-                found=chosen.kind,
-            )
         data = self.archive_bytes(reference, chosen)
         exported: Exported = loads(
             data, verdicts=self._verdicts, **_custom_calls(allow_custom_calls)
@@ -92,13 +71,7 @@ class Pulls:
         return exported
 
     def model(self, chosen: VariantInfo, allow_custom_calls: Sequence[str]) -> Model:
-        """``Registry.pull_model``."""
-        if chosen.kind != MODEL:
-            raise WrongKindError(
-                f"{chosen.name}:{chosen.version} is a function, not a model: use Registry.pull "
-                f"(its archive: {_ARCHIVE_CALLS})",
-                found=chosen.kind,
-            )
+        """The ``Model`` of a model variant (``Registry.pull_model``): its skeleton read."""
         return open_model(
             self._blobs,
             self._parts(chosen.variant_id),
@@ -107,19 +80,6 @@ class Pulls:
             allow_custom_calls=allow_custom_calls,
             verdicts=self._verdicts,
         )
-
-    def method(
-        self, chosen: VariantInfo, method: str, allow_custom_calls: Sequence[str]
-    ) -> Exported:
-        """One method of a model variant (its skeleton read; no tensor)."""
-        model = self.model(chosen, allow_custom_calls)
-        if method not in model.exported:
-            raise NotFoundError(
-                f"{chosen.name}:{chosen.version} has no method {method!r}: it has "
-                f"{', '.join(model.exported)}"
-            )
-        exported: Exported = model.exported[method]
-        return exported
 
     def archive_bytes(self, reference: str, chosen: VariantInfo) -> bytes:
         """The archive of ``chosen``, verified (a model's put together from its parts)."""

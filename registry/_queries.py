@@ -51,7 +51,7 @@ from jaxport.registry._search import SearchFilters, search_statement
 from jaxport.registry._selects import model_id_select, variants_select
 from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 
-__all__ = ["Queries", "check_limit", "live_names", "nothing_matches"]
+__all__ = ["Queries", "check_limit", "live_names"]
 
 _MAX_REJECTIONS = 100
 #: Variants ``resolve`` reads at once, at most (the rejections it lists, and the one it
@@ -331,22 +331,6 @@ def ref_on(conn: Connection, name: str, version: int) -> Ref:
     versions = _versions(name).where(VersionRow.version == version)
     (ref,) = _refs(conn.execute(_with_variants(versions)))
     return ref
-
-
-def nothing_matches(r: Resolution) -> str:
-    """The NotFoundError message when ``resolve`` chose nothing: what exists instead."""
-    wanted = f"platform {r.platform or 'any'}"
-    if r.nr_devices is not None:
-        wanted += f" with {r.nr_devices} devices"
-    versions = sorted({x.variant.version for x in r.rejected})
-    platforms = sorted({p for x in r.rejected for p in x.variant.platforms})
-    devices = sorted({x.variant.nr_devices for x in r.rejected})
-    return (
-        f"no variant of {r.name!r} runs on {wanted}; it has versions "
-        f"{', '.join(map(str, versions)) or 'none'}, "
-        f"platforms {', '.join(platforms) or 'none'}, "
-        f"device counts {', '.join(map(str, devices)) or 'none'}"
-    )
 
 
 def _versions(name: str | None = None, *conditions: Any) -> Any:

@@ -8,7 +8,8 @@ digests are the blob digests the server holds already for tensors it has; any ot
 (a function archive, or jax-native bytes the server converts) is one part. The server
 validates everything again: this split only decides what is sent. Golden examples are made
 here too (``examples_blob``: outputs computed by a source that runs here) and sent as one more
-part; the server reads them back without running anything.
+part; the server reads them back without running anything. A path or bytes are split without
+importing jax (the archive's header is FlatBuffers); an ``Exported`` or ``Model`` needs it.
 """
 
 from __future__ import annotations
@@ -17,25 +18,33 @@ import dataclasses
 import mmap
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxport import CorruptArchiveError, InvalidNameError, NotFoundError
 from jaxport._files import open_regular
 from jaxport.export import ArchiveChunks, chunks_info, split_archive
+from jaxport.export._internal import ArchiveLayout, chunks_layout
 from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._uploads import ArchiveParts
+
+if TYPE_CHECKING:
+    from jaxport.export import Model
 
 __all__ = ["LocalArchive", "archive_parts", "default_name", "examples_blob"]
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalArchive:
-    """An archive ready to send: its bytes as ``chunks``, its ``parts``, its header ``info``
-    (None for bytes that are not a jaxport archive)."""
+    """An archive ready to send: its bytes as ``chunks``, its ``parts``, its header's
+    ``layout`` (None for bytes that are not a jaxport archive; read without jax)."""
 
     chunks: ArchiveChunks
     parts: ArchiveParts
-    info: Any
+    layout: ArchiveLayout | None
+
+    def info(self) -> Any:
+        """The whole header (``jaxport.inspect``: imports jax), of a jaxport archive."""
+        return chunks_info(self.chunks)
 
 
 def archive_parts(source: Any, *, vjp_order: int, max_size: int) -> LocalArchive:
@@ -46,36 +55,44 @@ def archive_parts(source: Any, *, vjp_order: int, max_size: int) -> LocalArchive
         InvalidNameError: a path that is not a regular file or is over ``max_size``; a
             source of another type.
     """
-    from jaxport.export import Model, dumps
-
     if isinstance(source, str | os.PathLike):
         chunks = ArchiveChunks([_mapped(source, max_size)])
     elif isinstance(source, bytes | bytearray | memoryview):
         chunks = ArchiveChunks([bytes(source)])
-    elif isinstance(source, Model):
+    elif isinstance(source, _model_type()):
         chunks = ArchiveChunks(source.dump_chunks(rehash=True))
     elif hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
+        from jaxport.export import dumps
+
         chunks = ArchiveChunks([dumps(source, vjp_order=vjp_order)])
     else:
         raise InvalidNameError(
             f"push takes an Exported, a Model, archive bytes or a path, got {type(source).__name__}"
         )
     try:
-        info = chunks_info(chunks)
+        layout: ArchiveLayout | None = chunks_layout(chunks)
     except CorruptArchiveError:
-        info = None  # jax-native bytes (the server converts them), or garbage (it refuses)
+        layout = None  # jax-native bytes (the server converts them), or garbage (it refuses)
     digest = chunks.sha256()
-    parts = split_archive(chunks, info, digest=digest)
-    return LocalArchive(chunks, ArchiveParts(digest, chunks.size, tuple(parts)), info)
+    parts = split_archive(chunks, layout, digest=digest)
+    return LocalArchive(chunks, ArchiveParts(digest, chunks.size, tuple(parts)), layout)
+
+
+def _model_type() -> type[Model]:
+    """``jaxport.Model``, imported only for a source that is neither a path nor bytes (it
+    imports jax: a file's push through a server loads none)."""
+    from jaxport.export import Model
+
+    return Model
 
 
 def default_name(archive: LocalArchive) -> str | None:
     """The name a push takes by default: a function archive's ``fun_name`` (None otherwise:
     the server then takes it from the converted archive, or asks for one)."""
-    info = archive.info
-    if info is None or info.kind == "model":
+    layout = archive.layout
+    if layout is None or layout.kind == "model":
         return None
-    return str(info.fun_name) or None
+    return layout.fun_name or None
 
 
 def _mapped(path: str | os.PathLike[str], max_size: int) -> memoryview:
@@ -99,12 +116,12 @@ def examples_blob(
             first archive is not a jaxport archive (jax-native bytes: convert them first).
         UnsupportedFeatureError: an output is missing and no source runs here.
     """
-    info = archives[0].info
-    if info is None:
+    if archives[0].layout is None:
         raise InvalidNameError(
             "golden examples need jaxport archives: convert jax-native bytes first "
             "(jaxport.dumps), or push them without examples"
         )
+    info = archives[0].info()
     check_examples(info, examples)
     kind = "model" if info.kind == "model" else "function"
     digest, data = golden_blob(kind, examples, lambda: _runner(sources, archives), tolerance)
@@ -116,10 +133,10 @@ def _runner(sources: Sequence[Any], archives: Sequence[LocalArchive]) -> Any:
     from jaxport.export import Model, loads, loads_model
 
     for source, archive in zip(sources, archives, strict=True):
-        if archive.info is None or not runs_here(archive.info):
+        if archive.layout is None or not runs_here(archive.info()):
             continue
         if isinstance(source, Model) or hasattr(source, "mlir_module_serialized"):
             return source
         data = archive.chunks.view(0, archive.chunks.size)
-        return loads_model(data) if archive.info.kind == "model" else loads(data)
+        return loads_model(data) if archive.layout.kind == "model" else loads(data)
     return None

@@ -4,16 +4,14 @@ side by side (``tests/test_registry_rules.py`` checks that the two agree).
 
 The device rule is jax's call-time check (``Exported.call``): an export for N devices runs on
 exactly N devices; one for 1 device with no shardings runs on any count.
+
+The predicates import SQLAlchemy when called: the reasons serve the registry server's client
+too (``VariantInfo.reason``), which loads no database library.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from sqlalchemy import and_, exists, or_
-
-from jaxport.registry._models import VariantPlatformRow, VariantRow
-from jaxport.registry._selects import unindexed
 
 __all__ = [
     "device_reason",
@@ -27,6 +25,10 @@ __all__ = [
 
 def platform_predicate(platform: Any) -> Any:
     """SQL: the variant was exported for ``platform``."""
+    from sqlalchemy import exists
+
+    from jaxport.registry._models import VariantPlatformRow, VariantRow
+
     return exists().where(
         VariantPlatformRow.variant_id == VariantRow.id, VariantPlatformRow.platform == platform
     )
@@ -36,6 +38,10 @@ def platform_join(platform: Any) -> Any:
     """SQL: ``platform_predicate`` as the condition of a join to ``variant_platforms`` (one
     row per variant and platform, so the join keeps each variant once), which lets that
     table's ``(platform, variant_id)`` index drive a query in ``variant_id`` order."""
+    from sqlalchemy import and_
+
+    from jaxport.registry._models import VariantPlatformRow, VariantRow
+
     return and_(
         VariantPlatformRow.variant_id == VariantRow.id, VariantPlatformRow.platform == platform
     )
@@ -52,16 +58,25 @@ def devices_predicate(nr_devices: Any) -> Any:
     """SQL: the variant runs on ``nr_devices`` devices (an int or a bound parameter), checked
     on rows that another index yields (SQLite would otherwise drive by
     ``ix_variants_nr_devices``, an OR over two counts, over the selective path)."""
+    from sqlalchemy import or_
+
+    from jaxport.registry._models import VariantRow
+    from jaxport.registry._selects import unindexed
+
     count = unindexed(VariantRow.nr_devices)
     return or_(*devices_parts(nr_devices, one_device=False, count=count))
 
 
-def devices_parts(
-    nr_devices: Any, *, one_device: bool, count: Any = VariantRow.nr_devices
-) -> list[Any]:
-    """SQL: the device rule as the conditions whose OR it is, on ``count`` (by default the
-    column, so each is a range of the index ``variants (nr_devices, id)``): exactly
+def devices_parts(nr_devices: Any, *, one_device: bool, count: Any = None) -> list[Any]:
+    """SQL: the device rule as the conditions whose OR it is, on ``count`` (by default, None:
+    the column, so each is a range of the index ``variants (nr_devices, id)``): exactly
     ``nr_devices``; else (unless ``one_device``: the count is 1) 1 device, unsharded."""
+    from sqlalchemy import and_
+
+    from jaxport.registry._models import VariantRow
+
+    if count is None:
+        count = VariantRow.nr_devices
     exact = count == nr_devices
     if one_device:
         return [exact]

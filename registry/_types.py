@@ -25,6 +25,7 @@ __all__ = [
     "Resolution",
     "VariantInfo",
     "VerifyReport",
+    "nothing_matches",
 ]
 
 #: Hex digits in a short digest (``VariantInfo.short_digest``).
@@ -184,6 +185,22 @@ class Resolution:
     nr_devices: int | None
     chosen: VariantInfo | None
     rejected: tuple[Rejection, ...]
+
+
+def nothing_matches(r: Resolution) -> str:
+    """The NotFoundError message when ``resolve`` chose nothing: what exists instead."""
+    wanted = f"platform {r.platform or 'any'}"
+    if r.nr_devices is not None:
+        wanted += f" with {r.nr_devices} devices"
+    versions = sorted({x.variant.version for x in r.rejected})
+    platforms = sorted({p for x in r.rejected for p in x.variant.platforms})
+    devices = sorted({x.variant.nr_devices for x in r.rejected})
+    return (
+        f"no variant of {r.name!r} runs on {wanted}; it has versions "
+        f"{', '.join(map(str, versions)) or 'none'}, "
+        f"platforms {', '.join(platforms) or 'none'}, "
+        f"device counts {', '.join(map(str, devices)) or 'none'}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from jaxport import NotFoundError
-from jaxport.registry import Registry, TokenInfo, to_wire
+from jaxport.registry import Registry, TokenInfo
+from jaxport.registry._internal import sql_backend, to_wire
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._ranges import byte_range
@@ -164,7 +165,7 @@ def blob(request: Request, p: Reader, digest: str) -> Response:
     the archives of its names' versions only."""
     reg = _reg(request)
     stream = reg.blob_stream(digest)
-    if p.prefixes and not any(map(p.allows_name, reg._queries.names_holding(digest))):
+    if p.prefixes and not any(map(p.allows_name, sql_backend(reg).queries.names_holding(digest))):
         raise NotFoundError(f"no blob or archive {digest}")
     headers = {"ETag": f'"{digest}"', "Accept-Ranges": "bytes"}
     if request.headers.get("if-none-match") == f'"{digest}"':

@@ -13,15 +13,15 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, PermissionDeniedError
-from jaxport.registry import (
+from jaxport.registry import Registry, TokenInfo
+from jaxport.registry._internal import (
     MAX_EXAMPLES_BYTES,
     ArchiveParts,
-    Registry,
-    TokenInfo,
     acting_as,
     examples_from_blob,
     from_wire,
     plan_parts,
+    sql_backend,
     to_wire,
 )
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
@@ -114,7 +114,7 @@ def missing(request: Request, p: Writer, body: Digests) -> dict[str, list[str]]:
         _check_push_name(p, body.name)
     reg = _reg(request)
     lacking = set(reg.missing_blobs(body.digests))  # InvalidNameError: a malformed digest
-    reached = reg._reach.reachable(p, body.digests)
+    reached = sql_backend(reg).reach.reachable(p, body.digests)
     wanted = [d for d in body.digests if d in lacking or d not in reached]
     return {"missing": list(dict.fromkeys(wanted))}
 
@@ -152,7 +152,9 @@ async def upload(
 
     size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
     if p.prefixes:
-        await anyio.to_thread.run_sync(_reg(request)._reach.record_upload, p.name, digest)
+        await anyio.to_thread.run_sync(
+            sql_backend(_reg(request)).reach.record_upload, p.name, digest
+        )
     return {"digest": digest, "size": size}
 
 
@@ -213,7 +215,7 @@ def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
         raise InvalidNameError(
             f"a commit's archives are at most {limit:,} bytes together, these {declared:,}"
         )
-    return sum(plan_parts(_reg(request).blobs, a) for a in archives)
+    return sum(plan_parts(sql_backend(_reg(request)).blobs, a) for a in archives)
 
 
 def _check_reached_parts(
@@ -229,7 +231,7 @@ def _check_reached_parts(
         return
     named = [part.digest for a in archives for part in a.parts]
     named += [examples.digest] if examples is not None else []
-    reached = registry._reach.reachable(p, named)
+    reached = sql_backend(registry).reach.reachable(p, named)
     lacking = set(registry.missing_blobs([d for d in named if d in reached]))
     for digest in named:
         if digest not in reached or digest in lacking:
@@ -249,11 +251,12 @@ def _examples(registry: Registry, examples: Examples | None) -> Any:
     """
     if examples is None:
         return None
-    if not registry.blobs.exists(examples.digest):
+    blobs = sql_backend(registry).blobs
+    if not blobs.exists(examples.digest):
         raise IntegrityError(
             f"the examples blob {examples.digest} was not uploaded", expected=examples.digest
         )
-    size = registry.blobs.size(examples.digest)
+    size = blobs.size(examples.digest)
     if size > MAX_EXAMPLES_BYTES:
         raise CorruptArchiveError(
             f"the examples blob holds {size:,} bytes; a server reads at most "
@@ -335,7 +338,7 @@ async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
 def tokens(request: Request, p: Admin) -> Any:
     """The tokens within the caller's (``TokenInfo.covers``: all, for an admin without
     prefixes), without secrets."""
-    return to_wire(_reg(request).tokens.list(within=p))
+    return to_wire(sql_backend(_reg(request)).tokens.list(within=p))
 
 
 @router.post("/tokens", status_code=201)
@@ -343,7 +346,7 @@ def create_token(request: Request, p: Admin, body: TokenBody) -> Any:
     """Makes a token within the caller's (403 otherwise: a scope no larger, each prefix
     starting with one of the caller's); the answer holds its secret, this once."""
     with acting_as(p.name):
-        new = _reg(request).tokens.create(
+        new = sql_backend(_reg(request)).tokens.create(
             body.name, body.scope, prefixes=body.prefixes, expires_in=body.expires_in, within=p
         )
     return {"info": to_wire(new.info), "secret": new.secret}
@@ -354,4 +357,4 @@ def revoke_token(request: Request, p: Admin, name: str) -> Any:
     """Revokes a token within the caller's (its requests get 401 from now on); any other is
     as if it did not exist (404)."""
     with acting_as(p.name):
-        return to_wire(_reg(request).tokens.revoke(name, within=p))
+        return to_wire(sql_backend(_reg(request)).tokens.revoke(name, within=p))

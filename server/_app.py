@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException
 
 from jaxport import JaxportError, __version__
 from jaxport._files import DEFAULT_MAX_READ
-from jaxport.registry import Registry, sweep_commit_dirs
+from jaxport.registry import Registry
+from jaxport.registry._internal import sql_backend, sweep_commit_dirs
 from jaxport.server import _api_read, _api_write, _errors, _pages
 from jaxport.server._bridge import HEAVY, UPLOADS
 from jaxport.server._docs import docs_router
@@ -66,7 +67,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await anyio.to_thread.run_sync(functools.partial(sweep_commit_dirs, registry.blobs))  # F8
+        await anyio.to_thread.run_sync(
+            functools.partial(sweep_commit_dirs, sql_backend(registry).blobs)
+        )  # F8
         yield
         if hooks is not None:
             hooks.close()  # what is queued is delivered (with its retries) before exit
@@ -87,7 +90,7 @@ def create_app(
     app.state.memory = MemoryBudget(memory_budget)
     app.state.webhooks = hooks
     if hooks is not None:
-        registry._events.listeners.append(hooks.deliver)
+        sql_backend(registry).event_log.listeners.append(hooks.deliver)
     app.include_router(_api_read.router, prefix=API)
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_pages.router)

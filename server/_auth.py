@@ -29,6 +29,7 @@ from fastapi import Request
 
 from jaxport import InvalidNameError, NotFoundError, PermissionDeniedError
 from jaxport.registry import Registry, TokenInfo, parse_reference
+from jaxport.registry._internal import sql_backend
 
 __all__ = [
     "ANONYMOUS",
@@ -75,7 +76,7 @@ def scope(needed: str) -> Callable[[Request], TokenInfo]:
         if secret is None and needed == "read" and state.open_read:
             principal = ANONYMOUS
         else:
-            principal = state.registry.tokens.authenticate(secret)
+            principal = sql_backend(state.registry).tokens.authenticate(secret)
         request.state.principal = principal
         principal.check(needed)
         return principal
@@ -115,7 +116,7 @@ def check_reference(registry: Registry, principal: TokenInfo, reference: str) ->
     prefix = parsed.digest_prefix
     if not principal.prefixes or prefix is None:
         return reference
-    found = registry._reach.visible_archives(principal.prefixes, prefix)
+    found = sql_backend(registry).reach.visible_archives(principal.prefixes, prefix)
     if not found:
         raise NotFoundError(f"no archive has a digest starting with {prefix}")
     if len(found) > 1:

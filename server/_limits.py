@@ -12,7 +12,7 @@ Memory. A ``MemoryBudget`` (``jaxport serve --memory-budget``) is what the reque
 server process may hold at once beyond the server's own: a large JSON body
 (``JSON_MEMORY_FACTOR`` times its ``Content-Length``, or its route's limit without one:
 the body and Python's objects for it, reserved before a byte is read) and a commit (the
-decompressed bytes its archives' headers declare, ``jaxport.registry.plan_parts``)
+decompressed bytes its archives' headers declare, ``jaxport.registry._internal.plan_parts``)
 reserve their share before they allocate it and give it back when they are done. One that
 could never fit is refused (400); one that does not fit now waits at most ``BUDGET_WAIT``
 seconds, then is answered 503 with ``Retry-After`` (the client retries). The budget is half

@@ -44,6 +44,7 @@ from starlette.requests import ClientDisconnect
 from jaxport import AuthenticationError, JaxportError
 from jaxport.audit import STATUSES
 from jaxport.registry import Registry, TokenInfo
+from jaxport.registry._internal import sql_backend
 from jaxport.server import _errors
 from jaxport.server import _views as v
 from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
@@ -309,7 +310,7 @@ async def login(request: Request) -> Response:
     if not secret:
         return v.render("login.html", 401, error="no token given", open_read=open_read, who=None)
     try:
-        principal = await run_in_threadpool(_reg(request).tokens.authenticate, secret)
+        principal = await run_in_threadpool(sql_backend(_reg(request)).tokens.authenticate, secret)
         principal.check("read")
     except AuthenticationError as error:
         return v.render("login.html", 401, error=str(error), open_read=open_read, who=None)

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from jaxport.registry import Event, to_wire
+from jaxport.registry import Event
+from jaxport.registry._internal import to_wire
 
 __all__ = ["ATTEMPTS", "Webhooks", "signature"]
 

@@ -193,7 +193,7 @@ def add_versions(
 
     from jaxport.registry._models import NameRow, VariantPlatformRow, VariantRow, VersionRow
 
-    with registry._engine.begin() as conn:
+    with registry._backend.engine.begin() as conn:
         model_id, last = conn.execute(
             sa.select(NameRow.id, NameRow.last_version).where(NameRow.name == name)
         ).one()

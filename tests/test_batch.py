@@ -22,7 +22,7 @@ def _statements(engine):
 
 
 def test_writes_ride_on_the_next_statement(registry):
-    engine = registry._engine
+    engine = registry._backend.engine
     rows = [{"digest": f"{i:064x}", "size": i, "created_at": 1.0} for i in range(30_000)]
     pending = [{"digest": "f" * 64, "token": t, "host": "h", "pid": 1, "created_at": 1.0}
                for t in ("keep", "drop")]  # fmt: skip
@@ -50,7 +50,7 @@ def test_writes_ride_on_the_next_statement(registry):
 
 
 def test_flush_sends_what_is_left_as_one_statement(registry):
-    engine = registry._engine
+    engine = registry._backend.engine
     seen = _statements(engine)
     with engine.begin() as conn:
         writes = WriteBatch(conn)
@@ -69,7 +69,7 @@ def test_a_value_too_long_for_its_column_is_never_cut(registry):
     """PostgreSQL truncates a value cast explicitly to ``VARCHAR(n)``: the rows' arrays are not
     cast to their column's length, so a longer value is refused, as a plain INSERT refuses it
     (SQLite does not enforce lengths: it keeps the whole value)."""
-    engine = registry._engine
+    engine = registry._backend.engine
     long_token = "t" * 40  # pending_blobs.token is VARCHAR(32)
     row = {"digest": "f" * 64, "token": long_token, "host": "h", "pid": 1, "created_at": 1.0}
     try:

@@ -39,6 +39,7 @@ from _server import Server, admin_token, serving
 from conftest import POSTGRES_URL_ENV, _postgres_url
 
 import jaxport
+from jaxport.registry._internal import to_wire
 from jaxport.registry._remote_push import archive_parts
 
 F32 = jnp.float32
@@ -91,7 +92,7 @@ def _fill(db: str, blobs: str) -> dict:
         own = reg.push(_exported(jnp.cos), "team-a-own").variants[0].digest
         twin = reg.push(_exported(jnp.tanh), "team-b-twin").variants[0].digest
         upper = reg.push(_exported(jnp.expm1), "TEAM-A-upper").variants[0]
-        with reg._engine.begin() as conn:
+        with reg._backend.engine.begin() as conn:
             tensors = [p.digest for p in parts_of(conn, model.variant_id)]
             examples = conn.execute(sa.text("SELECT digest FROM examples")).scalar_one()
             fake = own[:12] + hashlib.sha256(twin.encode()).hexdigest()[12:]
@@ -205,7 +206,7 @@ def test_a_commit_naming_another_teams_examples_is_refused(store):
     s = store
     with jaxport.Registry(s.server.url, token=s.a_writer) as reg:
         ref = reg.push(_exported(jnp.exp), "team-a-ex")
-    body = {"name": "team-a-ex", "archives": [jaxport.registry.to_wire(_parts_of(s, ref))],
+    body = {"name": "team-a-ex", "archives": [to_wire(_parts_of(s, ref))],
             "examples": {"digest": s.examples, "kind": "function"}}  # fmt: skip
     r = httpx.post(f"{s.api}/versions", json=body, headers=s.auth(s.a_writer), timeout=120)
     e = _error(r, 422)

@@ -4,9 +4,11 @@
   ``migrations``) -> ``audit`` -> ``export`` -> ``schema``. A package imports only packages
   below it (``RANK``); the registry's migrations and the registry import each other's public
   names (a revision computes what the registry computes).
-- A package uses another only through its public names (``jaxport.export.X``), never through
-  a private module (``jaxport.export._archive``), whether at module level, in a function or
-  under ``TYPE_CHECKING``.
+- A package uses another only through its public names (``jaxport.export.X``), or through the
+  one internal module that package declares for jaxport's own packages (``INTERNAL``:
+  ``jaxport.registry._internal``), never through another private module
+  (``jaxport.export._archive``), whether at module level, in a function or under
+  ``TYPE_CHECKING``.
 - The one exception is ``jaxport/``'s base: small modules that every package shares and that
   import nothing of jaxport but each other (``BASE``, each with its reason). The errors
   themselves are imported from ``jaxport`` (``from jaxport import CorruptArchiveError``):
@@ -36,6 +38,9 @@ PACKAGES = {
     "migrations": "migrations",
 }
 JAX_ADAPTER = "export/_jax.py"
+#: The private module each package may declare for what jaxport's own packages share beyond its
+#: public names (the only private import across packages, besides ``jaxport/``'s ``BASE``).
+INTERNAL = "_internal"
 #: Where each package sits in the data flow: a package imports only packages of lower or equal
 #: rank (``jaxport``: its CLI and public API; its base modules are ``BASE``).
 RANK = {"schema": 0, "export": 1, "audit": 2, "registry": 3, "migrations": 3, "server": 4,
@@ -195,7 +200,7 @@ def _problems() -> list[str]:
                     out.append(f"{where}: only the errors and the version come from jaxport")
             elif RANK[package] > RANK[here] and {here, package} != {"registry", "migrations"}:
                 out.append(f"{where}: {here} imports {package}, against the data flow")
-            elif private is not None:
+            elif private is not None and private != INTERNAL:
                 out.append(f"{where}: a private module of {package}")
     return out
 
@@ -217,6 +222,11 @@ def test_base_modules_stay_at_the_bottom():
     ("path", "source", "problem"),
     [
         ("registry/_x.py", "from jaxport.export._archive import dumps", "private module of export"),
+        (
+            "server/_x.py",
+            "from jaxport.registry._sql import SqlBackend",
+            "private module of registry",
+        ),
         ("registry/_x.py", "from jaxport.export import _archive", "private module of export"),
         ("audit/_x.py", "import jaxport.export._archive", "private module of export"),
         ("export/_x.py", "from jaxport.registry import Registry", "against the data flow"),

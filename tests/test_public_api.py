@@ -198,7 +198,7 @@ def test_versions():
         ("import jaxport.registry", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport._window", ("jax", "sqlalchemy", "alembic")),
         ("import jaxport._rescue", ("jax", "sqlalchemy", "alembic")),
-        ("from jaxport.registry import Registry", ("jax", "alembic")),
+        ("from jaxport.registry import Registry", ("jax", "sqlalchemy", "alembic")),
     ],
 )
 def test_imports_stay_light(statement, absent):

@@ -47,7 +47,7 @@ def many(registry):
     add_versions(registry, "w", 60, platforms=("tpu",))
     add_versions(registry, "w", 40, platforms=("cuda",), variants=3)
     add_versions(registry, "w", 1, platforms=("cpu",), variants=150)
-    with registry._engine.begin() as conn:  # a version without variants
+    with registry._backend.engine.begin() as conn:  # a version without variants
         model_id, last = conn.execute(
             sa.select(NameRow.id, NameRow.last_version).where(NameRow.name == "w")
         ).one()
@@ -69,7 +69,7 @@ def many(registry):
 def _fallback(registry, reference, platform, nr_devices):
     """What ``resolve`` answers in SQL alone (its path where the window does not tell)."""
     ref = parse_reference(reference)
-    with registry._engine.connect() as conn:
+    with registry._backend.engine.connect() as conn:
         model_id = _queries.model_id_of(conn, ref.name)
         version = ref.version
         if ref.alias is not None:
@@ -172,7 +172,7 @@ def varied(many):
         (17, {"jax_version": "0.10", "nr_devices": 4, "sharded": True}),
         (19, {"jax_version": "0.10-rc1", "sharded": True}),
     ]
-    with many._engine.begin() as conn:
+    with many._backend.engine.begin() as conn:
         for every, values in changes:
             conn.execute(sa.update(VariantRow).where(VariantRow.id % every == 0).values(**values))
     return many
@@ -278,7 +278,7 @@ def test_sqlite_search_that_matches_nothing_reads_nothing(tmp_path, filters):
 
 def _sqlite_steps(registry, statement, parameters) -> int:
     """Tens of SQLite virtual-machine instructions ``statement`` runs (a progress handler)."""
-    compiled = statement.compile(dialect=registry._engine.dialect)
+    compiled = statement.compile(dialect=registry._backend.engine.dialect)
     values = compiled.construct_params(parameters)
     steps = [0]
 
@@ -286,7 +286,7 @@ def _sqlite_steps(registry, statement, parameters) -> int:
         steps[0] += 1
         return 0
 
-    raw = registry._engine.raw_connection()
+    raw = registry._backend.engine.raw_connection()
     try:
         raw.driver_connection.set_progress_handler(step, 10)
         raw.cursor().execute(str(compiled), [values[k] for k in compiled.positiontup]).fetchall()
@@ -300,13 +300,13 @@ def _plan(registry, call) -> str:
     """SQLite's plan of the last statement ``call`` runs."""
     statements = []
     sa.event.listen(
-        registry._engine,
+        registry._backend.engine,
         "before_cursor_execute",
         lambda conn, cursor, statement, parameters, *a: statements.append((statement, parameters)),
     )
     call()
     statement, parameters = statements[-1]
-    with registry._engine.connect() as conn:
+    with registry._backend.engine.connect() as conn:
         plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
     return " | ".join(row[-1] for row in plan)
 

@@ -272,7 +272,7 @@ def test_deep_verify_reads_every_archive_in_a_worker(registry):
     registry.blobs.put(digest, bad)
     import sqlalchemy as sa
 
-    with registry._engine.begin() as conn:
+    with registry._backend.engine.begin() as conn:
         conn.execute(sa.insert(BlobRow).values(digest=digest, size=len(bad), created_at=0.0))
         conn.execute(
             sa.text("UPDATE variants SET digest = :d WHERE digest = :old"),
@@ -300,7 +300,7 @@ def test_pending_rows_of_a_dead_process_do_not_keep_blobs(registry):
     registry.blobs.put("1" * 64, b"a killed push's blob")
     registry.blobs.put("2" * 64, b"a live push's blob")
     rows = [("1" * 64, "dead", int(gone)), ("2" * 64, "live", os.getpid())]
-    with registry._engine.begin() as conn:
+    with registry._backend.engine.begin() as conn:
         for digest, token, pid in rows:
             row = {"digest": digest, "token": token, "pid": pid, "created_at": 1e10}
             conn.execute(sa.insert(PendingBlobRow).values(host=pid_scope(), **row))

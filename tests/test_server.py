@@ -156,7 +156,7 @@ def test_killed_mid_upload_then_resumes(db_url, tmp_path):
     reg = jaxport.Registry(s.url, token=token)
     half = local.parts.parts[: len(local.parts.parts) // 2]
     for p in half:
-        reg._http.json(
+        reg._backend._http.json(
             "PUT", f"/blobs/{p.digest}", content=bytes(local.chunks.view(p.offset, p.end))
         )
 
@@ -195,14 +195,14 @@ def test_fine_tune_uploads_one_tensor(served):
     spec = {"f": [jax.ShapeDtypeStruct((2, 128), F32)]}
     model = jaxport.Model(params, {"f": lambda p, x: x @ p["l00"]}, spec)
     sent: list[int] = []
-    request = reg._http._client.request
+    request = reg._backend._http._client.request
 
     def counting(method, path, **kw):
         if method == "PUT":
             sent.append(len(kw.get("content", b"")))
         return request(method, path, **kw)
 
-    reg._http._client.request = counting
+    reg._backend._http._client.request = counting
     reg.push(model, "big")
     first = sum(sent)
     sent.clear()
@@ -363,7 +363,7 @@ def test_secrets_stay_out_of_messages(served):
     reg = jaxport.Registry(served.url, token=served.admin)
     assert served.admin not in repr(reg) and served.admin not in reg.url
     down = jaxport.Registry("http://user:pw@127.0.0.1:9/", token="jxp_abc")
-    down._http._client.timeout = httpx.Timeout(0.5)
+    down._backend._http._client.timeout = httpx.Timeout(0.5)
     with pytest.raises(jaxport.ServerUnavailableError) as e:
         down.names()
     assert "pw" not in str(e.value) and "jxp_abc" not in str(e.value)

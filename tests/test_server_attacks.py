@@ -99,7 +99,7 @@ def target(tmp_path_factory):
         shared = reg.push(_exported(jnp.cos), "sin").variants[0].digest
         reg.push(_exported(jnp.cos), "team-cos")
         mlp = reg.push(model, "mlp").variants[0].digest
-        with reg._engine.connect() as conn:  # the model's part digests, straight from the rows
+        with reg._backend.engine.connect() as conn:  # the model's part digests, straight from the rows
             from jaxport.registry._model_parts import parts_of
 
             variant = reg.get("mlp:1").variants[0]
@@ -774,14 +774,14 @@ def test_an_aborted_push_says_what_it_left_and_gc_frees_it(t, monkeypatch):
     freed them: it now says what it left and how to free it, and ``gc --min-age 0`` does."""
     client = jaxport.Registry(t.server.url, token=t.admin)
     data = jaxport.dumps(_exported(jnp.cosh))
-    real = client._http.json
+    real = client._backend._http.json
 
     def interrupted(method: str, path: str, **kw: object) -> object:
         if path == "/versions":
             raise KeyboardInterrupt  # after the part arrived, before the commit
         return real(method, path, **kw)
 
-    monkeypatch.setattr(client._http, "json", interrupted)
+    monkeypatch.setattr(client._backend._http, "json", interrupted)
     with pytest.raises(KeyboardInterrupt) as caught:
         client.push(data, "team-aborted")
     note = " ".join(getattr(caught.value, "__notes__", ()))

@@ -248,14 +248,14 @@ def test_a_tampered_bundle_or_archive_is_refused_on_pull(registry, keys):
     (other,) = registry.sign("g:1", private_key=alice)
     import sqlalchemy as sa
 
-    with registry._engine.begin() as conn:
+    with registry._backend.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE signatures SET bundle_digest = :b WHERE bundle_digest = :a"),
             {"a": made.bundle_digest, "b": other.bundle_digest},
         )
     with pytest.raises(SignatureError, match="no signature verifies"):
         strict.pull("f:1")
-    with registry._engine.begin() as conn:
+    with registry._backend.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE signatures SET bundle_digest = :a WHERE digest = :d"),
             {"a": made.bundle_digest, "d": ref.digests[0]},

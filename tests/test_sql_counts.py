@@ -3,8 +3,9 @@ bounds, so that an N+1 pattern (a statement per version or variant of a page) ca
 unnoticed, and so that a change that adds a round trip to a hot path is a choice, made here.
 
 Statements are counted with SQLAlchemy's ``before_cursor_execute`` event on the registry's
-engine (``Registry._engine``), leaving out SQLite's ``BEGIN`` (jaxport sends it itself, to open
-writes with ``BEGIN IMMEDIATE``; psycopg sends PostgreSQL's); ``pg_advisory_xact_lock_shared``
+engine (``Registry._backend.engine``), leaving out SQLite's ``BEGIN`` (jaxport sends it
+itself, to open writes with ``BEGIN IMMEDIATE``; psycopg sends PostgreSQL's);
+``pg_advisory_xact_lock_shared``
 (the blob lock a push takes on PostgreSQL) is counted. Check-outs from the pool, commits and
 pings (``registry/_db.py``: only a connection idle for ``IDLE_PING`` seconds is pinged) are
 counted too. Measured before these bounds: listing a page of 50 versions took 103 statements,
@@ -88,7 +89,7 @@ def _exp(fun=jnp.sin, platforms=None):
 @pytest.fixture
 def count(registry):
     """``with count() as c:`` counts what the registry sends in the block."""
-    return lambda: counted(registry._engine)
+    return lambda: counted(registry._backend.engine)
 
 
 @pytest.fixture
@@ -115,13 +116,15 @@ def test_push_is_one_check_out_and_does_not_grow_with_variants(registry, count):
     # content is one already, variants, platforms, pending rows, its event); PostgreSQL 4 (the
     # blob lock rides on the upsert, the blobs on the version, the platforms and pending rows
     # on the event: _batch)
-    assert len(one) == (5 if registry._engine.dialect.name == "postgresql" else 9), one.statements
+    assert len(one) == (5 if registry._backend.engine.dialect.name == "postgresql" else 9), (
+        one.statements
+    )
     assert len(three) == len(one), three.statements  # one multi-row INSERT per table
     assert len(first) <= len(one) + 4, first.statements  # moving an alias
     # no event, nothing written: the version's number given back, the version read
-    assert len(again) == len(one) + (2 if registry._engine.dialect.name == "postgresql" else 0), (
-        again.statements
-    )
+    assert len(again) == len(one) + (
+        2 if registry._backend.engine.dialect.name == "postgresql" else 0
+    ), again.statements
     for c in (first, one, three, again):
         assert (c.checkouts, c.commits, c.pings) == (1, 2, 0)
     # what push returns, built from the rows it inserted, is what a read gives
@@ -227,20 +230,20 @@ def test_alias_move_and_names(filled, count):
 def test_an_idle_postgresql_connection_is_pinged_and_replaced_if_dead(registry, count, monkeypatch):
     """Only a connection idle over ``IDLE_PING`` seconds is pinged (none in the tests above);
     one whose server process is gone is replaced before the operation runs."""
-    if registry._engine.dialect.name != "postgresql":
+    if registry._backend.engine.dialect.name != "postgresql":
         pytest.skip("SQLite connections are local files: never pinged")
     import sqlalchemy as sa
 
-    assert not registry._engine.pool._pre_ping
+    assert not registry._backend.engine.pool._pre_ping
     registry.push(_exp(), "idle")
-    registry._engine.dispose()  # a pool of one connection from here on
-    with registry._engine.connect() as conn:
+    registry._backend.engine.dispose()  # a pool of one connection from here on
+    with registry._backend.engine.connect() as conn:
         pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
     monkeypatch.setattr(_db, "IDLE_PING", -1.0)
     with count() as c:
         assert registry.get("idle").version == 1
     assert (c.checkouts, c.pings) == (1, 1)
-    admin = sa.create_engine(registry._engine.url)
+    admin = sa.create_engine(registry._backend.engine.url)
     with admin.connect() as conn:  # the pooled connection's server process ends
         conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
     admin.dispose()

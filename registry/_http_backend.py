@@ -1,0 +1,300 @@
+"""``HttpBackend``: a registry server (``jaxport serve``) over HTTP (``registry/_backend.py``
+states the contract; ``server/`` is the other end).
+
+Requests go through ``registry/_http.py`` (retries, typed errors). Pushes send only the parts
+the server lacks (``registry/_uploads.py``: a model archive's skeleton and tensors, a function
+archive whole), then commit the version; every download is checked against its sha256 here as
+well, so a corrupt or truncated answer is never returned. What needs the database or the blob
+store in this process (signing, signature policies, the audit queue, audits in another
+environment, upgrade reports) is refused by ``Backend.lacks``.
+
+Importing this module, and every call but those that build an ``Exported`` or a ``Model``
+(``function``, ``model``) or make golden examples, loads neither jax nor SQLAlchemy: a thin
+client's ``jaxport ls`` costs an interpreter start and one request.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from jaxport import IntegrityError
+from jaxport._files import DEFAULT_MAX_READ
+from jaxport.registry._backend import Backend, PushOptions
+from jaxport.registry._config import safe_url
+from jaxport.registry._download import download
+from jaxport.registry._events import Event
+from jaxport.registry._http import Http
+from jaxport.registry._presigned import fetch_archive, send_parts
+from jaxport.registry._signatures import Signature
+from jaxport.registry._tokens import NewToken, TokenInfo
+from jaxport.registry._types import (
+    AliasMove,
+    GcReport,
+    PushResult,
+    Ref,
+    Resolution,
+    VariantInfo,
+    VerifyReport,
+)
+from jaxport.registry._wire import from_wire, to_wire
+
+if TYPE_CHECKING:
+    from jax.export import Exported
+
+    from jaxport.audit import Change, Finding
+    from jaxport.export import Model
+
+__all__ = ["HttpBackend", "HttpTokens"]
+
+
+class HttpTokens:
+    """``Registry.tokens`` of a server (scope ``admin``): create, list, revoke."""
+
+    def __init__(self, http: Http):
+        self._http = http
+
+    def create(
+        self, name: str, scope: str = "read", *, prefixes: Sequence[str] = (),
+        expires_in: float | None = None,
+    ) -> NewToken:  # fmt: skip
+        """A new token (as a direct registry's ``Tokens.create``); the secret is in the
+        answer and nowhere else."""
+        body = {"name": name, "scope": scope, "prefixes": list(prefixes), "expires_in": expires_in}
+        data = self._http.json("POST", "/tokens", json=body)
+        return NewToken(from_wire(TokenInfo, data["info"]), str(data["secret"]))
+
+    def list(self) -> builtins.list[TokenInfo]:
+        """Every token this admin may see."""
+        return from_wire(builtins.list[TokenInfo], self._http.json("GET", "/tokens"))  # type: ignore[no-any-return]
+
+    def revoke(self, name: str) -> TokenInfo:
+        """Revokes the token ``name``."""
+        return from_wire(TokenInfo, self._http.json("DELETE", f"/tokens/{_seg(name)}"))  # type: ignore[no-any-return]
+
+
+class HttpBackend(Backend):
+    """The server at ``url`` with ``token`` (None: anonymous); ``timeout``: seconds one
+    request may wait (uploads and audits included)."""
+
+    kind = "a registry server"
+    instead = "use a direct registry (its database URL), not a registry server"
+
+    def __init__(self, url: str, token: str | None, timeout: float = 300.0) -> None:
+        self._http = Http(url, token, timeout=timeout)
+        self.url = safe_url(url.rstrip("/"))
+        self.blobs = None
+        self.tokens = HttpTokens(self._http)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _get(self, kind: Any, path: str, **params: Any) -> Any:
+        query = {k: v for k, v in params.items() if v is not None}
+        return from_wire(kind, self._http.json("GET", path, params=query))
+
+    # -- metadata reads ----------------------------------------------------------------------
+
+    def names(self) -> builtins.list[str]:
+        return list(self._http.json("GET", "/names")["names"])
+
+    def get(self, reference: str) -> Ref:
+        return self._get(Ref, "/ref", reference=reference)  # type: ignore[no-any-return]
+
+    def list(
+        self, name: str | None, limit: int, after: tuple[str, int] | None
+    ) -> builtins.list[Ref]:
+        after_name, after_version = after if after is not None else (None, None)
+        return self._get(  # type: ignore[no-any-return]
+            builtins.list[Ref], "/versions", name=name, limit=limit, after_name=after_name,
+            after_version=after_version,
+        )  # fmt: skip
+
+    def search(
+        self, filters: Mapping[str, Any], limit: int, after: int | None
+    ) -> builtins.list[VariantInfo]:
+        return self._get(builtins.list[VariantInfo], "/search", **filters, limit=limit, after=after)  # type: ignore[no-any-return]
+
+    def resolve(self, reference: str, platform: str | None, nr_devices: int | None) -> Resolution:
+        return self._get(  # type: ignore[no-any-return]
+            Resolution, "/resolve", reference=reference, platform=platform, nr_devices=nr_devices
+        )
+
+    def aliases(self, name: str) -> dict[str, int]:
+        return dict(self._http.json("GET", f"/aliases/{_seg(name)}"))
+
+    def alias_history(self, name: str, alias: str | None) -> builtins.list[AliasMove]:
+        return self._get(builtins.list[AliasMove], f"/aliases/{_seg(name)}/history", alias=alias)  # type: ignore[no-any-return]
+
+    def events(self, name: str | None, limit: int, before: int | None) -> builtins.list[Event]:
+        return self._get(builtins.list[Event], "/events", name=name, limit=limit, before=before)  # type: ignore[no-any-return]
+
+    def audit_results(
+        self, name: str | None, jax_version: str | None, platform: str | None, limit: int
+    ) -> builtins.list[Finding]:
+        from jaxport.audit import Finding
+
+        found = self._get(
+            builtins.list[Finding], "/findings", name=name, jax_version=jax_version,
+            platform=platform, limit=limit,
+        )  # fmt: skip
+        return found  # type: ignore[no-any-return]
+
+    def diff(self, a: str, b: str) -> builtins.list[Change]:
+        from jaxport.audit import Change
+
+        return self._get(builtins.list[Change], "/diff", a=a, b=b)  # type: ignore[no-any-return]
+
+    def signatures(self, reference: str) -> builtins.list[Signature]:
+        return self._get(builtins.list[Signature], "/signatures", reference=reference)  # type: ignore[no-any-return]
+
+    # -- blob reads --------------------------------------------------------------------------
+
+    def read_blob(self, digest: str) -> bytes:
+        """At most ``DEFAULT_MAX_READ`` bytes, checked against ``digest`` here."""
+        return download(self._http, f"/blobs/{_seg(digest)}", digest, DEFAULT_MAX_READ)
+
+    def read_range(self, digest: str) -> Callable[[int, int], bytes]:
+        def read(start: int, end: int) -> bytes:
+            with self._http.stream(
+                f"/blobs/{_seg(digest)}", headers={"Range": f"bytes={start}-{end - 1}"}
+            ) as r:
+                data = r.read()
+            if r.status_code != 206 or len(data) != end - start:
+                raise IntegrityError(
+                    f"blob {digest}: the server sent another range", expected=digest
+                )
+            return data
+
+        return read
+
+    def archive(self, reference: str, chosen: VariantInfo) -> bytes:
+        """The whole archive, verified: straight from the server's store where it signs URLs
+        (``registry/_presigned.py``), else in one download through the server, which is
+        refused before a byte is read if it would send more than the recorded size."""
+        data = fetch_archive(self._http, chosen.digest, chosen.size_bytes)
+        if data is not None:
+            return data
+        return download(
+            self._http, f"/blobs/{_seg(chosen.digest)}", chosen.digest, chosen.size_bytes
+        )
+
+    def write_file(self, reference: str, chosen: VariantInfo, path: str | os.PathLike[str]) -> None:
+        from jaxport._io import atomic_write
+
+        atomic_write(path, [self.archive(reference, chosen)])
+
+    def function(
+        self, reference: str, chosen: VariantInfo, allow_custom_calls: Sequence[str]
+    ) -> Exported:
+        from jaxport.export import loads
+
+        exported: Exported = loads(
+            self.archive(reference, chosen), allow_custom_calls=tuple(allow_custom_calls)
+        )
+        return exported
+
+    def model(self, chosen: VariantInfo, allow_custom_calls: Sequence[str]) -> Model:
+        """The whole archive downloaded and verified, then read as a ``Model``."""
+        from jaxport.export import loads_model
+
+        data = self.archive(chosen.short_digest, chosen)
+        return loads_model(data, allow_custom_calls=tuple(allow_custom_calls))
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def push(
+        self, sources: builtins.list[Any], name: str | None, options: PushOptions
+    ) -> PushResult:
+        """The archives are made here, split into parts, only the parts the server lacks are
+        sent, then the version is committed (validated on the server, in its sandbox). Golden
+        examples are made here (outputs not given computed by a source that runs here), sent
+        as one more part."""
+        from jaxport.registry._remote_push import archive_parts, default_name, examples_blob
+
+        vjp_order, max_size = options["vjp_order"], options["max_size"]
+        archives = [archive_parts(s, vjp_order=vjp_order, max_size=max_size) for s in sources]
+        if name is None:
+            name = default_name(archives[0])
+        examples, tolerance = options["examples"], options["tolerance"]
+        golden = examples_blob(sources, archives, examples, tolerance) if examples else None
+        extra = {golden[0]: golden[1]} if golden else {}
+        body = {
+            "name": name, "archives": [to_wire(a.parts) for a in archives],
+            "aliases": options["aliases"], "metadata": options["metadata"],
+            "allow_custom_calls": options["allow_custom_calls"], "vjp_order": vjp_order,
+            "examples": {"digest": golden[0], "kind": golden[2]} if golden else None,
+        }  # fmt: skip
+        sent: builtins.list[int] = []  # the size of each part sent
+        try:
+            send_parts(self._http, archives, extra, name, sent)  # straight to S3 if it can
+            answer = self._http.json("POST", "/versions", json=body)
+        except BaseException as error:  # Ctrl-C included: say what stays on the server
+            if sent:
+                error.add_note(_left_behind(self.url, sent))
+            raise
+        return from_wire(PushResult, answer)  # type: ignore[no-any-return]
+
+    def missing_blobs(self, digests: Sequence[str]) -> builtins.list[str]:
+        answer = self._http.json("POST", "/blobs/missing", json={"digests": list(digests)})
+        return list(answer["missing"])
+
+    def alias(self, name: str, alias: str, version: int | None) -> None:
+        self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})
+
+    def delete(self, name: str, version: int | None, force: bool) -> None:
+        params: dict[str, Any] = {"force": force}
+        if version is not None:
+            params["version"] = version
+        self._http.json("DELETE", f"/names/{_seg(name)}", params=params)
+
+    def gc(self, dry_run: bool, min_age: float, temp_age: float) -> GcReport:
+        body = {"dry_run": dry_run, "min_age": min_age, "temp_age": temp_age}
+        return from_wire(GcReport, self._http.json("POST", "/gc", json=body))  # type: ignore[no-any-return]
+
+    def verify(self, deep: bool, timeout: float) -> VerifyReport:
+        body = {"deep": deep, "timeout": timeout}
+        return from_wire(VerifyReport, self._http.json("POST", "/verify", json=body))  # type: ignore[no-any-return]
+
+    def audit(
+        self,
+        reference: str | None,
+        platform: str | None,
+        store: bool,
+        python: str | os.PathLike[str] | None,
+        options: Mapping[str, Any],
+    ) -> builtins.list[Finding]:
+        """Run by the server (with its jax), the findings recorded there."""
+        if options["tolerance"] is not None:
+            self.lacks(
+                "an audit tolerance (push the examples with push(..., tolerance=...) instead)"
+            )
+        if python is not None or options["jax"] is not None or not store:
+            self.lacks("audits with another jax, or without recording the findings")
+        from jaxport.audit import Finding
+
+        body = {"reference": reference, "platform": platform, "force": options["force"],
+                "level": options["level"], "timeout": options["timeout"]}  # fmt: skip
+        found = from_wire(builtins.list[Finding], self._http.json("POST", "/audits", json=body))
+        progress = options["progress"]
+        if progress is not None:
+            progress(len(found), len(found))
+        return found  # type: ignore[no-any-return]
+
+
+def _left_behind(url: str, sent: Sequence[int]) -> str:
+    """What a push that stopped after sending parts left on the server, and how to free it."""
+    return (
+        f"this push had sent {len(sent)} part(s), {sum(sent):,} bytes, to {url}: they stay "
+        "there, referenced by no version, for gc's --min-age (an hour by default), so pushing "
+        "the same archives again within it sends them no more; an admin frees them now with "
+        "`jaxport gc --min-age 0`"
+    )
+
+
+def _seg(text: str) -> str:
+    """``text`` as one URL path segment."""
+    return quote(str(text), safe="")
