@@ -99,7 +99,7 @@ def target(tmp_path_factory):
         shared = reg.push(_exported(jnp.cos), "sin").variants[0].digest
         reg.push(_exported(jnp.cos), "team-cos")
         mlp = reg.push(model, "mlp").variants[0].digest
-        with reg._backend.engine.connect() as conn:  # the model's part digests, straight from the rows
+        with reg._backend.engine.connect() as conn:  # the model's part digests, from the rows
             from jaxport.registry._model_parts import parts_of
 
             variant = reg.get("mlp:1").variants[0]
