@@ -51,7 +51,7 @@ def prefill(reg: jaxport.Registry, n: int) -> None:
     template = reg.push(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4)), "template").variants[0]
     now = time.time()
     digests = [hashlib.sha256(f"variant {i}".encode()).hexdigest() for i in range(n)]
-    with _db.write_transaction(reg._engine) as conn:
+    with _db.write_transaction(reg._backend.engine) as conn:
         conn.execute(
             insert(BlobRow), [{"digest": d, "size": 1, "created_at": now} for d in digests]
         )

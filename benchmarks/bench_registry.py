@@ -106,7 +106,7 @@ def prefill(reg: jaxport.Registry, n_versions: int) -> None:
     template = reg.push(jax.export.export(jax.jit(jnp.sin))(jnp.zeros(4)), "template").variants[0]
     now = time.time()
     n_names = n_versions // 10
-    with _db.write_transaction(reg._engine) as conn:
+    with _db.write_transaction(reg._backend.engine) as conn:
         conn.execute(
             insert(NameRow),
             [
@@ -279,7 +279,7 @@ class Sized:
     """The measurements on one registry of ``n_versions`` versions."""
 
     def __init__(self, reg: jaxport.Registry, n_versions: int, repeat: int):
-        self.reg, self.statements = reg, Statements(reg._engine)
+        self.reg, self.statements = reg, Statements(reg._backend.engine)
         self.samples: dict[str, list[float]] = {}
         self.counts: dict[str, int] = {}
         self.parts: list[tuple[float, ...]] = []
@@ -353,7 +353,7 @@ def bench_jaxport(
             jax.export.export(jax.jit(lambda x, s=float(i): x * s))(jnp.zeros(4))
             for i in range(repeat)
         ]
-        with Waits([run.reg._engine for run in runs.values()]) as waits:
+        with Waits([run.reg._backend.engine for run in runs.values()]) as waits:
             for i, exp in enumerate(exports):
                 for run in runs.values():
                     if i % 2:

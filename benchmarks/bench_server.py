@@ -74,18 +74,18 @@ def fine_tune(remote: jaxport.Registry) -> tuple[int, int]:
     spec = {"f": [jax.ShapeDtypeStruct((2, 512), jnp.float32)]}
     model = jaxport.Model(params, {"f": lambda p, x: x @ p["l000"]}, spec)
     sent: list[int] = []
-    request = remote._http._client.request
+    request = remote._backend._http._client.request
 
     def counting(method, path, **kw):
         if method == "PUT":
             sent.append(len(kw.get("content", b"")))
         return request(method, path, **kw)
 
-    remote._http._client.request = counting
+    remote._backend._http._client.request = counting
     remote.push(model, "ft")
     sent.clear()
     remote.push(model.update_params(dict(params, l042=params["l042"] * 1.01)), "ft")
-    remote._http._client.request = request
+    remote._backend._http._client.request = request
     return sum(sent), sum(t.nbytes for t in params.values())
 
 

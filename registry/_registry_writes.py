@@ -76,6 +76,11 @@ class RegistryWrites:
         registry as it was and consumes no version number; ``gc`` running beside it never
         deletes a blob it needs.
 
+        Through a registry server, the archives are made and split into parts here (a path or
+        archive bytes without importing jax), only the parts the server lacks are sent, then
+        the server validates and stores the version as above, in its sandbox; golden examples
+        are made here (outputs computed by a source that runs here) and sent as one more part.
+
         Args:
             source: what to store (see above), or a list of them (one per platform or
                 device count, say): all functions or all models.
@@ -148,7 +153,8 @@ class RegistryWrites:
     # through a server, push sends the parts itself, so these raise UnsupportedFeatureError.
 
     def missing_blobs(self, digests: Sequence[str]) -> builtins.list[str]:
-        """Of ``digests`` (archive parts), those the blob store does not hold, once each.
+        """Of ``digests`` (archive parts), those the blob store does not hold (through a
+        registry server: those it asks this token to send), once each.
 
         Raises:
             InvalidNameError: a digest that is not 64 lowercase hex digits.
