@@ -126,9 +126,9 @@ def bench_static(tmp: Path, n: int) -> dict[str, float]:
     print(f"static: {len(findings):,} findings ({statuses})")
     reg.close()
     env = {**os.environ, "JAXPORT_REGISTRY": url, "JAXPORT_BLOBS": str(blobs)}
-    cli_again = _cli(env, "re-audit, CLI (s)", "audit", "--static", "--json")
+    cli_again = _cli(env, "re-audit, CLI (s)", "audit", "static", "--json")
     cli_forced = _cli(
-        env, "static --force, CLI (s)", "audit", "--static", "--force", "--json", "--no-store"
+        env, "static --force, CLI (s)", "audit", "static", "--force", "--json", "--no-store"
     )
     return {
         "static, in-process (s)": first,

@@ -334,12 +334,12 @@ def test_audit_with_jax_makes_the_environment_once_and_reuses_it(tmp_path):
     env = _cli_env(tmp_path)
     jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"]).push(_exp(), "a")
     release = jax.__version__
-    first = _cli(env, "audit", "--jax", release, "--json")
+    first = _cli(env, "audit", "run", "--jax", release, "--json")
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["findings"][0]["status"] == "ok"
     python = Path(env["JAXPORT_HOME"]) / "envs" / f"jax-{release}" / "bin" / "python"
     assert python.exists()
-    again = _cli(env, "audit", "--jax", release, "--json")
+    again = _cli(env, "audit", "run", "--jax", release, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["findings"][0]["reused"] is True
 
 
@@ -368,19 +368,19 @@ def test_cli_static_force_jobs_and_exit_codes(tmp_path):
     env = _cli_env(tmp_path)
     reg = jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"])
     reg.push(_exp(), "a")
-    ok = _cli(env, "audit", "--static", "--json")
+    ok = _cli(env, "audit", "static", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["findings"][0]["level"] == "static"
     assert (
-        json.loads(_cli(env, "audit", "--static", "--json").stdout)["findings"][0]["reused"] is True
+        json.loads(_cli(env, "audit", "static", "--json").stdout)["findings"][0]["reused"] is True
     )
-    forced = _cli(env, "audit", "--static", "--force", "--json")
+    forced = _cli(env, "audit", "static", "--force", "--json")
     assert json.loads(forced.stdout)["findings"][0]["reused"] is False
     reg.push(_missing_custom_call(), "m")
-    assert _cli(env, "audit", "--static", "-j", "2").returncode == 1  # incompatible
-    assert _cli(env, "audit", "-j", "0").returncode == 2
-    both = _cli(env, "audit", "--python", sys.executable, "--jax", "0.7.0")
+    assert _cli(env, "audit", "static", "-j", "2").returncode == 1  # incompatible
+    assert _cli(env, "audit", "run", "-j", "0").returncode == 2
+    both = _cli(env, "audit", "run", "--python", sys.executable, "--jax", "0.7.0")
     assert both.returncode == 2 and b"not both" in both.stderr
-    bad = _cli(env, "audit", "--jax", "latest", "--json")
+    bad = _cli(env, "audit", "run", "--jax", "latest", "--json")
     assert bad.returncode == 1 and json.loads(bad.stderr)["error"]["type"] == "InvalidNameError"
     reg.close()
 
@@ -410,10 +410,10 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_never_with_json(tmp_path):
     env = _cli_env(tmp_path)
     with jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"]) as reg:
         reg.push(_exp(), "a")
-    assert "auditing" in _in_terminal(env, "audit", "--static", "--force")
-    quiet = _in_terminal(env, "audit", "--static", "--force", "--json")
+    assert "auditing" in _in_terminal(env, "audit", "static", "--force")
+    quiet = _in_terminal(env, "audit", "static", "--force", "--json")
     assert "auditing" not in quiet and json.loads(quiet)["findings"][0]["level"] == "static"
-    piped = _cli(env, "audit", "--static", "--force")  # not a terminal: no bar either
+    piped = _cli(env, "audit", "static", "--force")  # not a terminal: no bar either
     assert b"auditing" not in piped.stderr + piped.stdout
 
 

@@ -211,10 +211,10 @@ def test_the_cli_audit_tolerance(tmp_path):
     exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((8,), jnp.float32))
     reg.push(exp, "s", examples=[jaxport.Example((x,), {}, np.sin(x) + np.float32(1e-3))])
     reg.close()
-    run(env, "audit", "s", "--platform", "cpu", code=1)  # mismatch
-    ok = run(env, "audit", "s", "--platform", "cpu", "--tolerance", "atol=2e-3")
+    run(env, "audit", "run", "s", "--platform", "cpu", code=1)  # mismatch
+    ok = run(env, "audit", "run", "s", "--platform", "cpu", "--tolerance", "atol=2e-3")
     assert "ok" in ok.out
-    bad = run(env, "audit", "s", "--tolerance", "loose", code=1)
+    bad = run(env, "audit", "run", "s", "--tolerance", "loose", code=1)
     assert bad.err.startswith("InvalidNameError: ")
     run(env, "audit", "--matrix", "--tolerance", "1e-3", code=2)
 

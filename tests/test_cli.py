@@ -392,9 +392,9 @@ def test_audit_and_diff_commands(cli, files):
     archive, native, _ = files
     cli("push", str(archive), "--name", "a")
     cli("push", str(native), "--name", "a")
-    report = json.loads(cli("audit", "a", "--platform", "cpu", "--json").stdout)
+    report = json.loads(cli("audit", "run", "a", "--platform", "cpu", "--json").stdout)
     assert [f["status"] for f in report["findings"]] == ["ok", "ok"]
-    fits(cli("audit", "a:1", "--platform", "cpu").stdout, "variant", "platform", "status")
+    fits(cli("audit", "run", "a:1", "--platform", "cpu").stdout, "variant", "platform", "status")
     assert json.loads(cli("diff", "a:1", "a:1", "--json").stdout) == []
     changes = fits(cli("diff", "a:1", "a:2", code=1).stdout)  # cpu+tpu -> cpu: breaking
     assert "breaking" in changes
@@ -420,24 +420,24 @@ def test_symbolic_shapes_are_printed_literally(cli, tmp_path):
 def test_audit_claims_only_what_it_measured(env, files, tmp_path):
     archive, _, _ = files
     run(env, "push", str(archive), "--name", "trig")
-    tpu = run(env, "audit", "trig", "--platform", "TPU", "--json").json()["findings"]
+    tpu = run(env, "audit", "run", "trig", "--platform", "TPU", "--json").json()["findings"]
     assert [(f["platform"], f["status"]) for f in tpu] == [("tpu", "not-run")]
     assert "no tpu device here" in tpu[0]["reason"]
-    both = run(env, "audit", "trig", "--json").json()["findings"]
+    both = run(env, "audit", "run", "trig", "--json").json()["findings"]
     assert {(f["platform"], f["status"]) for f in both} == {("cpu", "ok"), ("tpu", "not-run")}
-    matrix = fits(run(env, "audit", "--matrix").out, "variant", "platform", jax.__version__)
+    matrix = fits(run(env, "audit", "matrix").out, "variant", "platform", jax.__version__)
     assert re.search(r"trig:1 sha256:[0-9a-f]{12}\s+│ cpu\s+│ ok", matrix)
     assert re.search(r"│ tpu\s+│ not-run", matrix)
-    upgrade = run(env, "audit", "--upgrade-to", "0.0.1", "--json").json()["rows"]
+    upgrade = run(env, "audit", "upgrade", "0.0.1", "--json").json()["rows"]
     assert {(r["platform"], r["after"]) for r in upgrade} == {
         ("cpu", "not audited"),
         ("tpu", "not audited"),
     }
-    missing = run(env, "audit", "no-such-name", "--json", code=1).error()
+    missing = run(env, "audit", "run", "no-such-name", "--json", code=1).error()
     assert missing["type"] == "NotFoundError"
-    gone = run(env, "audit", "--upgrade-to", str(tmp_path / "no" / "python"), code=1)
+    gone = run(env, "audit", "upgrade", str(tmp_path / "no" / "python"), code=1)
     assert "NotFoundError: no Python interpreter" in gone.err
-    unknown = run(env, "audit", "trig", "--platform", "vulkan", code=1)
+    unknown = run(env, "audit", "run", "trig", "--platform", "vulkan", code=1)
     assert "InvalidNameError: unknown platform" in unknown.err
 
 

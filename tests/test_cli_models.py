@@ -509,7 +509,7 @@ def test_a_registered_node_passes_the_command_as_a_stand_in(env, tmp_path):
     run(env, "run", str(path), "apply", "-i", _savez(tmp_path / "x.npz", x), "-o", str(out))
     _assert_outputs(out, {"out": x @ np.full((4, 3), 0.5, np.float32) + 1})
     run(env, "push", str(path), "--name", "pair")
-    (finding,) = run(env, "audit", "pair", "--json").json()["findings"]
+    (finding,) = run(env, "audit", "run", "pair", "--json").json()["findings"]
     assert finding["status"] == "ok", finding
     report = run(env, "verify", "--deep", "--json").json()
     assert report["invalid"] == [] and report["corrupt"] == [], report

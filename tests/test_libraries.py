@@ -167,7 +167,7 @@ def _through_the_cli(tmp_path: Path, path: Path, inputs: dict[str, np.ndarray], 
     with np.load(out) as got:
         np.testing.assert_allclose(got["out"], np.asarray(expected), rtol=1e-5, atol=1e-5)
     run(env, "push", str(path), "--name", name)
-    (finding,) = run(env, "audit", name, "--json").json()["findings"]
+    (finding,) = run(env, "audit", "run", name, "--json").json()["findings"]
     assert finding["status"] == "ok", finding
     report = run(env, "verify", "--deep", "--json").json()
     assert report["invalid"] == [] and report["corrupt"] == [], report

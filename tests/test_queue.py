@@ -110,11 +110,11 @@ def _push_fleet(url, tmp_path):
 def test_killed_worker_jobs_complete_once_and_tpu_takes_only_tpu(pg_registry, tmp_path):
     url, env = pg_registry
     _push_fleet(url, tmp_path)
-    queued = json.loads(_run(env, "audit", "--enqueue", "--json").stdout)
+    queued = json.loads(_run(env, "audit", "enqueue", "--json").stdout)
     assert sorted((j["name"], j["platform"]) for j in queued) == [
         ("cos", "cpu"), ("cos", "tpu"), ("sin", "cpu"), ("sin", "tpu"), ("tanh", "cpu"),
     ]  # fmt: skip
-    again = json.loads(_run(env, "audit", "--enqueue", "--json").stdout)
+    again = json.loads(_run(env, "audit", "enqueue", "--json").stdout)
     assert all(j["job_id"] is None for j in again)  # waiting already: nothing added
 
     doomed = _worker(env, "cpu", json_out=False)  # a CPU host that dies mid-job
@@ -206,7 +206,7 @@ def test_enqueue_on_sqlite_is_a_typed_error(tmp_path):
     env.pop("JAXPORT_BLOBS", None)
     (tmp_path / "home").mkdir()
     jaxport.Registry(f"sqlite:///{tmp_path / 'home' / 'registry.db'}").close()  # an empty one
-    err = _run(env, "audit", "--enqueue", code=1).stderr
+    err = _run(env, "audit", "enqueue", code=1).stderr
     assert err.startswith("UnsupportedFeatureError: the audit queue needs a PostgreSQL registry")
     err = _run(env, "audit-worker", "--platform", "tpu", "--until-idle", code=1).stderr
     assert err.startswith("UnsupportedFeatureError: the audit queue needs a PostgreSQL")

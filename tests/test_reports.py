@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import re
 
+import click
 import jax
 import jax.numpy as jnp
 import jaxlib
@@ -109,7 +111,7 @@ def test_reports_have_a_row_per_variant_and_say_what_made_them(env, tmp_path):
     run(env, "push", str(sin), "--name", "a")
     run(env, "push", str(sin), "--name", "b")  # the same archive under another name
     run(env, "push", str(cos), "--name", "b")
-    audit = run(env, "audit", "--json").json()
+    audit = run(env, "audit", "run", "--json").json()
     _made_here(audit)
     keys = [(f["name"], f["version"], f["short_digest"], f["platform"]) for f in audit["findings"]]
     assert len(keys) == len(set(keys)) == 5  # a:1 x2 platforms, b:1 x2, b:2
@@ -119,7 +121,7 @@ def test_reports_have_a_row_per_variant_and_say_what_made_them(env, tmp_path):
     for name, version, short, _ in keys:
         assert re.search(rf"{name}:{version}\s+(│[^\n]*\n│\s+)?{short}", table), table
 
-    matrix = run(env, "audit", "--matrix", "--json").json()
+    matrix = run(env, "audit", "matrix", "--json").json()
     _made_here(matrix)
     assert matrix["releases"] == [jax.__version__]
     cells = matrix["cells"]
@@ -127,21 +129,21 @@ def test_reports_have_a_row_per_variant_and_say_what_made_them(env, tmp_path):
     assert {(c["name"], c["version"], c["platform"]) for c in cells} == {
         (n, v, p) for n, v, _, p in keys
     }
-    text = fits(run(env, "audit", "--matrix").out, "variant", "platform", jax.__version__)
+    text = fits(run(env, "audit", "matrix").out, "variant", "platform", jax.__version__)
     assert len(re.findall(r"│ (cpu|tpu) +│ (ok|not-run) +│", text)) == len(cells)
-    one = run(env, "audit", "--matrix", "b:2", "--json").json()["cells"]
+    one = run(env, "audit", "matrix", "b:2", "--json").json()["cells"]
     assert [(c["name"], c["version"]) for c in one] == [("b", 2)]
 
-    upgrade = run(env, "audit", "--upgrade-to", _OTHER, "--json").json()
+    upgrade = run(env, "audit", "upgrade", _OTHER, "--json").json()
     _made_here(upgrade)
     assert (upgrade["current"], upgrade["target"]) == (jax.__version__, _OTHER)
     rows = [(r["name"], r["version"], r["short_digest"], r["platform"]) for r in upgrade["rows"]]
     assert sorted(rows) == sorted(keys) and all(
         r["after"] == "not audited" for r in upgrade["rows"]
     )
-    only = run(env, "audit", "--upgrade-to", _OTHER, "b:1", "--json").json()["rows"]
+    only = run(env, "audit", "upgrade", _OTHER, "b:1", "--json").json()["rows"]
     assert {(r["name"], r["version"]) for r in only} == {("b", 1)}
-    text = fits(run(env, "audit", "--upgrade-to", _OTHER).out, "variant", "now", "after")
+    text = fits(run(env, "audit", "upgrade", _OTHER).out, "variant", "now", "after")
     assert f"upgrade {jax.__version__} -> {_OTHER}" in text and "report by jax" in text
 
 
@@ -149,19 +151,19 @@ def test_deleted_names_vanish_and_auditing_them_fails(env, tmp_path):
     sin = _save(tmp_path, "sin", jnp.sin)
     run(env, "push", str(sin), "--name", "kept")
     run(env, "push", str(sin), "--name", "gone")
-    run(env, "audit", "gone")
+    run(env, "audit", "run", "gone")
     run(env, "rm", "gone")
     for args in (["audit", "gone"], ["audit", "--matrix", "gone"], ["ls", "gone"],
                  ["show", "gone"], ["alias", "gone"], ["search", "--name", "gone"]):  # fmt: skip
         err = run(env, *args, "--json", code=1).error()
         assert err["type"] == "NotFoundError", args
         assert err["message"] == "no artifact named 'gone'; names: kept", args
-    hint = run(env, "audit", "kep", code=1).err
+    hint = run(env, "audit", "run", "kep", code=1).err
     assert hint == "NotFoundError: no artifact named 'kep'; did you mean kept? names: kept\n"
-    assert run(env, "audit", "never", "--json", code=1).error()["type"] == "NotFoundError"
+    assert run(env, "audit", "run", "never", "--json", code=1).error()["type"] == "NotFoundError"
     assert [r["name"] for r in run(env, "ls", "--json").json()] == ["kept"]
-    assert {c["name"] for c in run(env, "audit", "--matrix", "--json").json()["cells"]} == {"kept"}
-    assert {f["name"] for f in run(env, "audit", "--json").json()["findings"]} == {"kept"}
+    assert {c["name"] for c in run(env, "audit", "matrix", "--json").json()["cells"]} == {"kept"}
+    assert {f["name"] for f in run(env, "audit", "run", "--json").json()["findings"]} == {"kept"}
     run(env, "push", str(sin), "--name", "gone")  # a deleted name can be pushed again
     assert [r["version"] for r in run(env, "ls", "gone", "--json").json()] == [2]
 
@@ -178,14 +180,31 @@ def test_deleted_names_vanish_and_auditing_them_fails(env, tmp_path):
         ["audit", "--upgrade-to", "0.7.0", "--static"],
         ["audit", "--upgrade-to", "0.7.0", "--jax", "0.7.0"],
         ["audit", "--matrix", "--static"],
+        ["audit", "matrix", "--timeout", "5"],
+        ["audit", "matrix", "--python", "/bin/sh"],
+        ["audit", "upgrade", "0.7.0", "--force"],
+        ["audit", "upgrade", "0.7.0", "--jax", "0.7.0"],
+        ["audit", "run", "--python", "/bin/sh", "--jax", "0.7.0"],
+        ["audit", "static", "--tolerance", "1e-3"],
+        ["audit", "expiring"],
         ["ls", "a", "--after", "b:1"],
     ],
 )
 def test_flags_that_cannot_combine_are_usage_errors(tmp_path, args):
+    """The audit subcommands take only their options; the flag form (``audit --matrix``, one
+    more release) refuses what it refused, after its one-line note."""
     env = base_env(tmp_path)
     err = run(env, *args, code=2).err
     assert "Usage: jaxport" in err and "Error: " in err
-    assert run(env, *args, "--json", code=2).error()["type"] == "UsageError"
+    flag_form = args[0] == "audit" and args[1].startswith("--")
+    assert err.startswith("note: the flag form of jaxport audit goes") == flag_form
+    if not flag_form:
+        kind = run(env, *args, "--json", code=2).error()["type"]  # NoSuchOption, ...
+        assert issubclass(getattr(click.exceptions, kind), click.UsageError), kind
+        return
+    err = run(env, *args, "--json", code=2).err.splitlines()
+    assert len(err) == 2 and err[0].startswith("note: ")
+    assert json.loads(err[1])["error"]["type"] == "UsageError"
 
 
 # -- push refuses variants that pull could not tell apart -----------------------------------
@@ -313,8 +332,8 @@ def _rendered(renderable) -> str:
     ],
 )
 def test_matrix_keeps_to_80_columns(releases, status, as_columns):
-    from jaxport._cli.render import matrix_table
     from jaxport._cli.audit_reports import matrix_report
+    from jaxport._cli.render_audit import matrix_table
 
     long_name = "a-name-that-is-long-enough-to-fold-in-a-narrow-column"
     findings = [_finding(long_name, 12, D1, r, status) for r in reversed(releases)]

@@ -226,7 +226,7 @@ def test_cli_rescue_push_then_audit_compares_with_the_recorded_outputs(tmp_path)
     assert out["rescue"]["check"] == "recorded"
     assert out["rescue"]["archive"] == str(tmp_path / "old.jaxport")
     assert out["pushed"]["name"] == "old" and out["pushed"]["version"] == 1
-    audited = _cli(env, "audit", "old", "--json")
+    audited = _cli(env, "audit", "run", "old", "--json")
     assert audited.returncode == 0, audited.stderr
     assert "ok" in audited.stdout and "mismatch" not in audited.stdout
     text = _cli(env, "rescue", str(src), "--python", sys.executable, "-o", str(tmp_path / "t"))

@@ -253,19 +253,19 @@ def test_cli_show_and_expiring_before(cli_env, tmp_path):
     assert row["window"]["last_known_release"] is None
     assert "jax window" in _run(cli_env, "show", "old")
 
-    _run(cli_env, "audit", "old", "--platform", "cpu")  # measured ok under the installed jax
-    listed = json.loads(_run(cli_env, "audit", "--expiring-before", "2026-02-01", "--json"))
+    _run(cli_env, "audit", "run", "old", "--platform", "cpu")  # measured ok under the installed jax
+    listed = json.loads(_run(cli_env, "audit", "expiring", "2026-02-01", "--json"))
     expected = {"old"} | ({"new"} if jax.__version__ == "0.7.0" else set())
     assert {r["name"] for r in listed} == expected
     (old,) = [r for r in listed if r["name"] == "old"]
     assert old["window"]["last_known_release"] == jax.__version__
     assert old["window"]["jax_version"] == "0.7.0"
-    text = _run(cli_env, "audit", "--expiring-before", "2026-02-01")
+    text = _run(cli_env, "audit", "expiring", "2026-02-01")
     assert "old:1" in text and "2026-01-22" in text
-    assert json.loads(_run(cli_env, "audit", "--expiring-before", "2025-01-01", "--json")) == []
-    later = json.loads(_run(cli_env, "audit", "new", "--expiring-before", "2100-01-01", "--json"))
+    assert json.loads(_run(cli_env, "audit", "expiring", "2025-01-01", "--json")) == []
+    later = json.loads(_run(cli_env, "audit", "expiring", "2100-01-01", "new", "--json"))
     assert [r["name"] for r in later] == ["new"]
-    _run(cli_env, "audit", "--expiring-before", "soon", code=2)  # a usage error, no traceback
+    _run(cli_env, "audit", "expiring", "soon", code=2)  # a usage error, no traceback
 
 
 def test_cli_pull_as_jax_bytes_past_the_window(cli_env, tmp_path):

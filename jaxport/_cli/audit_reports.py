@@ -44,7 +44,7 @@ class AuditReport:
 
 @dataclasses.dataclass(frozen=True)
 class MatrixReport:
-    """``jaxport audit --matrix``: every cell of variants x jax releases (``releases``, oldest
+    """``jaxport audit matrix``: every cell of variants x jax releases (``releases``, oldest
     first), row by row; made by the running ``jax_version`` / ``jaxlib_version``."""
 
     jax_version: str
@@ -57,7 +57,7 @@ class MatrixReport:
 
 @dataclasses.dataclass(frozen=True)
 class UpgradeReport:
-    """``jaxport audit --upgrade-to``: each variant and platform under ``current`` (the running
+    """``jaxport audit upgrade``: each variant and platform under ``current`` (the running
     jax) and ``target``; made by the running ``jax_version`` / ``jaxlib_version``."""
 
     jax_version: str

@@ -1,4 +1,4 @@
-"""``jaxport audit --enqueue``, ``jaxport push --audit`` and ``jaxport audit-worker``: the audit
+"""``jaxport audit enqueue``, ``jaxport push --audit`` and ``jaxport audit-worker``: the audit
 queue in a PostgreSQL registry (``registry/_queue.py``)."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Any
 
 import click
+
+from jaxport._cli.common import CliContext, pass_ctx
 
 __all__ = ["audit_worker", "enqueued_text", "worker_line"]
 
@@ -86,9 +88,9 @@ def _log_without_tracebacks() -> None:
     help="A worker silent this long is dead: its jobs go back to the queue.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON document.")
-@click.pass_obj
+@pass_ctx
 def audit_worker(
-    ctx: Any,
+    ctx: CliContext,
     platforms: tuple[str, ...],
     concurrency: int,
     until_idle: bool,

@@ -23,19 +23,20 @@ from jaxport._cli.window import window_text
 
 __all__ = [
     "Trimmed",
+    "add_row",
     "alias_tables",
     "changes_table",
-    "findings_table",
     "gc_summary",
     "info_tables",
+    "key_column",
     "local_time",
-    "matrix_table",
     "model_tables",
     "outputs_table",
     "ref_panel",
     "refs_table",
     "short_digest",
-    "upgrade_table",
+    "signatures_table",
+    "text_column",
     "variants_table",
     "verify_summary",
 ]
@@ -94,17 +95,17 @@ def _size(n: float) -> str:
     return str(n)
 
 
-def _key(header: str) -> Column:
+def key_column(header: str) -> Column:
     """A column that is never cut or wrapped (names, versions, digests, sizes, times)."""
     return Column(header, no_wrap=True, min_width=len(header))
 
 
-def _text(header: str, ratio: int | None = None) -> Column:
+def text_column(header: str, ratio: int | None = None) -> Column:
     """A column of free text that folds to fit (signatures, reasons, custom calls)."""
     return Column(header, overflow="fold", min_width=len(header), ratio=ratio)
 
 
-def _row(table: Table, *cells: str | Text) -> None:
+def add_row(table: Table, *cells: str | Text) -> None:
     # Cells hold user data (paths like "[0]['w']", shapes like "[b, 8]"): no rich markup.
     table.add_row(*(c if isinstance(c, Text) else escape(c) for c in cells))
 
@@ -125,11 +126,15 @@ def refs_table(refs: list[Any]) -> Table:
     """``ls``: one row per version, a model's name marked ``(model)``; a version's variants
     are separated by `` / ``."""
     table = Table(
-        _text("name"), _key("version"), _text("platforms"), _key("devices"), _key("size"),
-        _key("created"),
-    )  # fmt: skip
+        text_column("name"),
+        key_column("version"),
+        text_column("platforms"),
+        key_column("devices"),
+        key_column("size"),
+        key_column("created"),
+    )
     for r in refs:
-        _row(
+        add_row(
             table,
             _marked(r.name, r.kind),
             str(r.version),
@@ -145,11 +150,15 @@ def variants_table(variants: list[Any]) -> Table:
     """``search``: one row per variant, a model's version marked ``(model)`` (calling
     convention, VJP order: ``--json``)."""
     table = Table(
-        _text("version"), _text("platforms"), _key("devices"), _key("jax"), _key("digest"),
-        _key("size"),
-    )  # fmt: skip
+        text_column("version"),
+        text_column("platforms"),
+        key_column("devices"),
+        key_column("jax"),
+        key_column("digest"),
+        key_column("size"),
+    )
     for v in variants:
-        _row(
+        add_row(
             table,
             _marked(f"{v.name}:{v.version}", v.kind),
             ", ".join(v.platforms),
@@ -171,26 +180,44 @@ def ref_panel(data: dict[str, Any]) -> Group:
         ("created", local_time(ref.created_at)),
         ("metadata", _join(f"{k}={v}" for k, v in sorted(ref.metadata.items()))),
     ):
-        _row(head, key, value)
+        add_row(head, key, value)
     table = Table(
-        _key("digest"), _text("platforms"), _key("devices"), _key("jax"), _key("vjp"),
-        _key("size"), title="variants",
-    )  # fmt: skip
+        key_column("digest"),
+        text_column("platforms"),
+        key_column("devices"),
+        key_column("jax"),
+        key_column("vjp"),
+        key_column("size"),
+        title="variants",
+    )
     for v in ref.variants:
-        _row(
-            table, v.short_digest, ", ".join(v.platforms), str(v.nr_devices), v.jax_version,
-            "-" if v.kind == "model" else str(v.vjp_order), _size(v.size_bytes),
-        )  # fmt: skip
+        add_row(
+            table,
+            v.short_digest,
+            ", ".join(v.platforms),
+            str(v.nr_devices),
+            v.jax_version,
+            "-" if v.kind == "model" else str(v.vjp_order),
+            _size(v.size_bytes),
+        )
     details = [_variant_detail(v) for v in ref.variants]
     for digest, why in (data.get("loads_here") or {}).items():
         details.append(Text(f"{digest}: {why}"))
     if data.get("windows"):
         details.append(_windows_grid(data["windows"]))
     if data.get("signatures"):
-        from jaxport._cli.sign import signatures_table
-
         details.append(signatures_table(data["signatures"]))
     return Group(head, table, *details)
+
+
+def signatures_table(signatures: list[Any]) -> Any:
+    """``show``: the signatures stored for the version's variants (not verified)."""
+    from rich.table import Table
+
+    table = Table("variant", "signer", "kind", "signed", title="signatures (not verified here)")
+    for s in signatures:
+        table.add_row(f"sha256:{s.digest[:12]}", s.short_signer, s.kind, local_time(s.created_at))
+    return table
 
 
 def _windows_grid(windows: list[Any]) -> Table:
@@ -198,7 +225,7 @@ def _windows_grid(windows: list[Any]) -> Table:
     grid = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
     grid.title = "jax window"
     for w in windows:
-        _row(grid, short_digest(w.digest), window_text(w.window))
+        add_row(grid, short_digest(w.digest), window_text(w.window))
     return grid
 
 
@@ -223,7 +250,7 @@ def _variant_detail(v: Any) -> RenderableType:
         ("  custom calls", _join(v.custom_call_targets)),
         ("  metadata", _join(f"{k}={val}" for k, val in sorted(v.metadata.items()))),
     ):
-        _row(grid, key, value)
+        add_row(grid, key, value)
     if not model:
         return grid
     return Group(grid, _methods_table(v.methods), _parameters_table(v.tensors))
@@ -231,12 +258,18 @@ def _variant_detail(v: Any) -> RenderableType:
 
 def alias_tables(data: dict[str, Any]) -> Group:
     """``alias NAME``: where each alias points now, then every move, newest last."""
-    now = Table(_text("alias"), _key("version"), title=f"aliases of {data['name']}")
+    now = Table(text_column("alias"), key_column("version"), title=f"aliases of {data['name']}")
     for alias, version in sorted(data["aliases"].items()):
-        _row(now, alias, str(version))
-    history = Table(_text("alias"), _key("from"), _key("to"), _key("moved"), title="history")
+        add_row(now, alias, str(version))
+    history = Table(
+        text_column("alias"),
+        key_column("from"),
+        key_column("to"),
+        key_column("moved"),
+        title="history",
+    )
     for m in data["history"]:
-        _row(
+        add_row(
             history,
             m.alias,
             "-" if m.from_version is None else str(m.from_version),
@@ -276,10 +309,12 @@ def verify_summary(report: Any) -> Group:
     )
     if not report.problems:
         return Group(counts)
-    table = Table(_key("digest"), _key("state"), _text("used by"), title="problems")
+    table = Table(
+        key_column("digest"), key_column("state"), text_column("used by"), title="problems"
+    )
     for p in report.problems:
         used = _join(p.used_by) + (f": {p.reason}" if p.reason else "")
-        _row(table, short_digest(p.digest), p.state, used)
+        add_row(table, short_digest(p.digest), p.state, used)
     return Group(counts, table)
 
 
@@ -312,7 +347,7 @@ def info_tables(info: Any) -> Group:
         ("effects", _join(info.ordered_effects + info.unordered_effects)),
         ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):
-        _row(head, key, value)
+        add_row(head, key, value)
     return Group(head, _signature_table(info), _modules_table(info), _sections_table(info))
 
 
@@ -327,23 +362,31 @@ def _this_jax(info: Any) -> list[tuple[str, str]]:
 
 def _signature_table(info: Any) -> Table:
     sig = Table(
-        _key(""), _text("path"), _text("shape"), _key("dtype"), _text("sharding"),
+        key_column(""),
+        text_column("path"),
+        text_column("shape"),
+        key_column("dtype"),
+        text_column("sharding"),
         title="signature",
-    )  # fmt: skip
+    )
     for side, avals in (("in", info.in_avals), ("out", info.out_avals)):
         for a in avals:
             shape = f"({', '.join(map(str, a.shape))})"
-            _row(sig, side, a.path or ".", shape, a.dtype, a.sharding or "")
+            add_row(sig, side, a.path or ".", shape, a.dtype, a.sharding or "")
     return sig
 
 
 def _modules_table(info: Any) -> Table:
     modules = Table(
-        _key("module"), _key("bytes"), _key("StableHLO"), _text("custom calls"), title="modules"
+        key_column("module"),
+        key_column("bytes"),
+        key_column("StableHLO"),
+        text_column("custom calls"),
+        title="modules",
     )
     for m in info.modules:
         kind = "primal" if m.vjp_order == 0 else f"vjp {m.vjp_order}"
-        _row(
+        add_row(
             modules,
             f"{m.method} {kind}" if m.method else kind,
             f"{m.length:,}",
@@ -355,14 +398,24 @@ def _modules_table(info: Any) -> Table:
 
 def _sections_table(info: Any) -> Table:
     sections = Table(
-        _key("section"), _key("offset"), _key("stored"), _key("uncompressed"),
-        _key("compression"), _key("sha256"), title="sections",
-    )  # fmt: skip
+        key_column("section"),
+        key_column("offset"),
+        key_column("stored"),
+        key_column("uncompressed"),
+        key_column("compression"),
+        key_column("sha256"),
+        title="sections",
+    )
     for i, s in enumerate(info.sections):
-        _row(
-            sections, str(i), str(s.offset), _size(s.length), _size(s.uncompressed_length),
-            s.compression, s.sha256[:12],
-        )  # fmt: skip
+        add_row(
+            sections,
+            str(i),
+            str(s.offset),
+            _size(s.length),
+            _size(s.uncompressed_length),
+            s.compression,
+            s.sha256[:12],
+        )
     return sections
 
 
@@ -403,7 +456,7 @@ def model_tables(info: Any) -> Group:
         ("custom calls", _join(info.custom_call_targets)),
         ("metadata", _join(f"{k}={v}" for k, v in info.metadata.items())),
     ):
-        _row(head, key, value)
+        add_row(head, key, value)
     return Group(
         head,
         _methods_table(info.methods),
@@ -417,9 +470,13 @@ def _methods_table(methods: Iterable[Any]) -> Table:
     from jaxport._cli.runner import aval_text, signature
 
     table = Table(
-        _key("method"), _text("signature", ratio=1), _text("platforms"), _key("devices"),
-        _key("vjp"), title="methods",
-    )  # fmt: skip
+        key_column("method"),
+        text_column("signature", ratio=1),
+        text_column("platforms"),
+        key_column("devices"),
+        key_column("vjp"),
+        title="methods",
+    )
     for m in methods:
         sig = signature(
             [(a.path, aval_text(a.shape, a.dtype)) for a in m.in_avals],
@@ -427,7 +484,7 @@ def _methods_table(methods: Iterable[Any]) -> Table:
         )
         if m.symbolic_constraints:
             sig += f" where {', '.join(m.symbolic_constraints)}"
-        _row(table, m.name, sig, ", ".join(m.platforms), str(m.nr_devices), str(m.vjp_order))
+        add_row(table, m.name, sig, ", ".join(m.platforms), str(m.nr_devices), str(m.vjp_order))
     return table
 
 
@@ -439,13 +496,17 @@ def _parameters_table(tensors: Iterable[Any]) -> Table:
     """A model's parameters (``TensorInfo``): path, shape, dtype, bytes, and the total."""
     total = 0
     table = Table(
-        _text("path", ratio=1), _text("shape"), _key("dtype"), _key("bytes"), title="parameters"
+        text_column("path", ratio=1),
+        text_column("shape"),
+        key_column("dtype"),
+        key_column("bytes"),
+        title="parameters",
     )
     for t in tensors:
-        _row(table, t.path, f"({', '.join(map(str, t.shape))})", t.dtype, f"{t.nbytes:,}")
+        add_row(table, t.path, f"({', '.join(map(str, t.shape))})", t.dtype, f"{t.nbytes:,}")
         total += t.nbytes
     table.add_section()
-    _row(table, "total", "", "", f"{total:,}")
+    add_row(table, "total", "", "", f"{total:,}")
     return table
 
 
@@ -457,16 +518,25 @@ def outputs_table(ran: dict[str, Any]) -> Group:
         f"{'function' if ran.get('kind') == 'function' else 'method'} {ran['method']}"
     )
     table = Table(
-        _text("output"), _text("shape"), _key("dtype"), _key("min"), _key("max"),
-        _text("first values", ratio=1),
-    )  # fmt: skip
+        text_column("output"),
+        text_column("shape"),
+        key_column("dtype"),
+        key_column("min"),
+        key_column("max"),
+        text_column("first values", ratio=1),
+    )
     for o in outputs:
         first = ", ".join(map(_number, o.first))
         more = ", ..." if len(o.first) < _count(o.shape) else ""
-        _row(
-            table, o.name, f"({', '.join(map(str, o.shape))})", o.dtype, _number(o.min),
-            _number(o.max), first + more,
-        )  # fmt: skip
+        add_row(
+            table,
+            o.name,
+            f"({', '.join(map(str, o.shape))})",
+            o.dtype,
+            _number(o.min),
+            _number(o.max),
+            first + more,
+        )
     return Group(line, table)
 
 
@@ -485,138 +555,17 @@ def _count(shape: tuple[int, ...]) -> int:
     return n
 
 
-# -- audits ---------------------------------------------------------------------------------
-
-_STATUS_STYLE = {
-    "ok": "green",
-    "incompatible": "yellow",
-    "compile-error": "red",
-    "mismatch": "red",
-    "error": "red",
-}
-
-
-def _status(status: str, *, short: bool = False) -> Text:
-    text = _SHORT_STATUS.get(status, status) if short else status
-    return Text(text, style=_STATUS_STYLE.get(status, ""))
-
-
-def _provenance(report: Any, verb: str) -> Text:
-    """The line above a report's table: which jax and jaxlib made it, and when (UTC)."""
-    from jaxport._cli.output import iso_time
-
-    return Text(
-        f"{verb} jax {report.jax_version}, jaxlib {report.jaxlib_version}, "
-        f"{iso_time(report.generated_at)}"
-    )
-
-
-#: The width of a short digest (``sha256:`` + 12 hex): the variant column's least width, so
-#: the digest is never cut (it goes on a line of its own in a narrow column).
-_SHORT_WIDTH = 19
-
-
-def _variant_column() -> Column:
-    return Column("variant", overflow="fold", min_width=_SHORT_WIDTH)
-
-
-def _variant(row: Any) -> Text:
-    """``name:version sha256:0123456789ab``: one variant (a version's variants differ in
-    digest), wrapped before the digest where the column is narrow."""
-    return Text(f"{row.name}:{row.version} {row.short_digest}")
-
-
-def findings_table(report: Any) -> Group:
-    """``audit``: which jax audited and when, then one row per variant (name, version, short
-    digest) and platform (seconds and every check: ``--json``)."""
-    table = Table(
-        _variant_column(), _key("platform"), _key("status"),
-        Column("reason", overflow="fold", min_width=16, ratio=1),
-    )  # fmt: skip
-    for f in report.findings:
-        _row(table, _variant(f), f.platform, _status(f.status), Text(f.reason))
-    return Group(_provenance(report, "audited with"), table)
-
-
-#: Shorter statuses for matrix and upgrade cells, so more releases fit in 80 columns.
-_SHORT_STATUS = {"incompatible": "incompat", "compile-error": "compile-err"}
-#: What an empty matrix or upgrade cell shows (``"not audited"`` in ``--json``).
-_NO_FINDING = "-"
-#: The table width the matrix keeps to: past it, one row per cell instead of a column per
-#: release.
-_WIDTH = 80
-
-
-def _cell(status: str) -> Text:
-    if status == _not_audited():
-        return Text(_NO_FINDING)
-    return _status(status, short=True)
-
-
-def _not_audited() -> str:
-    from jaxport.audit import NOT_AUDITED
-
-    return NOT_AUDITED
-
-
-def _release_widths(report: Any) -> list[int]:
-    widths = {r: len(r) for r in report.releases}
-    for c in report.cells:
-        widths[c.jax_version] = max(widths[c.jax_version], len(_cell(c.status).plain))
-    return [widths[r] for r in report.releases]
-
-
-def _fits_as_columns(report: Any) -> bool:
-    """Whether a column per release fits in ``_WIDTH``: the variant and platform columns, each
-    release's, and the borders and padding of each (3 characters, plus 1)."""
-    widths = [_SHORT_WIDTH, len("platform"), *_release_widths(report)]
-    return sum(widths) + 3 * len(widths) + 1 <= _WIDTH
-
-
-def matrix_table(report: Any) -> Group:
-    """``audit --matrix``: which jax made it and when, then (variant, platform) x jax releases,
-    the newest finding in each cell ("-": none); where a column per release does not fit in
-    80 columns, one row per cell that has a finding instead."""
-    releases = list(report.releases)
-    cells = list(report.cells)
-    rows = [cells[i : i + len(releases)] for i in range(0, len(cells), len(releases) or 1)]
-    title = "variants x jax releases"
-    if not _fits_as_columns(report):
-        table = Table(_variant_column(), _key("platform"), _key("jax"), _key("status"), title=title)
-        for c in cells:
-            if c.finding is not None:
-                _row(table, _variant(c), c.platform, c.jax_version, _status(c.status))
-        return Group(_provenance(report, "report by"), table)
-    table = Table(_variant_column(), _key("platform"), *(_key(r) for r in releases), title=title)
-    for row in rows:
-        _row(table, _variant(row[0]), row[0].platform, *(_cell(c.status) for c in row))
-    return Group(_provenance(report, "report by"), table)
-
-
-def upgrade_table(report: Any) -> Group:
-    """``audit --upgrade-to``: which jax made it and when, then each variant and platform's
-    status now and after ("-": not audited); a row that breaks says ``BREAKS`` before its
-    reason."""
-    table = Table(
-        _variant_column(), _key("platform"), _key("now"), _key("after"),
-        Column("reason", overflow="fold", min_width=15, ratio=1),
-        title=f"upgrade {report.current} -> {report.target}",
-    )  # fmt: skip
-    for r in report.rows:
-        reason = (
-            Text("BREAKS", style="red") + Text(": " if r.reason else "") if r.breaks else Text()
-        )
-        _row(table, _variant(r), r.platform, _cell(r.now), _cell(r.after), reason + Text(r.reason))
-    return Group(_provenance(report, "report by"), table)
-
-
 def changes_table(changes: list[Any]) -> Table:
     """``diff``: each change, breaking or compatible, with where and what it was before."""
     table = Table(
-        _key("kind"), _text("change"), _text("where"), _text("before"), _text("after"),
+        key_column("kind"),
+        text_column("change"),
+        text_column("where"),
+        text_column("before"),
+        text_column("after"),
         title="diff",
-    )  # fmt: skip
+    )
     for c in changes:
         kind = Text("breaking", style="red") if c.breaking else Text("compatible", style="green")
-        _row(table, kind, Text(c.what), Text(c.where), Text(str(c.before)), Text(str(c.after)))
+        add_row(table, kind, Text(c.what), Text(c.where), Text(str(c.before)), Text(str(c.after)))
     return table

@@ -8,6 +8,9 @@ from typing import Any
 
 import click
 
+from jaxport._cli.common import CliContext, pass_ctx, timeout_option
+from jaxport._cli.output import json_option
+
 __all__ = ["rescue_cmd", "rescued_text"]
 
 
@@ -57,20 +60,14 @@ def rescued_text(data: dict[str, Any]) -> str:
 )
 @click.option("--push", "push_name", metavar="NAME", help="Push the archive with its examples.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+@timeout_option(
+    "Seconds the conversion and its check may take (making the environment aside).",
     default=600.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Seconds the conversion and its check may take (making the environment aside).",
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
-)
-@click.pass_obj
+@json_option
+@pass_ctx
 def rescue_cmd(
-    ctx: Any,
+    ctx: CliContext,
     file: Path,
     jax_release: str,
     python: str | None,

@@ -1,36 +1,24 @@
-"""``jaxport serve``, ``jaxport token create|list|revoke`` and ``jaxport log``: the registry
-server and what it records (``server/``, ``registry/_tokens.py``, ``registry/_events.py``)."""
+"""``jaxport serve``: the registry server (``server/``) over a database registry."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from jaxport._cli.output import json_option
 from jaxport._errors import InvalidNameError
 
-__all__ = ["log_cmd", "serve", "token"]
+__all__ = ["serve"]
 
-_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _seconds(ctx: click.Context, param: click.Parameter, text: str | None) -> float | None:
-    if text is None:
-        return None
-    unit = text[-1:].lower()
-    number = text[:-1] if unit in _DURATION else text
-    try:
-        value = float(number) * _DURATION.get(unit, 1)
-    except ValueError:
-        raise click.BadParameter(
-            f"expected a duration such as 90d, 12h or 3600, got {text!r}"
-        ) from None
-    if not value > 0:
-        raise click.BadParameter("a duration must be > 0")
-    return value
+#: uvicorn's exit status when the server could not start (``uvicorn.main.STARTUP_FAILURE``).
+_STARTUP_FAILURE = 3
+#: Seconds each worker of ``--workers N`` may take to start before the URL is not printed.
+_READY_WITHIN = 600.0
 
 
 @click.command()
@@ -123,136 +111,62 @@ def serve(
     )
 
     cap = connection_cap(max_connections, raise_open_file_limit())  # workers inherit it
-    click.echo(f"jaxport registry server on http://{host}:{port} ({workers} process(es))", err=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         "jaxport.server:app_from_env", factory=True, host=host, port=port,
         workers=workers, log_level="warning", access_log=False, http=DeadlineH11Protocol,
         limit_concurrency=cap, timeout_keep_alive=KEEP_ALIVE,
         h11_max_incomplete_event_size=MAX_HEAD,
     )  # fmt: skip
+    _run(config, host, workers)
 
 
-@click.group()
-def token() -> None:
-    """Bearer tokens of the registry server (scope admin through a server; or the database)."""
+def _announce(host: str, sockets: list[socket.socket], workers: int) -> None:
+    """Prints the server's URL on stderr, with the port it listens on (``--port 0``: the one
+    the system chose)."""
+    port = sockets[0].getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    click.echo(
+        f"jaxport registry server on http://{where}:{port} ({workers} process(es))", err=True
+    )
 
 
-@token.command("create")
-@click.argument("name")
-@click.option(
-    "--scope",
-    type=click.Choice(["read", "write", "admin"]),
-    default="read",
-    show_default=True,
-    help="read < write < admin (each includes the ones before).",
-)
-@click.option(
-    "--prefix",
-    "prefixes",
-    multiple=True,
-    metavar="PREFIX",
-    help="Limit the token to names starting with PREFIX (repeat).",
-)
-@click.option(
-    "--expires-in",
-    callback=_seconds,
-    metavar="DURATION",
-    help="Expire after this long: 90d, 12h, 30m or seconds.",
-)
-@json_option
-@click.pass_context
-def token_create(
-    ctx: click.Context, name: str, scope: str, prefixes: tuple[str, ...],
-    expires_in: float | None, as_json: bool,
-) -> None:  # fmt: skip
-    """Make a token called NAME; its secret is printed this once (stdout), never stored."""
-    with ctx.obj.registry(create=True) as reg:
-        new = reg.tokens.create(name, scope, prefixes=prefixes, expires_in=expires_in)
-    if as_json:
-        from jaxport._cli.output import emit_json, to_json
+def _run(config: Any, host: str, workers: int) -> None:
+    """Runs uvicorn as ``uvicorn.run`` does, printing the URL only once the server accepts
+    connections: one process, from its startup (after the application's lifespan startup and
+    the listening socket: ``Server.started``); several, once every worker says it has started
+    (uvicorn's supervisor asks each over its pipe, before it starts watching them; where
+    uvicorn cannot ask, once the socket listens).
 
-        emit_json({"token": to_json(new.info), "secret": new.secret})
+    Raises:
+        SystemExit: the server could not start (uvicorn's exit status 3), as ``uvicorn.run``.
+    """
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    if workers > 1:
+
+        class AnnouncingSupervisor(Multiprocess):
+            def init_processes(self) -> None:
+                super().init_processes()
+                # an older uvicorn has no readiness check: there the listening socket's backlog
+                # holds connections until the first worker accepts them.
+                waits = [getattr(p, "wait_until_ready", None) for p in self.processes]
+                if all(w is None or w(_READY_WITHIN, self.should_exit) for w in waits):
+                    _announce(host, self.sockets, workers)  # else a worker died, or a signal
+
+        sock = config.bind_socket()
+        sock.listen(config.backlog)
+        AnnouncingSupervisor(config, sockets=[sock]).run()
         return
-    click.echo(new.secret)
-    click.echo(f"token {name!r} ({scope}) made: the secret above is shown only now", err=True)
 
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                _announce(host, [s for srv in self.servers for s in srv.sockets], workers)
 
-@token.command("list")
-@json_option
-@click.pass_context
-def token_list(ctx: click.Context, as_json: bool) -> None:
-    """Every token: name, scope, prefixes, expiry, state (no secrets)."""
-    with ctx.obj.registry() as reg:
-        tokens = reg.tokens.list()
-    if as_json:
-        from jaxport._cli.output import emit_json, to_json
-
-        emit_json({"tokens": to_json(tokens)})
-        return
-    for t in tokens:
-        state = "revoked" if t.revoked_at else ("expired" if not t.active else "active")
-        expiry = _when(t.expires_at) if t.expires_at else "never"
-        prefixes = ",".join(t.prefixes) or "*"
-        click.echo(f"{t.name:<20} {t.scope:<6} {prefixes:<16} expires {expiry:<20} {state}")
-
-
-@token.command("revoke")
-@click.argument("name")
-@click.pass_context
-def token_revoke(ctx: click.Context, name: str) -> None:
-    """Revoke the token NAME: its requests get 401 from now on."""
-    with ctx.obj.registry() as reg:
-        reg.tokens.revoke(name)
-    click.echo(f"token {name!r} revoked")
-
-
-@click.command("log")
-@click.argument("name", required=False)
-@click.option(
-    "--limit",
-    default=50,
-    show_default=True,
-    type=click.IntRange(1, 10_000),
-    help="Events per page.",
-)
-@click.option(
-    "--before",
-    type=click.IntRange(min=1),
-    metavar="ID",
-    help="Only events older than this id (the next page).",
-)
-@json_option
-@click.pass_context
-def log_cmd(
-    ctx: click.Context, name: str | None, limit: int, before: int | None, as_json: bool
-) -> None:
-    """The event log (of NAME only, if given), newest first: pushes, alias moves, deletes, gc,
-    signing and token changes, with who made each (a token's name, or local:USER)."""
-    with ctx.obj.registry() as reg:
-        events = reg.events(name=name, limit=limit, before=before)
-    if as_json:
-        from jaxport._cli.output import emit_json, to_json
-
-        emit_json({"events": to_json(events)})
-        return
-    for e in events:
-        click.echo(f"{e.id:>6} {_when(e.at)} {e.actor:<16} {e.kind:<12} {_what(e)}")
-
-
-def _when(seconds: float) -> str:
-    """Local time, as every other table shows it (JSON gives ISO 8601 in UTC)."""
-    from jaxport._cli.render import local_time
-
-    return local_time(seconds, to_the_second=True)
-
-
-def _what(event: Any) -> str:
-    where = f"{event.name}:{event.version}" if event.version else (event.name or "")
-    detail = event.detail
-    extra = {
-        "alias": lambda: f"@{detail.get('alias')}",
-        "token-create": lambda: f"token {detail.get('token')} ({detail.get('scope')})",
-        "token-revoke": lambda: f"token {detail.get('token')}",
-        "gc": lambda: f"{detail.get('removed')} blob(s), {detail.get('bytes')} bytes",
-    }.get(event.kind)
-    return f"{where} {extra()}".strip() if extra else where
+    server = AnnouncingServer(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        sys.exit(_STARTUP_FAILURE)

@@ -10,10 +10,13 @@ from typing import Any
 
 import click
 
+from jaxport._cli.common import PEM, CliContext, emit, pass_ctx
+from jaxport._cli.output import json_option
+
 __all__ = [
     "password_from",
+    "sign",
     "sign_target",
-    "signatures_table",
     "signed_text",
     "verify_lines",
     "verify_targets",
@@ -112,18 +115,6 @@ def verify_lines(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) or "nothing to verify"
 
 
-def signatures_table(signatures: list[Any]) -> Any:
-    """``show``: the signatures stored for the version's variants (not verified)."""
-    from rich.table import Table
-
-    from jaxport._cli.render import local_time
-
-    table = Table("variant", "signer", "kind", "signed", title="signatures (not verified here)")
-    for s in signatures:
-        table.add_row(f"sha256:{s.digest[:12]}", s.short_signer, s.kind, local_time(s.created_at))
-    return table
-
-
 def _row(target: str, digest: str, signer: str | None, reason: str | None) -> dict[str, Any]:
     return {"target": target, "digest": digest, "ok": reason is None, "signer": signer,
             "reason": reason}  # fmt: skip
@@ -138,3 +129,42 @@ def _every_version(reg: Any) -> list[str]:
         if len(page) < 1000:
             return found
         after = (page[-1].name, page[-1].version)
+
+
+@click.command()
+@click.argument("target", metavar="FILE|REFERENCE")
+@click.option("--key", "key", required=True, type=PEM, help="PEM EC private key (P-256/384/521).")
+@click.option(
+    "--password-env", metavar="VAR", help="Read the key's password from this environment variable."
+)
+@click.option(
+    "--certificate", type=PEM, help="The key's PEM certificate: sign with it (and --chain)."
+)
+@click.option(
+    "--chain", multiple=True, type=PEM,
+    help="With --certificate: the issuing CA certificates up to the root (repeat).",
+)  # fmt: skip
+@click.option("-o", "--output", type=Path, help="FILE's signature (default: FILE.sig).")
+@json_option
+@pass_ctx
+def sign(
+    ctx: CliContext,
+    target: str,
+    key: Path,
+    password_env: str | None,
+    certificate: Path | None,
+    chain: tuple[Path, ...],
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """Sign FILE|REFERENCE: a FILE (writes FILE.sig) or every variant of a registry version.
+
+    A Sigstore bundle (OpenSSF model-signing) over the archive's sha256, stored beside the
+    version for a REFERENCE; needs pip install "jaxport[signing]". An existing path is a
+    FILE, anything else a REFERENCE.
+    """
+    data = sign_target(
+        ctx.registry, target, key, password=password_from(password_env),
+        certificate=certificate, chain=chain, output=output,
+    )  # fmt: skip
+    emit(as_json, data, signed_text)

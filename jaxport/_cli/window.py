@@ -1,13 +1,11 @@
-"""How the CLI shows jax's 6-month window: a line for ``inspect`` and ``show``, the table of
-``audit --expiring-before``."""
+"""How the CLI shows jax's 6-month window: a line for ``inspect`` and ``show`` (the table of
+``audit expiring`` is ``render_audit.windows_table``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Column, Table
-
-__all__ = ["window_text", "windows_table"]
+__all__ = ["window_text"]
 
 
 def window_text(w: Any) -> str:
@@ -25,34 +23,3 @@ def window_text(w: Any) -> str:
     if w.last_known_release:
         text += f"; ok under jax {w.last_known_release} (audited)"
     return text
-
-
-def windows_table(rows: list[Any]) -> Table:
-    """``audit --expiring-before``: one row per variant, soonest end first (unknown last).
-
-    "jax" is the release that wrote it, "jax reads" what the running jax's own ``deserialize``
-    does with it (its window rule), "last ok" the newest jax a stored audit found it ok under.
-    Fits 80 columns (the platforms are in ``--json``)."""
-    table = Table(
-        Column("variant"),
-        Column("jax", no_wrap=True),
-        Column("window ends"),
-        Column("jax reads"),
-        Column("last ok", no_wrap=True),
-        title="variants whose jax window ends before the date",
-    )
-    from jaxport._cli.render import short_digest
-
-    for r in sorted(rows, key=lambda r: (r.window.window_ends or "9999", r.name, r.version)):
-        w = r.window
-        ends = w.window_ends or "unknown"
-        if w.within_window is False:
-            ends += " (past)"
-        table.add_row(
-            f"{r.name}:{r.version} {short_digest(r.digest)}",
-            w.jax_version,
-            ends,
-            w.jax_deserialize,
-            w.last_known_release or "-",
-        )
-    return table
