@@ -441,6 +441,37 @@ def test_audit_claims_only_what_it_measured(env, files, tmp_path):
     assert "InvalidNameError: unknown platform" in unknown.err
 
 
+@pytest.mark.parametrize(
+    "flags, subcommand",
+    [
+        (["--static"], ["static"]),
+        (["--matrix"], ["matrix"]),
+        (["--expiring-before", "2100-01-01"], ["expiring", "2100-01-01"]),
+        (["trig", "--static", "--platform", "cpu"], ["static", "trig", "--platform", "cpu"]),
+    ],
+)
+def test_the_audit_flag_form_still_runs_with_a_note(env, files, flags, subcommand):
+    """``jaxport audit --matrix`` (the form of the last release) prints what ``jaxport audit
+    matrix`` prints, after one line on stderr naming the subcommand."""
+    archive, _, _ = files
+    run(env, "push", str(archive), "--name", "trig")
+    new = run(env, "audit", *subcommand, "--json")
+    old = run(env, "audit", *flags, "--json")
+    assert old.err.splitlines() == [
+        "note: the flag form of jaxport audit goes in the next release: use "
+        f"`jaxport audit {subcommand[0]}{' YYYY-MM-DD' if subcommand[0] == 'expiring' else ''}`"
+    ]
+    assert new.err == ""
+
+    def same(doc):  # what two runs share: not the time, nor whether a finding was reused
+        if not isinstance(doc, dict):
+            return doc
+        found = [(f["name"], f["platform"], f["status"]) for f in doc.get("findings", [])]
+        return {**doc, "generated_at": None, "findings": found}
+
+    assert same(old.json()) == same(new.json())
+
+
 def test_pull_to_stdout_never_truncates_silently(env, tmp_path):
     # 1 MiB of incompressible constants: more than a pipe holds
     w = np.random.default_rng(0).random((512, 512), np.float32)
