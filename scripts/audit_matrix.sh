@@ -4,7 +4,7 @@
 #
 #   scripts/audit_matrix.sh REGISTRY_URL BLOBS [VERSION ...]   (default: 0.7.0 0.8.3 0.9.2 0.10.2 0.11.2 0.12.0.1)
 #
-# Each release's findings are stored in the registry, so `jaxport audit --upgrade-to VERSION`
+# Each release's findings are stored in the registry, so `jaxport audit upgrade VERSION`
 # answers "what breaks if we move to that jax" afterwards.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +26,6 @@ for v in "${VERSIONS[@]}"; do
   "$venv/bin/pip" install -q --no-deps --force-reinstall "$ROOT"
   echo "== jax $v"
   # Exit status 1 means "some variant is not ok": that is a finding, not a failure here.
-  "$venv/bin/python" -m jaxport._cli --registry "$URL" --blobs "$BLOBS" audit --platform cpu || true
+  "$venv/bin/python" -m jaxport._cli --registry "$URL" --blobs "$BLOBS" audit run --platform cpu || true
 done
-"$VENVS/jax-${VERSIONS[-1]}/bin/python" -m jaxport._cli --registry "$URL" --blobs "$BLOBS" audit --matrix
+"$VENVS/jax-${VERSIONS[-1]}/bin/python" -m jaxport._cli --registry "$URL" --blobs "$BLOBS" audit matrix
