@@ -6,7 +6,7 @@ audits on 2 workers against 1, in one run on SQLite.
 - static: ``--variants`` variants, each its own archive digest (rows bulk-inserted beside one
   pushed template: a static audit reads the recorded facts, never the bytes), platforms,
   calling conventions and custom-call targets mixed; ``Registry.audit(level="static")``
-  in-process, then the command ``jaxport audit --static --json`` in a new process (its
+  in-process, then the command ``jaxport audit static --json`` in a new process (its
   interpreter start, imports and the JSON of every finding included).
 - re-audit: the same two again, every finding stored (nothing is measured, no worker starts).
 - compile: ``--compile-variants`` distinct small functions pushed and audited at the full

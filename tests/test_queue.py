@@ -1,4 +1,4 @@
-"""The audit queue (``registry/_queue.py``): ``jaxport audit --enqueue`` / ``push --audit`` put
+"""The audit queue (``registry/_queue.py``): ``jaxport audit enqueue`` / ``push --audit`` put
 jobs in the registry's PostgreSQL database, ``jaxport audit-worker --platform P`` processes
 (subprocesses, standing for the hosts of each platform) take them.
 

@@ -1,6 +1,6 @@
 """jax's 6-month backward-compatibility window (``jaxport._window``): its data against the
 installed jax and the CI releases, the dates, and what loading, ``inspect``, ``show`` and
-``audit --expiring-before`` say.
+``audit expiring`` say.
 
 ``tests/data/jax_0_7_0/sin.jaxport`` is a real archive written by jaxport under jax 0.7.0
 (``2 * sin(x)``, x float32[4], cpu): its window ended 2026-01-22 for every jax after 0.7.0.
