@@ -5,7 +5,14 @@ exists), printed once on stderr as ``Type: message`` in the CLI's words (``--for
 ``force=True``) and never as a traceback; 2 a usage error (click's). Under ``--json`` the
 result is one JSON document on stdout and an error is ``{"error": {"type", "message"}}`` on
 stderr. jax, SQLAlchemy and rich are imported only by the commands that use them, so
-``jaxport --help`` starts fast.
+``jaxport --help`` starts fast and the commands a registry server's client runs import
+neither jax nor SQLAlchemy here (``tests/test_cli_thin_client.py``).
+
+This module is the group, its options and its one error boundary; each command group is a
+module of its own (``reads``: pull, ls, search, show, log, diff; ``writes``: push, alias, rm,
+gc; ``archive``: inspect, run, verify; ``audit`` and its flag form ``audit_flags``; ``sign``;
+``tokens``; ``db``; ``server``: serve; ``queue``: audit-worker; ``rescue``), sharing
+``common`` (the registry the options name, printing, the options several commands take).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ _ENVIRONMENT = (
 
 def _notes(error: BaseException) -> None:
     """Prints on stderr what was added to ``error`` on its way (a push stopped after sending
-    parts says what it left on the server: ``registry/_remote.py``)."""
+    parts says what it left on the server)."""
     for note in getattr(error, "__notes__", ()):
         click.echo(note, err=True)
 
