@@ -31,6 +31,7 @@ import mmap
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from jaxport import IntegrityError, InvalidNameError, JaxportError
@@ -57,6 +58,8 @@ MAX_PARTS = 1 << 16
 #: Most zero bytes before a part: a model archive pads its sections to 64 bytes
 #: (``schema/FORMAT.md``); a larger gap would have a commit write zeros without end.
 MAX_GAP = 4096
+#: Requests to the store at once where a commit asks it about each part (``vouched``).
+PARALLEL_HEADS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +254,8 @@ def vouched(blobs: BlobStore, parts: Sequence[Part]) -> Part | None:
     and the part's size (one HEAD each, ``StoreUrls.stat``), or None: the store vouches for
     all. A store that keeps no checksums vouches for none."""
     urls = signing(blobs)
-    for part in parts:
-        if urls is None or urls.stat(part.digest) != (part.size, part.digest):
-            return part
-    return None
+    if urls is None:
+        return parts[0] if parts else None
+    with ThreadPoolExecutor(PARALLEL_HEADS) as pool:  # HEADs wait on the store, not here
+        found = list(pool.map(lambda p: urls.stat(p.digest), parts))
+    return next((p for p, f in zip(parts, found, strict=True) if f != (p.size, p.digest)), None)

@@ -88,6 +88,7 @@ def _resign(environ: dict[str, Any], query: list[tuple[str, str]], access: str, 
     """Turns the accepted presigned request into a header-signed one, in place."""
     from botocore.auth import S3SigV4Auth
     from botocore.awsrequest import AWSRequest
+    from botocore.config import Config
     from botocore.credentials import Credentials
 
     params = dict(query)
@@ -97,11 +98,14 @@ def _resign(environ: dict[str, Any], query: list[tuple[str, str]], access: str, 
         environ["HTTP_X_AMZ_SDK_CHECKSUM_ALGORITHM"] = "SHA256"
     path = str(environ.get("RAW_URI") or environ.get("PATH_INFO", "/")).split("?", 1)[0]
     host = _header(environ, "host")
-    url = f"http://{host}{path}" + (f"?{environ['QUERY_STRING']}" if rest else "")
+    # https and payload signing off: UNSIGNED-PAYLOAD, as the presigned URL was (the body is
+    # not hashed again: the scheme is not part of the signature)
+    url = f"https://{host}{path}" + (f"?{environ['QUERY_STRING']}" if rest else "")
     names = ["host", "x-amz-checksum-sha256", "x-amz-sdk-checksum-algorithm", "range",
              "content-type"]  # fmt: skip
     headers = {n: _header(environ, n) for n in names if _header(environ, n)}
     request = AWSRequest(method=environ["REQUEST_METHOD"], url=url, data=body, headers=headers)
+    request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
     region = params["X-Amz-Credential"].split("/")[2]
     S3SigV4Auth(Credentials(access, secret), "s3", region).add_auth(request)
     for name, value in request.headers.items():
