@@ -4,7 +4,8 @@ pull. Where the server offers no URLs (its store cannot sign, URLs are off, or a
 server), or the store cannot be reached from here, the bytes go through the server as before.
 
 A part is PUT to its presigned URL with the headers the server gave (the part's sha256 as
-``x-amz-checksum-sha256``: the store refuses other bytes); parts a PUT did not store are sent
+``x-amz-checksum-sha256``: the store refuses other bytes), then completed at once (the server
+moves it to its blob key while the next parts are PUT); parts a PUT did not store are sent
 through the server. A pull GETs each part from its presigned URL, several at once
 (``PARALLEL``), into one buffer, and returns it only if the whole archive's sha256 is its
 digest. The registry token is never sent to the store: the URL's signature is the permission.
@@ -75,17 +76,20 @@ def send_parts(
         answer = {"missing": missing["missing"], "upload": None, "urls": {}}
     urls: dict[str, Any] = answer["urls"]
     through = [d for d in answer["missing"] if d not in urls]
+
+    def direct(digest: str) -> bool:
+        """PUTs one part, then has the server move it (its copy overlaps the next PUTs)."""
+        if not _put(store, urls[digest], data[digest]):
+            return False
+        body = {"upload": answer["upload"], "digests": [digest], "name": name}
+        return digest in api.json("POST", "/uploads/complete", json=body)["stored"]
+
     if urls:
         timeout = httpx.Timeout(api.timeout, connect=CONNECT_TIMEOUT)
         with httpx.Client(timeout=timeout) as store, ThreadPoolExecutor(PARALLEL) as pool:
-            put = list(pool.map(lambda d: _put(store, urls[d], data[d]), urls))
-        done = [d for d, ok in zip(urls, put, strict=True) if ok]
-        if done:
-            body = {"upload": answer["upload"], "digests": done, "name": name}
-            stored = api.json("POST", "/uploads/complete", json=body)
-            sent += [len(data[d]) for d in stored["stored"]]
-            through += stored["missing"]
-        through += [d for d, ok in zip(urls, put, strict=True) if not ok]
+            stored = dict(zip(urls, pool.map(direct, urls), strict=True))
+        sent += [len(data[d]) for d, ok in stored.items() if ok]
+        through += [d for d, ok in stored.items() if not ok]
     params = {"name": name} if name is not None else None
     for digest in dict.fromkeys(through):
         api.json("PUT", f"/blobs/{digest}", content=bytes(data[digest]), params=params)
