@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from jaxport import CorruptArchiveError, IntegrityError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
-    from jaxport.export._container import Section
+    from jaxport.export._container import ArchiveHeader, Section
     from jaxport.export._info import ArchiveInfo
     from jaxport.export._model import Model
     from jaxport.export._tensors import TensorInfo
@@ -50,6 +50,7 @@ __all__ = [
     "chunks_layout",
     "model_from_parts",
     "ranged_info",
+    "ranged_layout",
     "split_archive",
     "stream_info",
 ]
@@ -144,6 +145,15 @@ class ArchiveLayout:
     tensors: tuple[LayoutTensor, ...]
     fun_name: str
 
+    @property
+    def skeleton_end(self) -> int:
+        """Where a model's skeleton (part 0) ends: the end of section 0, in bytes from the
+        archive's start (the end of the header for an archive without sections)."""
+        from jaxport.export._container import PREAMBLE_LENGTH
+
+        start = PREAMBLE_LENGTH + self.header_length
+        return start + (self.sections[0].offset + self.sections[0].length if self.sections else 0)
+
 
 def chunks_layout(archive: ArchiveChunks) -> ArchiveLayout:
     """The ``ArchiveLayout`` of an archive held as chunks: its preamble and header checked
@@ -155,24 +165,42 @@ def chunks_layout(archive: ArchiveChunks) -> ArchiveLayout:
             not exist.
         IntegrityError: a header that does not match its digest.
     """
-    from jaxport.export import _container, _fb, _limits
+    return ranged_layout(lambda start, end: archive.view(start, end), archive.size)[0]
 
-    start = bytes(archive.view(0, min(archive.size, _container.PREAMBLE_LENGTH)))
+
+def ranged_layout(
+    read_range: Callable[[int, int], bytes | memoryview], total: int
+) -> tuple[ArchiveLayout, bytes]:
+    """The ``ArchiveLayout`` of an archive of ``total`` bytes read by ``read_range(start,
+    end)`` (an HTTP range request), and the bytes it read: the preamble and the header, two
+    reads, nothing of jax imported. ``ArchiveLayout.skeleton_end`` then says how far a
+    model's skeleton goes. Raises: as ``chunks_layout``."""
+    from jaxport.export import _container
+
+    start = bytes(read_range(0, min(total, _container.PREAMBLE_LENGTH)))
     preamble = _container.decode_preamble(start, path=None)
-    end = min(archive.size, _container.PREAMBLE_LENGTH + preamble.header_length)
-    head = _container.read_header(archive.view(0, end), archive.size, path=None)
+    end = min(total, _container.PREAMBLE_LENGTH + preamble.header_length)
+    prefix = start + bytes(read_range(len(start), end)) if end > len(start) else start
+    head = _container.read_header(prefix, total, path=None)
+    return _layout(head, preamble.header_length), prefix
+
+
+def _layout(head: ArchiveHeader, header_length: int) -> ArchiveLayout:
+    """The layout of a checked header (``_container.read_header``)."""
+    from jaxport.export import _fb, _limits
+
     sections = tuple(LayoutSection(s.offset, s.length, s.sha256.hex()) for s in head.sections)
-    with _fb.translating_read_errors(None), _limits.header_budget(preamble.header_length):
+    with _fb.translating_read_errors(None), _limits.header_budget(header_length):
         model = head.archive.Model()
         if model is None:
             exported = head.archive.Exported()
             name = _fb.read_str(exported.FunName()) if exported is not None else ""
-            return ArchiveLayout("function", preamble.header_length, sections, (), name)
+            return ArchiveLayout("function", header_length, sections, (), name)
         tables = _fb.read_tables(model, "Tensors")
         tensors = tuple(LayoutTensor(t.Section(), f"#{i}") for i, t in enumerate(tables))
     if any(t.section >= len(sections) for t in tensors):
         raise CorruptArchiveError("a tensor's section does not exist")
-    return ArchiveLayout("model", preamble.header_length, sections, tensors, "")
+    return ArchiveLayout("model", header_length, sections, tensors, "")
 
 
 def split_archive(

@@ -62,11 +62,17 @@ class Http:
         return response.json()
 
     @contextmanager
-    def stream(self, path: str, headers: dict[str, str] | None = None) -> Iterator[httpx.Response]:
-        """A streamed GET (retried until the answer's head arrives)."""
+    def stream(
+        self, path: str, headers: dict[str, str] | None = None, *, follow_redirects: bool = False
+    ) -> Iterator[httpx.Response]:
+        """A streamed GET (retried until the answer's head arrives); ``follow_redirects``: a
+        redirect (to a presigned store URL) is followed with the same headers but the token,
+        which httpx drops for another origin."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                with self._client.stream("GET", path, headers=headers) as response:
+                with self._client.stream(
+                    "GET", path, headers=headers, follow_redirects=follow_redirects
+                ) as response:
                     if response.status_code in RETRY_STATUS and attempt < ATTEMPTS:
                         pass
                     else:

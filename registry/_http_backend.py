@@ -8,6 +8,9 @@ well, so a corrupt or truncated answer is never returned. What needs the databas
 store in this process (signing, signature policies, the audit queue, audits in another
 environment, upgrade reports) is refused by ``Backend.lacks``.
 
+A model is read lazily (its skeleton now, each tensor when first used) and ``pull_file``
+streams to disk (``registry/_remote_reads.py``).
+
 Importing this module, and every call but those that build an ``Exported`` or a ``Model``
 (``function``, ``model``) or make golden examples, loads neither jax nor SQLAlchemy: a thin
 client's ``jaxport ls`` costs an interpreter start and one request.
@@ -29,6 +32,7 @@ from jaxport.registry._download import download
 from jaxport.registry._events import Event
 from jaxport.registry._http import Http
 from jaxport.registry._presigned import fetch_archive, send_parts
+from jaxport.registry._remote_reads import lazy_model, write_streamed
 from jaxport.registry._signatures import Signature
 from jaxport.registry._tokens import NewToken, TokenInfo
 from jaxport.registry._types import (
@@ -183,13 +187,17 @@ class HttpBackend(Backend):
         )
 
     def write_file(self, reference: str, chosen: VariantInfo, path: str | os.PathLike[str]) -> None:
-        from jaxport._io import atomic_write
-
-        atomic_write(path, [self.archive(reference, chosen)])
+        """Streamed to disk as it arrives (its parts from the server's store where it signs
+        URLs), hashed on the way, renamed into place once it matches its digest
+        (``registry/_remote_reads.py``): memory stays a few chunks, whatever the size."""
+        write_streamed(self._http, chosen.digest, chosen.size_bytes, path)
 
     def function(
         self, reference: str, chosen: VariantInfo, allow_custom_calls: Sequence[str]
     ) -> Exported:
+        """The archive downloaded whole and verified (its modules share one section, whose
+        digest is checked before any is read), then read as ``jaxport.loads`` reads bytes:
+        the VJPs' modules decompressed and vetted when ``.vjp()`` asks."""
         from jaxport.export import loads
 
         exported: Exported = loads(
@@ -198,11 +206,10 @@ class HttpBackend(Backend):
         return exported
 
     def model(self, chosen: VariantInfo, allow_custom_calls: Sequence[str]) -> Model:
-        """The whole archive downloaded and verified, then read as a ``Model``."""
-        from jaxport.export import loads_model
-
-        data = self.archive(chosen.short_digest, chosen)
-        return loads_model(data, allow_custom_calls=tuple(allow_custom_calls))
+        """The skeleton read and verified now, each tensor fetched (a presigned GET of its
+        part, else an HTTP range of the archive) when the model first uses it, checked against
+        its sha256 before any array is made (``registry/_remote_reads.py``)."""
+        return lazy_model(self._http, chosen, allow_custom_calls)
 
     # -- writes ------------------------------------------------------------------------------
 

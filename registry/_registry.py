@@ -196,8 +196,10 @@ class Registry(RegistryWrites, RegistryAudits):
 
         ``method`` names one method of a model variant: its ``Exported``, which takes the
         parameter tree as its first argument (``method(params, *args)``), as
-        ``pull_model(...).exported[method]`` gives it: a direct registry reads only the
-        model's skeleton, no tensor; a registry server's client downloads the archive.
+        ``pull_model(...).exported[method]`` gives it: only the model's skeleton is read, no
+        tensor. A function archive is read whole (its modules share one section, checked
+        before any is read); its VJPs' modules are decompressed and vetted when ``.vjp()``
+        asks.
 
         Raises:
             NotFoundError: nothing matches; the message lists the versions, platforms and
@@ -246,14 +248,16 @@ class Registry(RegistryWrites, RegistryAudits):
         """The ``jaxport.Model`` of the variant ``resolve`` chooses (same references and
         variant choice as ``pull``).
 
-        From a direct registry, only the skeleton (header and modules) is read now, digest
-        verified; each tensor's blob is read when the model first uses it (memory-mapped from a
-        local blob store, fetched from another) and checked against its sha256 then:
+        Only the skeleton (header and modules) is read now, verified; each tensor is read when
+        the model first uses it and checked against its sha256 before any array is made:
         ``.exported["m"]`` reads no tensor, a method call reads only the tensors that method
-        uses (``Model.bytes_read``). The blobs must stay until the tensors are read (``gc``
-        removes those of deleted versions). Through a registry server, the whole archive is
-        downloaded now and checked against its digest, then read as ``jaxport.loads_model``
-        reads bytes (its tensors in memory).
+        uses (``Model.bytes_read``: their bytes, decompressed where stored with zstd). From a
+        direct registry a tensor's blob is memory-mapped from a local blob store, fetched from
+        another; through a registry server it is fetched then (a presigned GET of its part
+        where the server's store signs URLs, else an HTTP range of the archive through the
+        server; ``registry/_remote_reads.py``). The blobs must stay until the tensors are read
+        (``gc`` removes those of deleted versions; the version's deletion then shows as an
+        ``IntegrityError`` at first use), and through a server each first use is a request.
 
         Args:
             reference, version, platform, nr_devices: as ``pull``.
@@ -262,9 +266,10 @@ class Registry(RegistryWrites, RegistryAudits):
         Raises:
             NotFoundError: nothing matches (see ``pull``), or the version was deleted meanwhile.
             WrongKindError: the variant is a function: use ``pull``.
-            IntegrityError: the skeleton (through a server: the archive) is missing or corrupt;
-                later, when a tensor is used, its blob is missing or does not match its digest
-                (no array is returned).
+            IntegrityError: the skeleton is missing or corrupt; later, when a tensor is used,
+                its blob is missing or does not match its digest (no array is returned).
+            ServerUnavailableError: through a server, it cannot be reached (now, or when a
+                tensor is first used).
             SignatureError: see ``pull``; under a policy a model's parts are read once to check
                 that they make the archive signed.
             (and see ``resolve`` and ``jaxport.loads_model``)
@@ -303,8 +308,11 @@ class Registry(RegistryWrites, RegistryAudits):
         nr_devices: int | None = None,
     ) -> VariantInfo:
         """Writes the archive ``pull_bytes`` gives to ``path``, atomically (a temporary file
-        renamed over it): from a direct registry a model archive one part at a time, never
-        whole in memory; through a registry server the archive is downloaded (verified) first.
+        renamed over it): from a direct registry a model archive one part at a time, each
+        verified (memory: its largest part; a function archive, one blob, is read whole);
+        through a registry server streamed as it arrives (its parts straight from the
+        server's store where it signs URLs), hashed on the way and renamed into place only
+        once it matches its digest (memory: a few chunks of about 64 KiB, whatever the size).
 
         Returns:
             The variant written.

@@ -1,0 +1,199 @@
+"""Lazy, bounded reads through a registry server (issue 25 §3; ``registry/_remote_reads.py``):
+``pull_model`` reads the skeleton, then each tensor when a method first needs it (an HTTP
+range of the archive, or a presigned GET of its part), verified before any array is made;
+``pull_file`` streams to disk under a memory bound.
+
+Bytes are counted at the wire, on the server's side: its ``GET /api/v1/transfer`` counts every
+HTTP body it sends (``server/_presign.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _server import admin_token, serving
+
+import jaxport
+from jaxport.export import _vetting
+from jaxport.registry._blobs import LocalBlobStore
+
+F32 = jnp.float32
+SIDE = 512  # a 512 x 512 float32 tensor: 1 MiB
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server over SQLite and a local blob directory, with an admin token."""
+    tmp = tmp_path_factory.mktemp("lazy")
+    db_url, blobs = f"sqlite:///{tmp / 'registry.db'}", str(tmp / "blobs")
+    token = admin_token(db_url, blobs)
+    with serving(db_url, blobs, tmp / "serve.log") as s:
+        s.admin = token  # type: ignore[attr-defined]
+        yield s
+
+
+def _sent(server) -> int:
+    """HTTP body bytes the server has sent so far."""
+    headers = {"Authorization": f"Bearer {server.admin}"}
+    answer = httpx.get(f"{server.url}/api/v1/transfer", headers=headers, timeout=30)
+    return int(answer.json()["http_sent"])
+
+
+def _two_methods(seed: int, vjp_order: int = 0) -> jaxport.Model:
+    """Methods ``f`` and ``g`` that use disjoint tensors (``a``, ``b``: 1 MiB each)."""
+    rng = np.random.default_rng(seed)
+    params = {k: rng.standard_normal((SIDE, SIDE)).astype(np.float32) for k in ("a", "b")}
+    spec = [jax.ShapeDtypeStruct((2, SIDE), F32)]
+    fns = {"f": lambda p, x: x @ p["a"], "g": lambda p, x: x @ p["b"]}
+    return jaxport.Model(params, fns, {"f": spec, "g": spec}, vjp_order=vjp_order)
+
+
+def test_one_method_transfers_its_tensors_only(server):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    model = _two_methods(0)
+    archive = len(model.dumps())
+    reg.push(model, "lazy-two")
+    x = np.ones((2, SIDE), np.float32)
+    before = _sent(server)
+    pulled = reg.pull_model("lazy-two", platform="cpu")
+    assert pulled.bytes_read == 0
+    np.testing.assert_allclose(pulled.f(x), x @ model.params["a"], rtol=1e-5)
+    moved = _sent(server) - before
+    assert moved < 0.55 * archive, (moved, archive)
+    assert pulled.bytes_read == SIDE * SIDE * 4  # tensor a, not b
+    np.testing.assert_allclose(pulled.g(x), x @ model.params["b"], rtol=1e-5)
+    assert pulled.bytes_read == 2 * SIDE * SIDE * 4
+    assert _sent(server) - before < 1.1 * archive  # each byte once, the JSON besides
+    reg.close()
+
+
+def test_a_corrupt_tensor_is_refused_at_first_use(server, tmp_path):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    model = _two_methods(1)
+    reg.push(model, "lazy-corrupt")
+    digest = next(t.sha256 for t in model.tensors if t.path == "['b']")
+    path = LocalBlobStore(server.blobs).path(digest)
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    pulled = reg.pull_model("lazy-corrupt", platform="cpu")
+    x = np.ones((2, SIDE), np.float32)
+    np.testing.assert_allclose(pulled.f(x), x @ model.params["a"], rtol=1e-5)
+    with pytest.raises(jaxport.IntegrityError):
+        pulled.g(x)
+    with pytest.raises(jaxport.IntegrityError):
+        pulled.tensor("['b']")
+    with pytest.raises(jaxport.IntegrityError):  # nothing left behind either
+        reg.pull_file("lazy-corrupt", tmp_path / "pulled.jxp", platform="cpu")
+    assert list(tmp_path.iterdir()) == []
+    reg.close()
+
+
+def _vetted(monkeypatch) -> list[int]:
+    """The VJP order of each module vetted from now on (read and checked before jax sees it)."""
+    orders: list[int] = []
+    vet = _vetting.vet_module
+
+    def counting(*args, **kwargs):
+        orders.append(kwargs["order"])
+        return vet(*args, **kwargs)
+
+    monkeypatch.setattr(_vetting, "vet_module", counting)
+    return orders
+
+
+def test_vjp_modules_are_read_when_vjp_asks(server, monkeypatch):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp = jax.export.export(jax.jit(lambda x: jnp.sin(x) * 2))(jax.ShapeDtypeStruct((3,), F32))
+    reg.push(exp, "lazy-vjp", vjp_order=1)
+    reg.push(_two_methods(2, vjp_order=1), "lazy-vjp-model")
+    orders = _vetted(monkeypatch)
+    pulled = reg.pull("lazy-vjp", platform="cpu")
+    assert orders == [0]
+    vjp = pulled.vjp()
+    assert orders == [0, 1]
+    x = jnp.arange(3, dtype=F32)
+    (grad,) = vjp.call(x, jnp.ones(3, F32))  # the cotangent of x
+    np.testing.assert_allclose(grad, 2 * jnp.cos(x), rtol=1e-6)
+    orders.clear()
+    m = reg.pull_model("lazy-vjp-model", platform="cpu")
+    assert 1 not in orders
+    m.exported["f"].vjp()
+    assert 1 in orders
+    assert m.bytes_read == 0
+    reg.close()
+
+
+def test_pull_file_streams_under_a_memory_bound(server, tmp_path):
+    """96 MiB of tensors pulled into a file by a fresh process: its peak RSS grows by less
+    than a third of the archive (the archive held whole would grow it by all of it)."""
+    reg = jaxport.Registry(server.url, token=server.admin)
+    rng = np.random.default_rng(3)
+    params = {f"w{i}": rng.standard_normal((2048, 2048)).astype(np.float32) for i in range(6)}
+    spec = [jax.ShapeDtypeStruct((2, 2048), F32)]
+    model = jaxport.Model(params, lambda p, x: x @ p["w0"], spec)
+    data = model.dumps()
+    reg.push(model, "lazy-big")
+    reg.close()
+    del params, model
+    target = tmp_path / "big.jxp"
+    script = textwrap.dedent(f"""
+        import json, resource, sys
+        import jaxport
+        reg = jaxport.Registry({server.url!r}, token={server.admin!r})
+        reg.resolve("lazy-big", platform="cpu")  # connections and imports warm
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        reg.pull_file("lazy-big", {str(target)!r}, platform="cpu")
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({{"grew": (after - before) * 1024, "jax": "jax" in sys.modules}}))
+    """)
+    env = {**os.environ, "PYTHONPATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd="/", env=env,
+        timeout=300, check=True,
+    )  # fmt: skip
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert measured["grew"] < len(data) / 3, (measured, len(data))
+    assert not measured["jax"]
+
+
+@pytest.fixture
+def s3_served(s3, tmp_path, monkeypatch):
+    """A server over SQLite and an S3 prefix that signs URLs (moto), with an admin token."""
+    db_url = f"sqlite:///{tmp_path / 'registry.db'}"
+    options = json.dumps(s3.storage_options())
+    monkeypatch.setenv("JAXPORT_BLOBS_OPTIONS", options)
+    token = admin_token(db_url, s3.url())
+    env = {"JAXPORT_BLOBS_OPTIONS": options}
+    with serving(db_url, s3.url(), tmp_path / "serve.log", env=env) as s:
+        s.admin = token  # type: ignore[attr-defined]
+        yield s
+
+
+def test_presigned_parts_are_read_lazily(s3_served, tmp_path):
+    """Through a store that signs URLs each tensor is a presigned GET of its part: the server
+    sends JSON only, and the model still reads one method's tensors."""
+    reg = jaxport.Registry(s3_served.url, token=s3_served.admin)
+    model = _two_methods(4)
+    reg.push(model, "lazy-s3")
+    x = np.ones((2, SIDE), np.float32)
+    before = _sent(s3_served)
+    pulled = reg.pull_model("lazy-s3", platform="cpu")
+    np.testing.assert_allclose(pulled.f(x), x @ model.params["a"], rtol=1e-5)
+    assert pulled.bytes_read == SIDE * SIDE * 4
+    assert _sent(s3_served) - before < 0.05 * len(model.dumps())
+    reg.pull_file("lazy-s3", tmp_path / "m.jxp", platform="cpu")
+    assert (tmp_path / "m.jxp").read_bytes() == model.dumps()
+    reg.close()
