@@ -135,9 +135,12 @@ def test_vjp_modules_are_read_when_vjp_asks(server, monkeypatch):
     reg.close()
 
 
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/clear_refs"), reason="measures Linux's VmHWM peak RSS"
+)
 def test_pull_file_streams_under_a_memory_bound(server, tmp_path):
     """96 MiB of tensors pulled into a file by a fresh process: its peak RSS grows by less
-    than a third of the archive (the archive held whole would grow it by all of it)."""
+    than a sixth of the archive (the archive held whole would grow it by all of it)."""
     reg = jaxport.Registry(server.url, token=server.admin)
     rng = np.random.default_rng(3)
     params = {f"w{i}": rng.standard_normal((2048, 2048)).astype(np.float32) for i in range(6)}
@@ -148,15 +151,22 @@ def test_pull_file_streams_under_a_memory_bound(server, tmp_path):
     reg.close()
     del params, model
     target = tmp_path / "big.jxp"
+    # VmHWM is this process's own peak (ru_maxrss would start at the forking parent's size);
+    # clear_refs 5 resets it to the current RSS.
     script = textwrap.dedent(f"""
-        import json, resource, sys
+        import json, sys
         import jaxport
+        def status(key):
+            with open("/proc/self/status") as f:
+                return next(int(x.split()[1]) * 1024 for x in f if x.startswith(key + ":"))
         reg = jaxport.Registry({server.url!r}, token={server.admin!r})
         reg.resolve("lazy-big", platform="cpu")  # connections and imports warm
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = status("VmRSS")
         reg.pull_file("lazy-big", {str(target)!r}, platform="cpu")
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(json.dumps({{"grew": (after - before) * 1024, "jax": "jax" in sys.modules}}))
+        grew = status("VmHWM") - before
+        print(json.dumps({{"grew": grew, "jax": "jax" in sys.modules}}))
     """)
     env = {**os.environ, "PYTHONPATH": ""}
     out = subprocess.run(
@@ -165,7 +175,7 @@ def test_pull_file_streams_under_a_memory_bound(server, tmp_path):
     )  # fmt: skip
     measured = json.loads(out.stdout.strip().splitlines()[-1])
     assert hashlib.sha256(target.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
-    assert measured["grew"] < len(data) / 3, (measured, len(data))
+    assert measured["grew"] < len(data) / 6, (measured, len(data))
     assert not measured["jax"]
 
 
