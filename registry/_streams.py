@@ -19,8 +19,7 @@ from typing import BinaryIO
 
 from jaxport import IntegrityError, NotFoundError
 from jaxport.export import Part
-from jaxport.registry._blobs import BlobStore, LocalBlobStore
-from jaxport.registry._model_parts import archive_chunks
+from jaxport.registry._blobs import BlobStore, LocalBlobStore, read_verified
 
 __all__ = ["CHUNK", "BlobStream", "open_stream"]
 
@@ -92,15 +91,30 @@ class BlobStream:
                 yield chunk
 
     def _model(self, start: int, end: int) -> Iterator[bytes]:
+        """Bytes ``start`` to ``end`` of a model archive: only the parts that overlap them are
+        read (each verified whole), zero padding between them; a range of one tensor reads
+        that tensor's blob alone (a lazy remote model reads one tensor per range)."""
         position = 0
         assert self._parts is not None
-        for chunk in archive_chunks(self.blobs, self._parts, self.size):
-            stop = position + len(chunk)
-            if stop > start and position < end:
-                yield bytes(chunk[max(0, start - position) : min(len(chunk), end - position)])
-            position = stop
+        for part in self._parts:
+            if part.offset < position:
+                raise IntegrityError(f"part {part.position} overlaps the one before")
+            if position < part.offset and start < part.offset and position < end:  # padding
+                yield bytes(min(part.offset, end) - max(position, start))
+            if part.end > start and part.offset < end:
+                data = memoryview(read_verified(self.blobs, part.digest))
+                if len(data) != part.size:
+                    raise IntegrityError(
+                        f"part {part.position} is {len(data)} bytes, not {part.size}"
+                    )
+                first, last = max(0, start - part.offset), min(part.size, end - part.offset)
+                for at in range(first, last, CHUNK):
+                    yield bytes(data[at : min(last, at + CHUNK)])
+            position = part.end
             if position >= end:
                 return
+        if position != self.size:
+            raise IntegrityError(f"the parts make {position} bytes, the archive has {self.size}")
 
 
 #: Local blob files read whole that matched their digest: digest -> (device, inode, size,

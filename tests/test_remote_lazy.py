@@ -207,3 +207,29 @@ def test_presigned_parts_are_read_lazily(s3_served, tmp_path):
     reg.pull_file("lazy-s3", tmp_path / "m.jxp", platform="cpu")
     assert (tmp_path / "m.jxp").read_bytes() == model.dumps()
     reg.close()
+
+
+def test_ranges_of_a_model_archive_read_the_parts_they_overlap(tmp_path, monkeypatch):
+    """The server's ranges of a model archive (``BlobStream``) are the archive's bytes, and
+    read only the parts they overlap: one tensor's range reads that tensor's blob alone."""
+    from jaxport.registry import _streams
+
+    reg = jaxport.Registry(f"sqlite:///{tmp_path / 'r.db'}", blobs=tmp_path / "blobs")
+    model = _two_methods(5)
+    data = model.dumps()
+    digest = reg.push(model, "ranges").variants[0].digest
+    read: list[str] = []
+    verified = _streams.read_verified
+    monkeypatch.setattr(
+        _streams, "read_verified", lambda blobs, d: read.append(d) or verified(blobs, d)
+    )
+    stream = reg.blob_stream(digest)
+    n = len(data)
+    for start, end in [(0, n), (0, 1), (n - 1, n), (100, n - 100), (n // 2, n // 2 + 7)]:
+        assert b"".join(stream.chunks(start, end)) == data[start:end], (start, end)
+    read.clear()
+    b = next(t for t in model.tensors if t.path == "['b']")
+    tail = b"".join(stream.chunks(n - b.nbytes, n))
+    assert hashlib.sha256(tail).hexdigest() == b.sha256
+    assert read == [b.sha256]
+    reg.close()
