@@ -112,6 +112,8 @@ def _sha256(data: bytes) -> str:
 COMMANDS = [
     [], ["push"], ["pull"], ["ls"], ["search"], ["show"], ["inspect"], ["audit"], ["diff"],
     ["alias"], ["rm"], ["gc"], ["verify"], ["db"], ["db", "current"], ["db", "upgrade"],
+    ["audit", "run"], ["audit", "static"], ["audit", "matrix"], ["audit", "upgrade"],
+    ["audit", "expiring"], ["audit", "enqueue"], ["token"], ["token", "list"], ["log"],
 ]  # fmt: skip
 
 
