@@ -71,11 +71,26 @@ class BlobStream:
                 expected=self.digest, found=digest.hexdigest(),
             )  # fmt: skip
         if identity is not None:
-            _VERIFIED[self.digest] = identity
-            while len(_VERIFIED) > _VERIFIED_MAX:
-                _VERIFIED.popitem(last=False)
+            _remember(self.digest, identity)
         if held is not None:
             yield held
+
+    def _part(self, part: Part, start: int, end: int) -> Iterator[bytes]:
+        """Bytes ``start`` to ``end`` of a model's part, verified whole first unless it is the
+        very local file that matched its digest before (``_VERIFIED``)."""
+        identity = _identity(self.blobs, part.digest)
+        if identity is not None and _VERIFIED.get(part.digest) == identity:
+            if self.blobs.size(part.digest) != part.size:
+                raise IntegrityError(f"part {part.position} is not {part.size} bytes")
+            yield from BlobStream(self.blobs, part.digest, part.size, None)._blob(start, end)
+            return
+        data = memoryview(read_verified(self.blobs, part.digest))
+        if len(data) != part.size:
+            raise IntegrityError(f"part {part.position} is {len(data)} bytes, not {part.size}")
+        if identity is not None:
+            _remember(part.digest, identity)
+        for at in range(start, end, CHUNK):
+            yield bytes(data[at : min(end, at + CHUNK)])
 
     def _blob(self, start: int, end: int) -> Iterator[bytes]:
         with _open(self.blobs, self.digest) as f:
@@ -102,14 +117,8 @@ class BlobStream:
             if position < part.offset and start < part.offset and position < end:  # padding
                 yield bytes(min(part.offset, end) - max(position, start))
             if part.end > start and part.offset < end:
-                data = memoryview(read_verified(self.blobs, part.digest))
-                if len(data) != part.size:
-                    raise IntegrityError(
-                        f"part {part.position} is {len(data)} bytes, not {part.size}"
-                    )
                 first, last = max(0, start - part.offset), min(part.size, end - part.offset)
-                for at in range(first, last, CHUNK):
-                    yield bytes(data[at : min(last, at + CHUNK)])
+                yield from self._part(part, first, last)
             position = part.end
             if position >= end:
                 return
@@ -124,6 +133,12 @@ class BlobStream:
 #: and by ``Registry.verify``, not here.
 _VERIFIED: collections.OrderedDict[str, tuple[int, int, int, int]] = collections.OrderedDict()
 _VERIFIED_MAX = 4096
+
+
+def _remember(digest: str, identity: tuple[int, int, int, int]) -> None:
+    _VERIFIED[digest] = identity
+    while len(_VERIFIED) > _VERIFIED_MAX:
+        _VERIFIED.popitem(last=False)
 
 
 def _identity(blobs: BlobStore, digest: str) -> tuple[int, int, int, int] | None:
