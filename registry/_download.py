@@ -35,7 +35,7 @@ from jaxport.registry._http import ATTEMPTS, RETRY_STATUS, backoff, error_from
 if TYPE_CHECKING:
     from jaxport.registry._http import Http
 
-__all__ = ["download"]
+__all__ = ["connection_to", "direct_ok", "download"]
 
 #: Bytes of an error answer read to learn what went wrong.
 _ERROR_BODY = 1 << 20
@@ -56,7 +56,7 @@ def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
         ServerUnavailableError: no answer after ``ATTEMPTS`` tries (connection errors, 502-504).
         JaxportError: the server's error answer, typed (``error_from``).
     """
-    if not _direct_ok(api.base):
+    if not direct_ok(api.base):
         data = _through_httpx(api, path, digest, max_size)
     else:
         data = _direct(api, path, digest, max_size)
@@ -68,7 +68,7 @@ def download(api: Http, path: str, digest: str, max_size: int) -> bytes:
     return data
 
 
-def _direct_ok(url: str) -> bool:
+def direct_ok(url: str) -> bool:
     """Whether ``http.client`` reaches ``url`` as httpx would: no proxy configured at all, a
     plain ASCII URL without credentials."""
     if any(scheme != "no" for scheme in urllib.request.getproxies()):
@@ -83,7 +83,7 @@ def _direct(api: Http, path: str, digest: str, max_size: int) -> bytes:
     for attempt in range(1, ATTEMPTS + 1):
         connection = None
         try:
-            connection = _connection(parts.scheme, str(parts.hostname), parts.port)
+            connection = connection_to(parts.scheme, str(parts.hostname), parts.port)
             connection.connect()
             if connection.sock is not None:  # each read may wait this long
                 connection.sock.settimeout(api.timeout)
@@ -121,7 +121,8 @@ def _body(response: http.client.HTTPResponse, digest: str, max_size: int) -> byt
     return data
 
 
-def _connection(scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+def connection_to(scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+    """A connection to ``host`` (TLS with httpx's context for https), not yet opened."""
     if scheme == "https":
         return http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT, context=_tls())
     return http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import http.client
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -42,6 +43,7 @@ from jaxport import (
     ServerUnavailableError,
     UnsupportedFeatureError,
 )
+from jaxport.registry._download import connection_to, direct_ok
 
 if TYPE_CHECKING:
     import os
@@ -54,6 +56,8 @@ __all__ = ["RemoteArchive", "lazy_model", "write_streamed"]
 
 #: Seconds to wait for a store's connection (a read then waits the client's timeout).
 CONNECT_TIMEOUT = 10.0
+#: Bytes read from the socket at a time by ``http.client`` (``RemoteArchive.chunks``).
+_DIRECT_CHUNK = 1 << 20
 #: Zero bytes yielded at a time between the parts of a streamed archive.
 _ZEROS = bytes(64 * 1024)
 
@@ -128,9 +132,10 @@ class RemoteArchive:
             position += len(chunk)
         return memoryview(buffer).toreadonly()
 
-    def chunks(self, start: int, end: int) -> Iterator[bytes]:
+    def chunks(self, start: int, end: int) -> Iterator[bytes | memoryview]:
         """Bytes ``[start, end)`` through the server as they arrive: the whole archive with a
-        plain GET, a part of it with a ``Range`` (a redirect followed with it).
+        plain GET, a part of it with a ``Range`` (a redirect followed with it); a chunk may
+        be a view valid until the next is asked for (copy what you keep).
 
         Raises:
             IntegrityError: the answer is another range, or ends early or late.
@@ -142,6 +147,11 @@ class RemoteArchive:
         if start == end:
             return
         whole = start == 0 and end == self.size
+        if direct_ok(self._http.base):
+            direct = self._direct(start, end, whole)
+            if direct is not None:
+                yield from direct
+                return
         headers = None if whole else {"Range": f"bytes={start}-{end - 1}"}
         path = f"/blobs/{_seg(self.digest)}"
         with self._http.stream(path, headers=headers, follow_redirects=True) as response:
@@ -154,7 +164,64 @@ class RemoteArchive:
                 )
             yield from self._body(response, end - start)
 
-    def part_chunks(self, part: Located) -> Iterator[bytes]:
+    def _direct(self, start: int, end: int, whole: bool) -> Iterator[memoryview] | None:
+        """``chunks`` by ``http.client`` (``registry/_download.py`` says when it may): the
+        body read into one reused buffer of ``_DIRECT_CHUNK`` bytes, each chunk valid until
+        the next is asked for; None where the answer is not the one asked for, or no
+        connection was made (then httpx, which retries, raises the server's error or
+        follows a redirect)."""
+        url = urlsplit(f"{self._http.base}/blobs/{_seg(self.digest)}")
+        connection = connection_to(url.scheme, str(url.hostname), url.port)
+        try:
+            connection.connect()
+            if connection.sock is not None:  # each read may wait this long
+                connection.sock.settimeout(self._http.timeout)
+            headers = dict(self._http.headers)
+            if not whole:
+                headers["Range"] = f"bytes={start}-{end - 1}"
+            connection.request("GET", url.path, headers=headers)
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            return None
+        said = response.getheader("Content-Range")
+        expected = (
+            (said is None or said == f"bytes 0-{self.size - 1}/{self.size}")
+            if whole
+            else (said is not None and said.startswith(f"bytes {start}-{end - 1}/"))
+        )
+        if response.status != (200 if whole else 206) or not expected:
+            connection.close()
+            return None
+        return self._read_into(connection, response, end - start)
+
+    def _read_into(
+        self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse,
+        length: int,
+    ) -> Iterator[memoryview]:  # fmt: skip
+        view = memoryview(bytearray(min(length, _DIRECT_CHUNK)))
+        got = 0
+        try:
+            while got < length:
+                n = response.readinto(view[: min(len(view), length - got)])
+                if not n:
+                    break
+                got += n
+                with self._lock:
+                    self.bytes_fetched += n
+                yield view[:n]
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            connection.close()
+        if got != length:
+            raise IntegrityError(
+                f"blob {self.digest}: the server's answer ended early (a corrupt part is not "
+                "sent whole)",
+                expected=self.digest,
+            )
+
+    def part_chunks(self, part: Located) -> Iterator[bytes | memoryview]:
         """``part``'s bytes as they arrive: from its presigned URL, else (no URL, or the
         store refuses it or cannot be reached before a byte arrives) through the server.
         Raises: as ``chunks``."""
@@ -296,7 +363,7 @@ def write_streamed(
     return archive
 
 
-def _verified(archive: RemoteArchive, parts: list[Located] | None) -> Iterator[bytes]:
+def _verified(archive: RemoteArchive, parts: list[Located] | None) -> Iterator[bytes | memoryview]:
     """The archive's bytes (its ``parts`` in order, zero padding between; else the whole
     through the server); the generator raises at its end if they do not make the digest, so
     ``atomic_write`` renames nothing into place."""
@@ -315,7 +382,7 @@ def _verified(archive: RemoteArchive, parts: list[Located] | None) -> Iterator[b
         )
 
 
-def _assembled(archive: RemoteArchive, parts: list[Located] | None) -> Iterator[bytes]:
+def _assembled(archive: RemoteArchive, parts: list[Located] | None) -> Iterator[bytes | memoryview]:
     if parts is None:
         yield from archive.chunks(0, archive.size)
         return
