@@ -311,6 +311,7 @@ class Model:
         n = len(self._store)
         kept = sorted(i for i in exp.module_kept_var_idx if i < n)
         shardings = _methods.in_shardings(exp, n)
+        self._store.read_ahead(kept)  # read and verified in threads, placed below in order
         placed = []
         for i in kept:
             key = (i, repr(shardings[i]) if shardings else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -122,12 +122,18 @@ class TensorStore:
 
     def all_arrays(self) -> list[np.ndarray[Any, Any]]:
         """Every tensor, as ``array`` gives it; those not read yet are read and verified in
-        threads (hashlib releases the GIL). Raises: as ``array``, for the first bad tensor."""
-        unread = [i for i, a in enumerate(self._arrays) if a is None]
+        threads (``read_ahead``). Raises: as ``array``, for the first bad tensor."""
+        self.read_ahead(range(len(self._arrays)))
+        return [self.array(i) for i in range(len(self._arrays))]
+
+    def read_ahead(self, indices: Iterable[int]) -> None:
+        """Reads and verifies the tensors ``indices`` not read yet, in threads (hashlib
+        releases the GIL; a remote read waits on the network): a method's tensors cost the
+        slowest read, not their sum. Raises: as ``array``, for the first bad tensor."""
+        unread = [i for i in dict.fromkeys(indices) if self._arrays[i] is None]
         infos = self._infos
         if infos is not None:  # largest first: the threads finish together
             unread.sort(key=lambda i: -infos[i].nbytes)
         if len(unread) > 1:
             with ThreadPoolExecutor(_VERIFY_THREADS) as pool:
                 list(pool.map(self.array, unread))
-        return [self.array(i) for i in range(len(self._arrays))]
