@@ -153,7 +153,7 @@ def test_deleted_names_vanish_and_auditing_them_fails(env, tmp_path):
     run(env, "push", str(sin), "--name", "gone")
     run(env, "audit", "run", "gone")
     run(env, "rm", "gone")
-    for args in (["audit", "gone"], ["audit", "--matrix", "gone"], ["ls", "gone"],
+    for args in (["audit", "run", "gone"], ["audit", "matrix", "gone"], ["ls", "gone"],
                  ["show", "gone"], ["alias", "gone"], ["search", "--name", "gone"]):  # fmt: skip
         err = run(env, *args, "--json", code=1).error()
         assert err["type"] == "NotFoundError", args

@@ -139,7 +139,7 @@ def test_a_missing_sqlite_directory_is_named_by_its_absolute_path(tmp_path, monk
 
 READS = [
     ["ls"], ["show", "tanh"], ["log"], ["search", "--platform", "cpu"], ["alias", "tanh"],
-    ["token", "list"], ["verify"], ["audit", "--matrix"],
+    ["token", "list"], ["verify"], ["audit", "matrix"],
     ["pull", "tanh", "-o", "x.jaxport"], ["inspect", "tanh:1"], ["diff", "tanh:1", "tanh:2"],
 ]  # fmt: skip
 
