@@ -257,7 +257,9 @@ class Registry(RegistryWrites, RegistryAudits):
         where the server's store signs URLs, else an HTTP range of the archive through the
         server; ``registry/_remote_reads.py``). The blobs must stay until the tensors are read
         (``gc`` removes those of deleted versions; the version's deletion then shows as an
-        ``IntegrityError`` at first use), and through a server each first use is a request.
+        ``IntegrityError`` at first use); through a server each first use is a request, and
+        the registry should stay open until then (after ``close`` a tensor's read may raise
+        ``RegistryError``).
 
         Args:
             reference, version, platform, nr_devices: as ``pull``.

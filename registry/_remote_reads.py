@@ -154,15 +154,20 @@ class RemoteArchive:
                 return
         headers = None if whole else {"Range": f"bytes={start}-{end - 1}"}
         path = f"/blobs/{_seg(self.digest)}"
-        with self._http.stream(path, headers=headers, follow_redirects=True) as response:
-            if response.status_code != (200 if whole else 206) or not _range_is(
-                response, start, end, self.size, whole
-            ):
-                raise IntegrityError(
-                    f"blob {self.digest}: the server sent another range than [{start}, {end})",
-                    expected=self.digest,
-                )
-            yield from self._body(response, end - start)
+        try:
+            with self._http.stream(path, headers=headers, follow_redirects=True) as response:
+                if response.status_code != (200 if whole else 206) or not _range_is(
+                    response, start, end, self.size, whole
+                ):
+                    raise IntegrityError(
+                        f"blob {self.digest}: the server sent another range than [{start}, {end})",
+                        expected=self.digest,
+                    )
+                yield from self._body(response, end - start)
+        except RuntimeError:  # httpx: "the client has been closed"
+            raise RegistryError(
+                f"blob {self.digest}: the registry {self._http.url} was closed before it was read"
+            ) from None
 
     def _direct(self, start: int, end: int, whole: bool) -> Iterator[memoryview] | None:
         """``chunks`` by ``http.client`` (``registry/_download.py`` says when it may): the
@@ -304,7 +309,7 @@ def lazy_model(http: Http, chosen: VariantInfo, allow_custom_calls: Sequence[str
 
     archive = RemoteArchive(http, chosen.digest, chosen.size_bytes)
     parts = archive.locate()
-    if parts is not None and parts:
+    if parts:
         skeleton: bytes | memoryview = archive.part(parts[0])
         _verify(skeleton, parts[0].digest)
         tensors = {p.digest: p for p in parts[1:]}

@@ -150,6 +150,9 @@ def test_model_push_pull_and_tensors(client):
     ref = client.push(model, name)
     assert ref.kind == "model"
     got = client.pull_model(name)
+    assert got.bytes_read == 0  # lazy on every backend: the skeleton only
+    np.testing.assert_array_equal(got.tensor("['l2']"), model.params["l2"])
+    assert got.bytes_read == 16 * 16 * 4  # that tensor alone
     np.testing.assert_array_equal(np.asarray(got.params["l1"]), model.params["l1"])
     described = client.get(name).variants[0]
     assert [t.path for t in described.tensors] == [f"['l{i}']" for i in range(4)]
