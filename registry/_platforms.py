@@ -10,7 +10,6 @@ server's client pulls an archive for this machine without loading jax.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -64,4 +63,6 @@ def _accelerator_plugins() -> bool:
         return True
     if importlib.util.find_spec("jax_plugins") is not None:
         return True
-    return bool(importlib.metadata.entry_points(group="jax_plugins"))
+    from importlib.metadata import entry_points  # about 0.1 s: only when a pull asks
+
+    return bool(entry_points(group="jax_plugins"))

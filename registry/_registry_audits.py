@@ -21,11 +21,11 @@ from jaxport.registry._names import (
     parse_reference,
 )
 from jaxport.registry._types import Ref
-from jaxport.registry._windows import VariantWindow, expiring_date, variant_windows
 
 if TYPE_CHECKING:
     from jaxport.audit import Change, Finding, UpgradeRow
     from jaxport.registry._queue import QueuedJob
+    from jaxport.registry._windows import VariantWindow
 
 __all__ = ["RegistryAudits"]
 
@@ -161,6 +161,8 @@ class RegistryAudits:
             NotFoundError: no such name, version or alias.
             InvalidNameError: a malformed reference, or ``expiring_before`` is not a date.
         """
+        from jaxport.registry._windows import expiring_date, variant_windows
+
         before = None if expiring_before is None else expiring_date(expiring_before)
         if reference is None:
             refs = [r for n in self._backend.names() for r in self._all_versions(n)]
