@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import httpx
 import jax
@@ -180,13 +181,14 @@ def test_pull_file_streams_under_a_memory_bound(server, tmp_path):
 
 
 @pytest.fixture
-def s3_served(s3, tmp_path, monkeypatch):
-    """A server over SQLite and an S3 prefix that signs URLs (moto), with an admin token."""
+def s3_served(s3, tmp_path, monkeypatch, request):
+    """A server over SQLite and an S3 prefix that signs URLs (moto), with an admin token;
+    ``request.param``: more environment for the server."""
     db_url = f"sqlite:///{tmp_path / 'registry.db'}"
     options = json.dumps(s3.storage_options())
     monkeypatch.setenv("JAXPORT_BLOBS_OPTIONS", options)
     token = admin_token(db_url, s3.url())
-    env = {"JAXPORT_BLOBS_OPTIONS": options}
+    env = {"JAXPORT_BLOBS_OPTIONS": options, **getattr(request, "param", {})}
     with serving(db_url, s3.url(), tmp_path / "serve.log", env=env) as s:
         s.admin = token  # type: ignore[attr-defined]
         yield s
@@ -233,6 +235,20 @@ def test_ranges_of_a_model_archive_read_the_parts_they_overlap(tmp_path, monkeyp
     tail = b"".join(stream.chunks(n - b.nbytes, n))
     assert hashlib.sha256(tail).hexdigest() == b.sha256
     assert read == [b.sha256]
+    reg.close()
+
+
+@pytest.mark.parametrize("s3_served", [{"JAXPORT_PRESIGN_EXPIRES": "1"}], indirect=True)
+def test_an_expired_url_falls_back_to_the_server(s3_served):
+    """A model used after its presigned URLs expired reads its tensors through the server."""
+    reg = jaxport.Registry(s3_served.url, token=s3_served.admin)
+    model = _two_methods(6)
+    reg.push(model, "lazy-expired")
+    pulled = reg.pull_model("lazy-expired", platform="cpu")
+    before = _sent(s3_served)
+    time.sleep(2.5)  # the URLs' 1 s is over (the store refuses them: tests/_s3_moto.py)
+    np.testing.assert_array_equal(pulled.tensor("['a']"), model.params["a"])
+    assert _sent(s3_served) - before >= SIDE * SIDE * 4  # through the server
     reg.close()
 
 
