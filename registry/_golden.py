@@ -152,7 +152,9 @@ class _Once:
         if self._value is None:
             raise UnsupportedFeatureError(
                 f"no variant runs here to compute the examples' outputs: pass {form} with "
-                "the producer's outputs"
+                "the producer's outputs (outputs are computed only by an Exported or Model "
+                "passed to push, never by archive bytes or a file, whose modules are not "
+                "the caller's code)"
             )
         return self._value
 

@@ -57,6 +57,10 @@ class PushItem:
     parts: tuple[Part, ...] = ()
     #: Parts the store holds, checked by its own checksums (``_stored_push``): not written.
     stored: tuple[str, ...] = ()
+    #: The caller passed ``exported`` / ``model`` as an object (its own code, in its own
+    #: process): only such a variant is called to compute examples' outputs, never one read
+    #: from bytes or a file (issue 24, F13: a call here has no time limit).
+    callers: bool = False
 
     @property
     def kind(self) -> str:
@@ -119,10 +123,12 @@ def check_kinds(items: Sequence[PushItem], examples: Any) -> None:
 
 
 def runner(items: Sequence[PushItem]) -> Exported | Model | None:
-    """A variant that runs here, to compute examples' outputs (None: none does)."""
+    """A variant the caller passed as an object that runs here, to compute examples' outputs
+    (None: none does; ``PushItem.callers``)."""
     for i in items:
         runner = i.model if i.kind == MODEL else i.exported
-        if runner is not None and runs_here(i.info):  # None: a newer jax's, not parsed here
+        # None: a newer jax's, not parsed here; not the caller's: bytes or a file
+        if runner is not None and i.callers and runs_here(i.info):
             return runner
     return None
 
@@ -155,13 +161,16 @@ def prepare(
     if isinstance(source, bytes | bytearray | memoryview):
         return _stored_even_if_newer(bytes(source), None, verdicts, allow)
     if isinstance(source, Model):
-        return _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
+        item = _model_item(ArchiveChunks(source.dump_chunks(rehash=True)), source, None)
+        return dataclasses.replace(item, callers=True)
     if isinstance(source, StoredModel):
         return _stored_item(source, verdicts, allow)
     if hasattr(source, "mlir_module_serialized") and hasattr(source, "in_avals"):
         from jaxport.export import dumps
 
-        return _item(dumps(source, vjp_order=vjp_order), source, ())
+        return dataclasses.replace(
+            _item(dumps(source, vjp_order=vjp_order), source, ()), callers=True
+        )
     raise InvalidNameError(
         f"push takes an Exported, a Model, archive bytes or a path, got {type(source).__name__}"
     )

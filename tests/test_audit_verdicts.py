@@ -242,3 +242,21 @@ def test_a_repush_with_outputs_computed_again_changes_nothing(registry, monkeypa
     tolerant = registry.push(exp, "r", examples=[((x,), {})], tolerance=1e-3)
     assert tolerant.created  # another tolerance
     assert registry.push(exp, "r", examples=[((x,), {})], tolerance=1e-3).created is False
+
+
+def test_a_push_never_calls_archive_bytes_to_compute_outputs(registry, tmp_path):
+    """Issue 24, F13: outputs left out were computed by calling the pushed archive's modules in
+    the caller's process, without a time limit (a sandbox-accepted module may loop). Only an
+    Exported or Model the caller passes is called; bytes and files need their outputs."""
+    exp = jax.export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((4,), jnp.float32))
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    path = tmp_path / "sin.jaxport"
+    jaxport.save(exp, path)
+    for source in (jaxport.dumps(exp), path):
+        with pytest.raises(jaxport.UnsupportedFeatureError, match="never by archive bytes"):
+            registry.push(source, "f13", examples=[jaxport.Example((x,), {})])
+    assert "f13" not in registry.names()  # a failed push leaves the registry as it was
+    ref = registry.push(path, "f13", examples=[jaxport.Example((x,), {}, np.sin(x))])
+    assert ref.version == 1
+    again = registry.push(exp, "f13", examples=[jaxport.Example((x,), {})])  # outputs: sin(x)
+    assert (again.version, again.created) == (1, False)  # the same bytes and examples
