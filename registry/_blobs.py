@@ -40,6 +40,7 @@ __all__ = [
     "FsspecBlobStore",
     "LocalBlobStore",
     "Stray",
+    "age_of",
     "open_blob_store",
     "read_verified",
     "signing",
@@ -437,7 +438,7 @@ class FsspecBlobStore:
         for relative, info in self._files():
             kind = _classify(relative)
             if kind != "blob":
-                yield _stray(relative, kind, _age(info))
+                yield _stray(relative, kind, age_of(info))
 
     def remove_stray(self, stray: Stray) -> None:
         if stray.kind == "temp" and _classify(stray.path) == "temp":
@@ -453,7 +454,7 @@ class FsspecBlobStore:
     def age(self, digest: str) -> float:
         path = self._path(digest)
         with self._errors(f"blob {digest}", lookup=True):
-            return _age(self._fs.info(path))
+            return age_of(self._fs.info(path))
 
 
 class _Counted:
@@ -490,7 +491,7 @@ _S3 = frozenset({"s3", "s3a"})
 _MTIME_FIELDS = ("LastModified", "mtime", "last_modified", "updated", "created")
 
 
-def _age(info: Mapping[str, Any]) -> float:
+def age_of(info: Mapping[str, Any]) -> float:
     """Seconds since the file of fsspec's details ``info`` was modified; 0.0 when they do not
     say (so ``gc`` takes it for new)."""
     for field in _MTIME_FIELDS:

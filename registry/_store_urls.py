@@ -165,6 +165,27 @@ class StoreUrls:
             self._fs.invalidate_cache(f"{bucket}/{target}")
         self._discard(key)
 
+    def sweep(self, older_than: float) -> list[str]:
+        """Deletes the staged parts older than ``older_than`` seconds (uploads never
+        completed: a server sweeps them when it starts); returns their keys, relative to the
+        root. Lists the staging prefix only."""
+        from jaxport.registry._blobs import age_of
+
+        with self._errors("listing staged parts"):
+            try:
+                found = self._fs.find(f"{self._root}/staging", detail=True)
+            except FileNotFoundError:
+                found = {}
+        prefix = self._fs._strip_protocol(self._root).rstrip("/") + "/"
+        removed = []
+        for path, info in sorted(found.items()):
+            relative = str(path).removeprefix(prefix)
+            parts = relative.split("/")
+            if len(parts) == 3 and _UPLOAD.fullmatch(parts[1]) and age_of(info) >= older_than:
+                self._discard(relative)
+                removed.append(relative)
+        return removed
+
     def _discard(self, key: str) -> None:
         bucket, object_key = self._split(key)
         with self._errors(f"removing {key}"):

@@ -20,7 +20,8 @@ Uploads (scope ``write``), besides ``PUT /blobs/{digest}`` through the server:
    validated from its skeleton, its tensors unread (``registry/_stored_push.py``).
 
 An upload id is 32 hex digits, the first 8 from the token's name: a token completes its own
-uploads only. Staged parts never completed are temporary files to ``gc`` (``--temp-age``).
+uploads only. Staged parts never completed are temporary files to ``gc`` (``--temp-age``)
+and are swept when a server starts (``install``: those older than an hour).
 
 Downloads (scope ``read``): ``GET /blobs/{digest}/locations`` gives a blob's or a model
 archive's ``size`` and its ``parts`` (``offset``, ``size``, ``digest``, presigned GET ``url``),
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import secrets
 import threading
@@ -52,7 +54,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jaxport import InvalidNameError, NotFoundError, PermissionDeniedError, UnsupportedFeatureError
+from jaxport import (
+    InvalidNameError,
+    JaxportError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnsupportedFeatureError,
+)
 from jaxport.registry import Registry, TokenInfo
 from jaxport.registry._internal import sql_backend
 from jaxport.server._auth import check_name, check_store_wide, scope
@@ -71,6 +79,7 @@ __all__ = [
     "upload_tag",
 ]
 
+_log = logging.getLogger("jaxport.server")
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
@@ -80,6 +89,10 @@ Admin = Annotated[TokenInfo, Depends(scope("admin"))]
 DEFAULT_EXPIRES = 900
 #: The environment variable of the seconds a presigned URL lasts (0: none are given).
 ENV_EXPIRES = "JAXPORT_PRESIGN_EXPIRES"
+#: Seconds after which a staged part is swept when a server starts, at least (twice the
+#: URLs' expiry where that is longer): its upload will never complete. ``gc`` applies its own
+#: ``--temp-age``.
+STALE_STAGING = 3600.0
 #: Parts moved from their staging keys at once (server-side copies: the store does the work).
 PARALLEL_TAKES = 8
 #: S3's longest expiry of a presigned URL (Signature Version 4): 7 days.
@@ -126,10 +139,28 @@ class CountBytes:
 
 
 def install(app: FastAPI, prefix: str) -> None:
-    """Adds the routes of this module under ``prefix`` and the byte counts to ``app``."""
+    """Adds the routes of this module under ``prefix`` and the byte counts to ``app``, and
+    sweeps the staged parts of uploads never completed (``STALE_STAGING`` seconds old) in a
+    thread of their own (a store's listing never holds up the server's start)."""
     app.state.transfer = Transfer()
     app.add_middleware(CountBytes, transfer=app.state.transfer)
     app.include_router(router, prefix=prefix)
+    urls = getattr(sql_backend(app.state.registry).blobs, "urls", None)
+    if urls is not None:
+        age = max(STALE_STAGING, 2.0 * _expires(app.state))
+        threading.Thread(
+            target=_sweep, args=(urls, age), name="jaxport-staging", daemon=True
+        ).start()
+
+
+def _sweep(urls: Any, age: float) -> None:
+    try:
+        removed = urls.sweep(age)
+    except JaxportError as e:  # the next start or gc tries again
+        _log.warning("sweeping staged parts failed: %s", e)
+        return
+    if removed:
+        _log.info("removed %d staged part(s) of uploads never completed", len(removed))
 
 
 def expires(request: Request) -> int:
@@ -138,7 +169,11 @@ def expires(request: Request) -> int:
     Raises:
         InvalidNameError: the setting is not an integer from 0 to ``MAX_EXPIRES``.
     """
-    value = getattr(request.app.state, "presign_expires", None)
+    return _expires(request.app.state)
+
+
+def _expires(state: Any) -> int:
+    value = getattr(state, "presign_expires", None)
     if value is None:
         value = os.environ.get(ENV_EXPIRES, str(DEFAULT_EXPIRES))
     try:

@@ -215,7 +215,7 @@ def test_verify():
 )
 def test_age_reads_each_filesystems_time(monkeypatch, info, seconds_ago):
     monkeypatch.setattr(_blobs, "time", types.SimpleNamespace(time=lambda: 2000.0))
-    assert _blobs._age(info) == pytest.approx(seconds_ago)
+    assert _blobs.age_of(info) == pytest.approx(seconds_ago)
 
 
 def test_open_blob_store(tmp_path):

@@ -179,3 +179,16 @@ def test_a_local_store_server_streams(db_url, tmp_path):
         before = _moved(server)
         assert reg.pull_bytes("local", platform="cpu") == model.dumps()
         assert _moved(server) - before > _payload()
+
+
+def test_a_server_start_sweeps_old_staged_parts_only(s3):
+    from jaxport.registry._blobs import open_blob_store
+
+    store = open_blob_store(s3.url(), s3.storage_options())
+    data = b"staged, never completed" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    url, headers = store.urls.put_url("ab" * 16, digest, len(data), 60)
+    assert httpx.put(url, content=data, headers=headers).status_code == 200
+    assert store.urls.sweep(3600) == []  # young: an upload may still complete it
+    assert store.urls.sweep(0) == [f"staging/{'ab' * 16}/{digest}"]
+    assert list(store.strays()) == [] and not store.exists(digest)
