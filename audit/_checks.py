@@ -16,7 +16,8 @@ statuses and what each proves: ``_report``):
    from the avals (symbolic dimensions take the first golden example's input shapes, else the
    first small size the constraints allow, else the first concrete output dimension that
    refines: ``_dim_candidates``), each input on
-   its own sharding's mesh (an export may use several meshes: ``jaxport.export.in_shardings_on``).
+   its own sharding's mesh (an export may use several meshes:
+   ``jaxport.export._internal.in_shardings_on``).
 4. golden (``mismatch``): re-run the version's stored examples (``push(..., examples=...)``)
    and compare with the producer's outputs, with tolerances per dtype and output magnitude
    (``_examples.tolerance``, modelled on jax's back-compat tests) or the push's override
@@ -54,14 +55,16 @@ from jaxport.audit._report import NOT_RUN, AuditResult
 from jaxport.export import (
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
-    in_shardings_on,
     inspect,
-    is_constant_dim,
     is_host_callback,
     loads,
     loads_model,
-    local_device_count,
     module_custom_calls,
+)
+from jaxport.export._internal import (
+    in_shardings_on,
+    is_constant_dim,
+    local_device_count,
     newer_modules_passed,
     newer_note,
     release_key,

@@ -34,7 +34,7 @@ class MatrixCell:
 
 def matrix_releases(findings: Sequence[Finding]) -> list[str]:
     """The jax releases that have a finding, oldest first (``release_key`` order)."""
-    from jaxport.export import release_key
+    from jaxport.export._internal import release_key
 
     return sorted({f.jax_version for f in findings}, key=release_key)
 

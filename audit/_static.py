@@ -117,12 +117,14 @@ def capabilities() -> Capabilities:
     from jaxport.export import (
         MAX_SUPPORTED_FORMAT_VERSION,
         MIN_SUPPORTED_FORMAT_VERSION,
+        stable_custom_call_targets,
+    )
+    from jaxport.export._internal import (
         READS_HLO_SHARDINGS,
         jax_versions,
         lowering_platforms,
         registered_custom_call_targets,
         runnable_calling_conventions,
-        stable_custom_call_targets,
     )
 
     platforms = lowering_platforms()

@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin, sys.stdout
     from jaxport._standins import standins_allowed
-    from jaxport.export import jax_versions
+    from jaxport.export._internal import jax_versions
 
     with standins_allowed():  # the user's custom pytree nodes are not imported here
         _serve(stdin, stdout, jax_versions())

@@ -135,12 +135,12 @@ def rescue(
         CorruptArchiveError: that jax's reader refused the bytes.
         UnsupportedFeatureError: jax read them but jaxport cannot store that Exported; or,
             before any child starts, a symbolic dimension over an archive's limits
-            (``jaxport.export.symbolic_problem``).
+            (``jaxport.export._internal.symbolic_problem``).
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
     source, target = Path(src), Path(dst)
     from jaxport._files import read_regular
-    from jaxport.export import MAGIC
+    from jaxport.export._internal import MAGIC
 
     if target.exists() and source.exists() and target.samefile(source):
         raise InvalidNameError(f"{target} is the file to rescue: write the archive elsewhere (-o)")
@@ -148,7 +148,7 @@ def rescue(
 
     if data.startswith(MAGIC):
         raise InvalidNameError(f"{source} is already a jaxport archive: nothing to rescue")
-    from jaxport.export import symbolic_problem
+    from jaxport.export._internal import symbolic_problem
 
     problem = symbolic_problem(data)  # jax's parser takes minutes on a long dimension
     if problem is not None:
@@ -181,7 +181,7 @@ def rescue(
 
 def _convert(python: str, work: Path, timeout: float, path: str) -> None:
     from jaxport._rescue_child import NOT_NATIVE, NOT_STORABLE
-    from jaxport.export import run_converter
+    from jaxport.export._internal import run_converter
 
     cmd = [python, "-I", "-m", "jaxport._rescue_child", str(work / "in"), str(work)]
     done = run_converter([*cmd, str(_MEMORY_LIMIT)], timeout, lambda what: _unsafe(what, path))
@@ -191,7 +191,7 @@ def _convert(python: str, work: Path, timeout: float, path: str) -> None:
     if done.returncode == NOT_STORABLE:
         raise UnsupportedFeatureError(f"jax-native bytes cannot be stored as an archive: {said}")
     if done.returncode != 0:
-        from jaxport.export import converter_status
+        from jaxport.export._internal import converter_status
 
         lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
         tail = f": {lines[-1][:300]}" if lines else ""

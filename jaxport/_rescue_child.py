@@ -55,7 +55,7 @@ def original_writer(exported: Any) -> str:
     """What a jax-native Exported says of the jax that wrote it: its format names no release,
     so its calling convention version (and the releases that export it) and its module's
     StableHLO version (the producer string of its bytecode)."""
-    from jaxport.export import releases_exporting
+    from jaxport.export._internal import releases_exporting
 
     cc = int(exported.calling_convention_version)
     data = bytes(exported.mlir_module_serialized)
@@ -118,7 +118,7 @@ def _run(exported: Any, leaves: list[np.ndarray]) -> list[np.ndarray]:
     sharded (as audits place them)."""
     import jax
 
-    from jaxport.export import in_shardings_on
+    from jaxport.export._internal import in_shardings_on
 
     placed: list[Any] = list(leaves)
     if exported.nr_devices > 1:
@@ -134,7 +134,7 @@ def _check(exported: Any, work: Path) -> tuple[str, str | None]:
     """Runs ``exported`` on ``check_inputs`` and writes ``examples.npz``; the check's status
     and reason."""
     from jaxport.audit import encode_examples
-    from jaxport.export import local_device_count, local_platform
+    from jaxport.export._internal import local_device_count, local_platform
 
     here = local_platform()
     reason = skip_reason(exported, here, local_device_count(here))
@@ -156,7 +156,8 @@ def _child(src: str, workdir: str, memory_limit: int) -> int:
     import jax
 
     from jaxport._errors import JaxportError
-    from jaxport.export import CONVERTED_KEY, dumps, read_native
+    from jaxport.export import dumps
+    from jaxport.export._internal import CONVERTED_KEY, read_native
 
     work = Path(workdir)
     try:

@@ -4,8 +4,10 @@ types, references and blob stores.
 Names load lazily: ``import jaxport.registry`` imports neither SQLAlchemy nor jax until a name
 that needs them is used (``jaxport.registry._config`` is read by the CLI's ``--help``). Each
 public name is listed once, as an import below; ``__all__`` and the loader are derived from
-those lines (``jaxport._lazy``). What jaxport's server and CLI share beyond these is in
-``jaxport.registry._internal``.
+those lines (``jaxport._lazy``). These are the names users call:
+``Registry``, the results it returns, references, blob stores and the environment variables
+the registry reads. What jaxport's server, CLI and migrations share beyond them is in
+``jaxport.registry._internal``, which is not API.
 """
 
 from __future__ import annotations
@@ -24,25 +26,15 @@ if TYPE_CHECKING:
     from jaxport.registry._config import BLOBS_OPTIONS_ENV as BLOBS_OPTIONS_ENV
     from jaxport.registry._config import HOME_ENV as HOME_ENV
     from jaxport.registry._config import URL_ENV as URL_ENV
-    from jaxport.registry._config import RegistryConfig as RegistryConfig
-    from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
     from jaxport.registry._config import default_home as default_home
     from jaxport.registry._config import default_url as default_url
-    from jaxport.registry._config import is_server_url as is_server_url
-    from jaxport.registry._config import safe_url as safe_url
-    from jaxport.registry._config import sqlite_file as sqlite_file
-    from jaxport.registry._db import schema_revision as schema_revision
-    from jaxport.registry._db import upgrade_database as upgrade_database
     from jaxport.registry._events import Event as Event
     from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
-    from jaxport.registry._golden import examples_from_blob as examples_from_blob
     from jaxport.registry._names import DESCRIPTION_KEY as DESCRIPTION_KEY
-    from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._names import MAX_DESCRIPTION_BYTES as MAX_DESCRIPTION_BYTES
     from jaxport.registry._names import Reference as Reference
     from jaxport.registry._names import parse_reference as parse_reference
     from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
-    from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
     from jaxport.registry._signatures import Signature as Signature
@@ -50,7 +42,6 @@ if TYPE_CHECKING:
     from jaxport.registry._signatures import SignaturePolicy as SignaturePolicy
     from jaxport.registry._tokens import NewToken as NewToken
     from jaxport.registry._tokens import TokenInfo as TokenInfo
-    from jaxport.registry._types import SHORT_DIGEST_HEX as SHORT_DIGEST_HEX
     from jaxport.registry._types import AliasMove as AliasMove
     from jaxport.registry._types import BlobProblem as BlobProblem
     from jaxport.registry._types import GcReport as GcReport
@@ -60,7 +51,6 @@ if TYPE_CHECKING:
     from jaxport.registry._types import Resolution as Resolution
     from jaxport.registry._types import VariantInfo as VariantInfo
     from jaxport.registry._types import VerifyReport as VerifyReport
-    from jaxport.registry._uploads import ArchiveParts as ArchiveParts
     from jaxport.registry._windows import VariantWindow as VariantWindow
 
 __all__, __getattr__, __dir__ = attach(__name__)

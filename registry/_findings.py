@@ -231,7 +231,7 @@ class Findings:
     ) -> list[UpgradeRow]:
         """See ``Registry.upgrade_report``."""
         from jaxport.audit import compare_findings
-        from jaxport.export import jax_versions
+        from jaxport.export._internal import jax_versions
 
         name, version = None, None
         if reference is not None:

@@ -134,7 +134,7 @@ def runs_here(info: Any) -> bool:
     """Whether a variant runs in this process: exported for its platform, for at most as many
     devices as it has (a sharded variant on ``--xla_force_host_platform_device_count`` CPUs
     included)."""
-    from jaxport.export import local_device_count, local_platform
+    from jaxport.export._internal import local_device_count, local_platform
 
     here = local_platform()
     return here in info.platforms and info.nr_devices <= local_device_count(here)
@@ -164,7 +164,7 @@ def _call_placed(exp: Any, leaves: list[Any]) -> Any:
     is sharded (as audits call it)."""
     import jax
 
-    from jaxport.export import in_shardings_on
+    from jaxport.export._internal import in_shardings_on
 
     if exp.nr_devices > 1:
         shardings = in_shardings_on(exp, jax.local_devices())

@@ -1,6 +1,6 @@
-"""What jaxport's own packages (the server, the CLI) use of the registry beyond its public
-names: the one private module of ``jaxport.registry`` another package may import
-(``tests/test_layering.py``). Anything here may change between releases.
+"""What jaxport's own packages (the server, the CLI, the migrations) use of the registry beyond
+its public names: the one private module of ``jaxport.registry`` another package may import
+(``tests/test_layering.py``). Nothing here is API: any name may change between releases.
 
 - ``sql_backend``: a direct registry's ``SqlBackend`` (``registry/_sql.py``), for what only the
   registry server does with it: its tokens' ``authenticate`` and ``within=`` checks, what a
@@ -9,6 +9,11 @@ names: the one private module of ``jaxport.registry`` another package may import
   ``sweep_commit_dirs``; golden examples as a server reads them.
 - The wire format of results (``to_wire``, ``from_wire``); the actor a request's events
   name (``acting_as``, ``current_actor``).
+- The CLI's reading of its configuration (``RegistryConfig``, ``safe_url``, ``is_server_url``,
+  ``sqlite_file``, ``check_sqlite_directory``), ``jaxport db`` (``schema_revision``,
+  ``upgrade_database``), digests as the CLI prints them (``DIGEST_PREFIX``,
+  ``SHORT_DIGEST_HEX``), and a version's ``content_key`` (migration 0005). These load on first
+  use (``jaxport._lazy``): importing this module imports no SQLAlchemy for them.
 """
 
 from __future__ import annotations
@@ -16,28 +21,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jaxport import UnsupportedFeatureError
-from jaxport.registry._events import acting_as, current_actor
-from jaxport.registry._golden import MAX_EXAMPLES_BYTES, examples_from_blob
-from jaxport.registry._uploads import ArchiveParts, plan_parts
-from jaxport.registry._wire import from_wire, to_wire
-from jaxport.registry._workdirs import sweep_commit_dirs
+from jaxport._lazy import attach, isort_key
+from jaxport.registry._events import acting_as as acting_as
+from jaxport.registry._events import current_actor as current_actor
+from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
+from jaxport.registry._golden import examples_from_blob as examples_from_blob
+from jaxport.registry._uploads import ArchiveParts as ArchiveParts
+from jaxport.registry._uploads import plan_parts as plan_parts
+from jaxport.registry._wire import from_wire as from_wire
+from jaxport.registry._wire import to_wire as to_wire
+from jaxport.registry._workdirs import sweep_commit_dirs as sweep_commit_dirs
 
 if TYPE_CHECKING:
+    from jaxport.registry._config import RegistryConfig as RegistryConfig
+    from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
+    from jaxport.registry._config import is_server_url as is_server_url
+    from jaxport.registry._config import safe_url as safe_url
+    from jaxport.registry._config import sqlite_file as sqlite_file
+    from jaxport.registry._db import schema_revision as schema_revision
+    from jaxport.registry._db import upgrade_database as upgrade_database
+    from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
+    from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._registry import Registry
     from jaxport.registry._sql import SqlBackend
+    from jaxport.registry._types import SHORT_DIGEST_HEX as SHORT_DIGEST_HEX
 
-__all__ = [
-    "MAX_EXAMPLES_BYTES",
-    "ArchiveParts",
-    "acting_as",
-    "current_actor",
-    "examples_from_blob",
-    "from_wire",
-    "plan_parts",
-    "sql_backend",
-    "sweep_commit_dirs",
-    "to_wire",
-]
+_names, __getattr__, __dir__ = attach(__name__)
+__all__ = sorted([*_names, "sql_backend"], key=isort_key)
 
 
 def sql_backend(registry: Registry) -> SqlBackend:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, delete, select
 
 from jaxport import ConflictError, IntegrityError
-from jaxport.export import Part
+from jaxport.export._internal import Part
 from jaxport.registry import _db
 from jaxport.registry._aliases import move_alias
 from jaxport.registry._blobs import BlobStore, read_verified

@@ -2,7 +2,8 @@
 the rest one *skeleton* blob.
 
 The layout (what a part is, how parts make the archive) is the format's:
-``jaxport.export.split_archive`` and ``assemble_chunks`` (export/_parts.py). The registry stores
+``jaxport.export._internal.split_archive`` and ``assemble_chunks`` (export/_parts.py). The registry
+stores
 
 - the *skeleton* (part 0) and each tensor's section (part i + 1 = tensor i) as blobs, by their
   sha256, so versions that share a tensor share its blob: a version that changes one layer
@@ -25,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxport import IntegrityError, NotFoundError
-from jaxport.export import Part, assemble_chunks
+from jaxport.export._internal import Part, assemble_chunks
 from jaxport.registry._blobs import (
     BlobStore,
     FsspecBlobStore,
@@ -36,7 +37,8 @@ from jaxport.registry._blobs import (
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from jaxport.export import ArchiveInfo, Model, VerdictCache
+    from jaxport.export import ArchiveInfo, Model
+    from jaxport.export._internal import VerdictCache
 
 __all__ = [
     "FUNCTION",
@@ -97,7 +99,7 @@ def header_info(blobs: BlobStore, skeleton: str, total: int) -> ArchiveInfo:
         IntegrityError: the skeleton is missing, or its header does not match its digest.
         CorruptArchiveError: a malformed header.
     """
-    from jaxport.export import stream_info
+    from jaxport.export._internal import stream_info
 
     try:
         with _open(blobs, skeleton) as f:
@@ -119,7 +121,7 @@ def open_model(
 ) -> Model:
     """The model of a variant: its skeleton read (and verified) now, each tensor's blob when
     the model first uses it (memory-mapped from a local store, else fetched;
-    ``jaxport.export.model_from_parts``).
+    ``jaxport.export._internal.model_from_parts``).
 
     Raises:
         NotFoundError: the variant has no parts (it was deleted meanwhile).
@@ -127,7 +129,7 @@ def open_model(
         CorruptArchiveError, UnsupportedVersionError, UnsupportedFeatureError,
             UnsafeArchiveError: see ``jaxport.loads_model``.
     """
-    from jaxport.export import model_from_parts
+    from jaxport.export._internal import model_from_parts
 
     if not parts:
         raise NotFoundError(f"{where} was deleted while it was being pulled")

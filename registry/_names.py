@@ -257,7 +257,7 @@ def normalize_platform(platform: Any) -> str:
     """A platform name as exports spell it: lower case; ``gpu`` is the local GPU kind.
 
     Source: jax's ``xla_bridge.canonicalize_platform`` (``gpu`` -> ``cuda`` or ``rocm``:
-    ``jaxport.export.local_gpu_platform``).
+    ``jaxport.export._internal.local_gpu_platform``).
 
     Raises:
         InvalidNameError: not a platform jax exports for, or ``gpu`` on a machine without one.
@@ -266,7 +266,7 @@ def normalize_platform(platform: Any) -> str:
         raise InvalidNameError(f"a platform must be a string, got {platform!r}")
     name = platform.strip().lower()
     if name == "gpu":
-        from jaxport.export import local_gpu_platform
+        from jaxport.export._internal import local_gpu_platform
 
         try:
             return local_gpu_platform()

@@ -1,7 +1,8 @@
 """The platform a pull chooses for: ``LOCAL_PLATFORM``, the default of ``Registry.resolve``,
 ``pull``, ``pull_model``, ``pull_bytes``, ``pull_file`` and ``inspect``.
 
-It stands for the local jax backend's platform (``jaxport.export.local_platform``: cpu, cuda,
+It stands for the local jax backend's platform (``jaxport.export._internal.local_platform``: cpu,
+cuda,
 rocm or tpu). Without an accelerator plugin jax's only backend is the CPU, so where none is
 installed (no ``jax_plugins`` module or entry point, no ``libtpu``, no ``TPU_LIBRARY_PATH``)
 or ``$JAX_PLATFORMS`` names ``cpu`` first, it is ``cpu`` without importing jax: a registry
@@ -51,7 +52,7 @@ def local_platform_name() -> str:
     first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
     if "jax" not in sys.modules and (first == "cpu" or not _accelerator_plugins()):
         return "cpu"
-    from jaxport.export import local_platform
+    from jaxport.export._internal import local_platform
 
     return local_platform()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 
 from jaxport import IntegrityError, NotFoundError
-from jaxport.export import Part
+from jaxport.export._internal import Part
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import (
@@ -36,7 +36,8 @@ from jaxport.registry._verdicts import pull_verdicts
 if TYPE_CHECKING:
     from jax.export import Exported
 
-    from jaxport.export import Model, VerdictCache
+    from jaxport.export import Model
+    from jaxport.export._internal import VerdictCache
 
 __all__ = ["Pulls"]
 

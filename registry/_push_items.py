@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxport import DuplicateVariantError, InvalidNameError, NotFoundError
 from jaxport._files import read_regular
-from jaxport.export import ArchiveChunks, Part, chunks_info, split_archive
+from jaxport.export._internal import ArchiveChunks, Part, chunks_info, split_archive
 from jaxport.registry._golden import check_examples, runs_here
 from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._names import check_name
@@ -24,7 +24,8 @@ from jaxport.registry._uploads import StoredModel
 if TYPE_CHECKING:
     from jax.export import Exported
 
-    from jaxport.export import ArchiveInfo, Model, VerdictCache
+    from jaxport.export import ArchiveInfo, Model
+    from jaxport.export._internal import VerdictCache
 
 __all__ = [
     "PushItem",
@@ -183,7 +184,7 @@ def _stored_even_if_newer(
     many jax releases): every digest, limit and header fact is checked as for any archive, but
     its newer modules cannot be parsed by this jax (``newer_modules_passed``), so the item
     runs nothing here (examples need their outputs given) and its notes say so."""
-    from jaxport.export import newer_modules_passed, newer_note
+    from jaxport.export._internal import newer_modules_passed, newer_note
 
     with newer_modules_passed() as newer:
         item = _from_bytes(data, path, verdicts, allow)
@@ -197,7 +198,7 @@ def _stored_even_if_newer(
 def _from_bytes(
     data: bytes, path: str | None, verdicts: VerdictCache, allow: tuple[str, ...]
 ) -> PushItem:
-    from jaxport.export import MAGIC
+    from jaxport.export._internal import MAGIC
 
     if data.startswith(MAGIC):
         from jaxport.export import inspect
@@ -276,7 +277,7 @@ def _item(data: bytes, exported: Exported, notes: tuple[str, ...]) -> PushItem:
 def _stored_item(source: StoredModel, verdicts: VerdictCache, allow: tuple[str, ...]) -> PushItem:
     """A model archive the store holds in parts, its tensors unread (``_stored_push``); one a
     newer jax wrote is stored, not run, as ``_stored_even_if_newer`` says."""
-    from jaxport.export import newer_note
+    from jaxport.export._internal import newer_note
 
     info, model, newer = stored_model(source, verdicts, allow)
     parts = source.archive.parts

@@ -355,7 +355,7 @@ class Registry(RegistryWrites, RegistryAudits):
             CorruptArchiveError: a malformed header.
             (and see ``resolve``)
         """
-        from jaxport.export import ranged_info
+        from jaxport.export._internal import ranged_info
 
         chosen = self._chosen(reference, version, platform, nr_devices)
         return ranged_info(self._backend.read_range(chosen.digest), chosen.size_bytes)

@@ -3,7 +3,8 @@
 A ``jax.export.Exported`` is written with ``jaxport.dumps``; a ``jaxport.Model`` as its
 archive's chunks (tensors not copied); bytes and files as they are (a file at most
 ``max_size`` bytes, a regular file). A model archive is split as the registry stores it
-(``jaxport.export.split_archive``: skeleton, then one part per tensor section), so the part
+(``jaxport.export._internal.split_archive``: skeleton, then one part per tensor section), so the
+part
 digests are the blob digests the server holds already for tensors it has; any other archive
 (a function archive, or jax-native bytes the server converts) is one part. The server
 validates everything again: this split only decides what is sent. Golden examples are made
@@ -22,8 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from jaxport import CorruptArchiveError, InvalidNameError, NotFoundError
 from jaxport._files import open_regular
-from jaxport.export import ArchiveChunks, chunks_info, split_archive
-from jaxport.export._internal import ArchiveLayout, chunks_layout
+from jaxport.export._internal import (
+    ArchiveChunks,
+    ArchiveLayout,
+    chunks_info,
+    chunks_layout,
+    split_archive,
+)
 from jaxport.registry._golden import check_examples, golden_blob, runs_here
 from jaxport.registry._uploads import ArchiveParts
 

@@ -16,7 +16,8 @@ Where the bytes come from, in order of preference:
 
 Every byte is checked before it is used: a part of known digest against it as soon as it
 arrives (the skeleton), a tensor against its sha256 by the model before any array is made
-(``jaxport.export.model_from_parts``), a whole archive against the variant's digest before the
+(``jaxport.export._internal.model_from_parts``), a whole archive against the variant's digest
+before the
 file is renamed into place. ``RemoteArchive.bytes_fetched`` counts the body bytes received.
 A function archive is read whole: its modules (the primal and its VJPs) share section 0,
 whose one digest must be checked before any module is given out; its VJPs are decompressed
@@ -305,7 +306,7 @@ def lazy_model(http: Http, chosen: VariantInfo, allow_custom_calls: Sequence[str
         UnsupportedVersionError, UnsupportedFeatureError, UnsafeArchiveError: see
             ``jaxport.loads_model``.
     """
-    from jaxport.export import model_from_parts
+    from jaxport.export._internal import model_from_parts
 
     archive = RemoteArchive(http, chosen.digest, chosen.size_bytes)
     parts = archive.locate()

@@ -34,7 +34,8 @@ from jaxport.registry._models import VariantRow
 from jaxport.registry._uploads import StoredModel, vouched
 
 if TYPE_CHECKING:
-    from jaxport.export import ArchiveInfo, Model, VerdictCache
+    from jaxport.export import ArchiveInfo, Model
+    from jaxport.export._internal import VerdictCache
 
 __all__ = ["check_claimed", "stored_model"]
 
@@ -45,7 +46,7 @@ def stored_model(
     """The header and the validated model of ``source`` (see the module's doc), and the
     modules a newer jax wrote (``newer_modules_passed``: stored, not run here); its tensor
     parts are left unread where the store vouches for them."""
-    from jaxport.export import newer_modules_passed
+    from jaxport.export._internal import newer_modules_passed
 
     archive, blobs = source.archive, source.blobs
     info = header_info(blobs, archive.parts[0].digest, archive.size)

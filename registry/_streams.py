@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from jaxport import IntegrityError, NotFoundError
-from jaxport.export import Part
+from jaxport.export._internal import Part
 from jaxport.registry._blobs import BlobStore, LocalBlobStore, read_verified
 
 __all__ = ["CHUNK", "BlobStream", "open_stream"]

@@ -1,7 +1,8 @@
 """Pushes in parts, as a content-addressed registry takes them (``jaxport serve``'s uploads).
 
 A client splits each archive into parts (a function archive is one part; a model archive its
-skeleton and one part per tensor section, ``jaxport.export.split_archive``), asks which part
+skeleton and one part per tensor section, ``jaxport.export._internal.split_archive``), asks which
+part
 digests the store lacks (``missing``), sends only those (``receive``: each one's sha256 checked
 as it arrives; a part that does not match is never stored), then commits the version: the
 archives are put together from their parts (``assemble``: every part verified, the whole
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from jaxport import IntegrityError, InvalidNameError, JaxportError
 from jaxport._io import atomic_write
-from jaxport.export import Part
+from jaxport.export._internal import Part
 from jaxport.registry._blobs import BlobStore, signing
 from jaxport.registry._model_parts import archive_chunks, header_info
 from jaxport.registry._names import check_digest
@@ -99,7 +100,8 @@ class ArchiveParts:
 
 def plan_parts(blobs: BlobStore, archive: ArchiveParts) -> int:
     """Checks that ``archive``'s parts are its layout as the header in its first part
-    declares it (``jaxport.export.split_archive``'s, from the header alone); returns the bytes
+    declares it (``jaxport.export._internal.split_archive``'s, from the header alone); returns the
+    bytes
     of memory its push may hold: the decompressed size of every compressed section, plus the
     archive itself (a function archive, or bytes that are no jaxport archive) or its skeleton
     (a model, whose raw tensors are mapped, not held). Reads the first part's header only.
@@ -111,7 +113,7 @@ def plan_parts(blobs: BlobStore, archive: ArchiveParts) -> int:
         IntegrityError: the first part is missing (``.expected`` names it), or its header
             does not match its digest.
     """
-    from jaxport.export import PREAMBLE_LENGTH  # imports jax: not on the module's import
+    from jaxport.export._internal import PREAMBLE_LENGTH
 
     archive.check()
     first = archive.parts[0]

@@ -17,7 +17,7 @@ from jaxport.registry import _db
 from jaxport.registry._models import ModuleVerdictRow
 
 if TYPE_CHECKING:  # jaxport.export imports jax: only when a module is read
-    from jaxport.export import Verdict, VerdictCache, VerdictKey
+    from jaxport.export._internal import Verdict, VerdictCache, VerdictKey
 
 __all__ = ["RegistryVerdicts", "pull_verdicts", "push_verdicts"]
 
@@ -40,7 +40,7 @@ class RegistryVerdicts:
         )
         with _db.translating_db_errors(), self._engine.connect() as conn:
             found = conn.execute(query).scalar()
-        from jaxport.export import Verdict
+        from jaxport.export._internal import Verdict
 
         return Verdict.from_json(found) if found is not None else None
 
@@ -70,7 +70,7 @@ class RegistryVerdicts:
 
 def push_verdicts(verdicts: RegistryVerdicts) -> VerdictCache:
     """For a push: ``verdicts`` (recorded when the version commits), then the local cache."""
-    from jaxport.export import LayeredVerdictCache, LocalVerdictCache
+    from jaxport.export._internal import LayeredVerdictCache, LocalVerdictCache
 
     return LayeredVerdictCache(verdicts, LocalVerdictCache())
 
@@ -78,7 +78,7 @@ def push_verdicts(verdicts: RegistryVerdicts) -> VerdictCache:
 def pull_verdicts(engine: Engine) -> VerdictCache:
     """For a pull: the registry's verdicts first, then the local cache; nothing is written to
     the database."""
-    from jaxport.export import LayeredVerdictCache, LocalVerdictCache
+    from jaxport.export._internal import LayeredVerdictCache, LocalVerdictCache
 
     return LayeredVerdictCache(_ReadOnly(RegistryVerdicts(engine)), LocalVerdictCache())
 

@@ -19,15 +19,9 @@ import pytest
 
 import jaxport
 from _s3 import S3Server
-from jaxport.registry import (
-    FsspecBlobStore,
-    LocalBlobStore,
-    RegistryConfig,
-    Stray,
-    _blobs,
-    open_blob_store,
-)
+from jaxport.registry import FsspecBlobStore, LocalBlobStore, Stray, _blobs, open_blob_store
 from jaxport.registry._blobs import verify
+from jaxport.registry._internal import RegistryConfig
 from jaxport.registry._masking import masked, masked_options, secret_values
 
 BACKENDS = ["local", "fsspec-memory", "fsspec-file", "fsspec-s3"]

@@ -39,6 +39,7 @@ from _server import Server, admin_token, serving
 from conftest import POSTGRES_URL_ENV, _postgres_url
 
 import jaxport
+import jaxport.registry._internal
 from jaxport.registry._internal import to_wire
 from jaxport.registry._remote_push import archive_parts
 
@@ -214,12 +215,12 @@ def test_a_commit_naming_another_teams_examples_is_refused(store):
     assert "bytes" not in e["message"]
 
 
-def _parts_of(s: Store, ref) -> jaxport.registry.ArchiveParts:
-    from jaxport.export import Part
+def _parts_of(s: Store, ref) -> jaxport.registry._internal.ArchiveParts:
+    from jaxport.export._internal import Part
 
     variant = ref.variants[0]
     part = Part(0, variant.digest, 0, variant.size_bytes)
-    return jaxport.registry.ArchiveParts(variant.digest, variant.size_bytes, (part,))
+    return jaxport.registry._internal.ArchiveParts(variant.digest, variant.size_bytes, (part,))
 
 
 def test_missing_answers_only_for_what_the_token_reaches(store):

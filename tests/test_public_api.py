@@ -99,6 +99,73 @@ PUBLIC = [
 ]
 
 
+#: What users call of ``jaxport.export`` and ``jaxport.registry`` (issue 25 §1); what jaxport's own
+#: packages share beyond these is in each package's ``_internal`` module, which is not API.
+EXPORT_PUBLIC = [
+    "FORMAT_VERSION",
+    "HOST_CALLBACK_TARGETS",
+    "MAX_SUPPORTED_FORMAT_VERSION",
+    "MIN_SUPPORTED_FORMAT_VERSION",
+    "ArchiveInfo",
+    "AvalInfo",
+    "MethodInfo",
+    "Model",
+    "ModuleInfo",
+    "SectionInfo",
+    "TensorInfo",
+    "allowed_targets",
+    "convert_native",
+    "dumps",
+    "inspect",
+    "is_host_callback",
+    "load",
+    "load_model",
+    "loads",
+    "loads_model",
+    "module_custom_calls",
+    "save",
+    "stable_custom_call_targets",
+    "target_releases",
+]
+REGISTRY_PUBLIC = [
+    "BLOBS_ENV",
+    "BLOBS_OPTIONS_ENV",
+    "DESCRIPTION_KEY",
+    "HOME_ENV",
+    "LOCAL_PLATFORM",
+    "MAX_DESCRIPTION_BYTES",
+    "MAX_EXAMPLES_BYTES",
+    "URL_ENV",
+    "AliasMove",
+    "BlobProblem",
+    "BlobStore",
+    "Event",
+    "FsspecBlobStore",
+    "GcReport",
+    "LocalBlobStore",
+    "NewToken",
+    "PushResult",
+    "QueuedJob",
+    "Ref",
+    "Reference",
+    "Registry",
+    "Rejection",
+    "Resolution",
+    "Signature",
+    "SignatureCheck",
+    "SignaturePolicy",
+    "Stray",
+    "TokenInfo",
+    "VariantInfo",
+    "VariantWindow",
+    "VerifyReport",
+    "default_home",
+    "default_url",
+    "open_blob_store",
+    "parse_reference",
+]
+
+
 def _isort_key(name: str) -> tuple[int, str]:
     """RUF022's order: SCREAMING_CASE, then CamelCase, then the rest."""
     if name.isupper() or (name.upper() == name and "_" in name):
@@ -110,6 +177,25 @@ def test_public_names():
     assert jaxport.__all__ == PUBLIC
     for name in jaxport.__all__:
         assert getattr(jaxport, name) is not None
+
+
+def test_package_public_names():
+    assert jaxport.export.__all__ == EXPORT_PUBLIC
+    assert jaxport.registry.__all__ == REGISTRY_PUBLIC
+
+
+def test_internal_modules_share_no_name_with_the_public_ones():
+    import jaxport.export._internal
+    import jaxport.registry._internal
+
+    for package, internal in [
+        (jaxport.export, jaxport.export._internal),
+        (jaxport.registry, jaxport.registry._internal),
+    ]:
+        assert internal.__all__ == sorted(internal.__all__, key=_isort_key)
+        assert not set(internal.__all__) & set(package.__all__) - {"MAX_EXAMPLES_BYTES"}
+        for name in internal.__all__:
+            assert getattr(internal, name) is not None, name
 
 
 @pytest.mark.parametrize("module", [jaxport, jaxport.export, jaxport.registry, jaxport.audit])

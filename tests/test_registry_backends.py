@@ -11,6 +11,7 @@ import inspect
 import pytest
 
 import jaxport
+import jaxport.export._internal
 from jaxport.registry._backend import Backend
 from jaxport.registry._http_backend import HttpBackend
 from jaxport.registry._sql import SqlBackend
@@ -101,5 +102,5 @@ def test_the_local_platform_default_is_public():
     signature = inspect.signature(jaxport.Registry.pull)
     assert signature.parameters["platform"].default is LOCAL_PLATFORM
     assert repr(LOCAL_PLATFORM) == "LOCAL_PLATFORM"
-    assert chosen_platform(LOCAL_PLATFORM) == jaxport.export.local_platform()
+    assert chosen_platform(LOCAL_PLATFORM) == jaxport.export._internal.local_platform()
     assert chosen_platform(None) is None and chosen_platform("CPU") == "cpu"

@@ -350,8 +350,8 @@ def test_one_bad_blob_is_one_error_finding(registry):
 def test_db_upgrade_refuses_a_newer_database(db_url, tmp_path):
     import sqlalchemy as sa
 
-    from jaxport.registry import upgrade_database
     from jaxport.registry._db import create_registry_engine
+    from jaxport.registry._internal import upgrade_database
 
     Registry(db_url, blobs=tmp_path / "b").close()
     engine = create_registry_engine(db_url)

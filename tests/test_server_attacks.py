@@ -630,7 +630,8 @@ def test_json_bodies_are_bounded_per_route(t):
 
 
 def _split(archive: bytes) -> list[dict[str, object]]:
-    from jaxport.export import inspect, split_archive
+    from jaxport.export import inspect
+    from jaxport.export._internal import split_archive
     from jaxport.export._parts import ArchiveChunks
 
     parts = split_archive(ArchiveChunks([archive]), inspect(archive))

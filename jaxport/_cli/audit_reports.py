@@ -70,7 +70,7 @@ class UpgradeReport:
 
 
 def _running() -> tuple[str, str]:
-    from jaxport.export import jax_versions
+    from jaxport.export._internal import jax_versions
 
     return jax_versions()
 

@@ -57,7 +57,8 @@ class CliContext:
             InvalidNameError: ``--token`` for a database URL.
             MissingExtraError: a server URL without httpx (``jaxport[client]``).
         """
-        from jaxport.registry import Registry, RegistryConfig, is_server_url
+        from jaxport.registry import Registry
+        from jaxport.registry._internal import RegistryConfig, is_server_url
 
         config = RegistryConfig.from_env()
         url = self.url or config.url
@@ -79,7 +80,7 @@ def require_database(url: str) -> None:
     Raises:
         NotFoundError: the file is missing; the message names its absolute path.
     """
-    from jaxport.registry import sqlite_file
+    from jaxport.registry._internal import sqlite_file
 
     path = sqlite_file(url)
     if path is not None and not path.exists():

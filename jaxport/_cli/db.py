@@ -16,7 +16,7 @@ def db() -> None:
 
 
 def _url(ctx: CliContext, *, create: bool = False) -> str:
-    from jaxport.registry import RegistryConfig
+    from jaxport.registry._internal import RegistryConfig
 
     url = ctx.url or RegistryConfig.from_env().database_url()
     if not create:
@@ -30,7 +30,7 @@ def _url(ctx: CliContext, *, create: bool = False) -> str:
 def db_current(ctx: CliContext, as_json: bool) -> None:
     """Print the database's schema revision and the one this jaxport writes."""
     from jaxport.migrations import HEAD
-    from jaxport.registry import (
+    from jaxport.registry._internal import (
         RegistryConfig,
         check_sqlite_directory,
         schema_revision,
@@ -58,7 +58,7 @@ def db_current(ctx: CliContext, as_json: bool) -> None:
 @pass_ctx
 def db_upgrade(ctx: CliContext, as_json: bool) -> None:
     """Upgrade the database's schema to this jaxport's (back it up first)."""
-    from jaxport.registry import upgrade_database
+    from jaxport.registry._internal import upgrade_database
 
     before, after = upgrade_database(_url(ctx, create=True))
     emit(

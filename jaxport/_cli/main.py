@@ -93,7 +93,7 @@ class _Cli(click.Group):
             ctx.exit(e.exit_code)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from jaxport.registry import RegistryConfig, safe_url
+        from jaxport.registry._internal import RegistryConfig, safe_url
 
         config = RegistryConfig.from_env()
         with formatter.section("Environment"):

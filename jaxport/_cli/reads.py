@@ -281,7 +281,8 @@ def show(ctx: CliContext, reference: str, as_json: bool) -> None:
 
 def _unloadable_variants(reg: Any, ref: Any) -> dict[str, str]:
     """Per variant (short digest) that the installed jax cannot load, why: its header read
-    (``jaxport.export.unloadable_here``). Only variants a newer jax wrote are read, and only
+    (``jaxport.export._internal.unloadable_here``). Only variants a newer jax wrote are read, and
+    only
     then is jax imported (its jaxlib's StableHLO range decides): ``show`` of variants this
     jax or an older one wrote imports no jax, through a registry server too."""
     installed = _installed_jax()
@@ -294,7 +295,7 @@ def _unloadable_variants(reg: Any, ref: Any) -> dict[str, str]:
     ]
     if not newer:
         return {}
-    from jaxport.export import unloadable_here
+    from jaxport.export._internal import unloadable_here
 
     out = {}
     for v in newer:
@@ -316,7 +317,7 @@ def _installed_jax() -> str | None:
 
 
 def _release_key(release: str) -> tuple[int, ...]:
-    """``jaxport.export.release_key`` (a sort key of dotted releases, non-numeric parts
+    """``jaxport.export._internal.release_key`` (a sort key of dotted releases, non-numeric parts
     first), here because the module that defines it imports jax."""
     return tuple(int(p) if p.isdigit() else -1 for p in release.split("."))
 

@@ -75,7 +75,7 @@ def _rstripped(line: list[Segment]) -> list[Segment]:
 
 def short_digest(digest: str) -> str:
     """A hex digest in the short form of ``VariantInfo.short_digest`` (``sha256:`` + 12 hex)."""
-    from jaxport.registry import DIGEST_PREFIX, SHORT_DIGEST_HEX
+    from jaxport.registry._internal import DIGEST_PREFIX, SHORT_DIGEST_HEX
 
     return f"{DIGEST_PREFIX}{digest[:SHORT_DIGEST_HEX]}"
 
@@ -353,8 +353,8 @@ def info_tables(info: Any) -> Group:
 
 def _this_jax(info: Any) -> list[tuple[str, str]]:
     """A "this jax" row where the header says the installed jax cannot (or may not) load the
-    archive (``jaxport.export.unloadable_here``); none otherwise."""
-    from jaxport.export import unloadable_here
+    archive (``jaxport.export._internal.unloadable_here``); none otherwise."""
+    from jaxport.export._internal import unloadable_here
 
     why = unloadable_here(info)
     return [("this jax", why)] if why else []

@@ -324,7 +324,7 @@ def _as_input(array: np.ndarray[Any, Any], spec: InputSpec) -> np.ndarray[Any, A
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:
-    from jaxport.export import numpy_dtype
+    from jaxport.export._internal import numpy_dtype
 
     try:
         dtype: np.dtype[Any] = numpy_dtype(name)
@@ -374,7 +374,7 @@ def _call(fun: Any, args: Sequence[Any], what: str) -> Any:
     except JaxportError:
         raise
     except (ValueError, TypeError, jax.errors.JaxRuntimeError) as e:
-        from jaxport.export import translate_call_error
+        from jaxport.export._internal import translate_call_error
 
         typed = translate_call_error(e, what)
         if typed is not None:
@@ -496,7 +496,7 @@ def call_in_child(
         if done.returncode == _REFUSED and (work / "error.json").is_file():
             raise _rebuilt(json.loads((work / "error.json").read_text()))
         if done.returncode != 0:
-            from jaxport.export import converter_status
+            from jaxport.export._internal import converter_status
 
             lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
             tail = f": {lines[-1][:300]}" if lines else ""

@@ -83,7 +83,8 @@ def serve(
     web pages at /. The registry is --registry / --blobs (or their environment variables);
     clients need a token (jaxport token create) and no database password."""
     from jaxport._extras import require
-    from jaxport.registry import Registry, RegistryConfig, is_server_url
+    from jaxport.registry import Registry
+    from jaxport.registry._internal import RegistryConfig, is_server_url
 
     for module in ("fastapi", "uvicorn", "jinja2", "httpx", "fastapi_offline"):
         require(module, "jaxport serve")

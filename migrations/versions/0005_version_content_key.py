@@ -1,7 +1,7 @@
 """a version's content key, unique per name: identical content pushed at once is one version
 
 ``versions.content_key`` is the sha256 of the version's variant digests (in order) and its
-golden examples' digest (``jaxport.registry.content_key``). Existing versions are
+golden examples' digest (``jaxport.registry._internal.content_key``). Existing versions are
 backfilled; where an older jaxport made one content twice under one name (concurrent pushes on
 PostgreSQL), the newest such version gets the key (the one push returned) and the others keep
 NULL, so the unique index can be built and no version is lost.
@@ -31,7 +31,7 @@ def upgrade() -> None:
 
 
 def _backfill(conn: sa.Connection) -> None:
-    from jaxport.registry import content_key
+    from jaxport.registry._internal import content_key
 
     variants: dict[int, list[str]] = defaultdict(list)
     for version_id, digest in conn.execute(

@@ -46,7 +46,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxport
-from jaxport.registry import ArchiveParts, FsspecBlobStore, LocalBlobStore, Stray
+import jaxport.registry._internal
+from jaxport.registry import FsspecBlobStore, LocalBlobStore, Stray
+from jaxport.registry._internal import ArchiveParts
 from jaxport.registry._uploads import Part
 
 # -- watching the file system -----------------------------------------------------------------
@@ -767,8 +769,8 @@ def test_registry_errors_never_show_the_password(url, secret, tmp_path, monkeypa
     attempts: list[Callable[[], Any]] = [
         lambda: jaxport.Registry(url, blobs=tmp_path / "blobs"),
         lambda: jaxport.Registry(url),
-        lambda: jaxport.registry.schema_revision(url),
-        lambda: jaxport.registry.upgrade_database(url),
+        lambda: jaxport.registry._internal.schema_revision(url),
+        lambda: jaxport.registry._internal.upgrade_database(url),
     ]
     for attempt in attempts:
         with pytest.raises(jaxport.JaxportError) as info:
