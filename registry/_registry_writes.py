@@ -79,7 +79,8 @@ class RegistryWrites:
         Through a registry server, the archives are made and split into parts here (a path or
         archive bytes without importing jax), only the parts the server lacks are sent, then
         the server validates and stores the version as above, in its sandbox; golden examples
-        are made here (outputs computed by a source passed as an object that runs here) and sent as one more part.
+        are made here (outputs computed by a source passed as an object that runs here) and
+        sent as one more part.
 
         Args:
             source: what to store (see above), or a list of them (one per platform or
@@ -92,8 +93,9 @@ class RegistryWrites:
             examples: golden examples that audits re-run: ``Example(args, kwargs, outputs)``
                 or ``(args, kwargs)`` tuples; outputs left None are computed now by the first
                 variant passed as an ``Exported`` or ``Model`` object that runs here (archive
-                bytes and files are never called here: give their outputs). For a model, ``{method: [Example(args), ...]}``: the
-                method's own arguments, without the parameters.
+                bytes and files are never called here: give their outputs). For a model,
+                ``{method: [Example(args), ...]}``: the method's own arguments, without the
+                parameters.
             max_size: the largest file a path may name, in bytes (default 64 GiB); a path
                 must name a regular file (not a FIFO or a device). Both are checked before a
                 byte is read.
