@@ -526,5 +526,8 @@ def _backend(
 def _allowed(allow_custom_calls: Sequence[str]) -> tuple[str, ...]:
     """The custom-call allowlist of a pull, checked: a list of targets, never one string."""
     if isinstance(allow_custom_calls, str):
-        raise InvalidNameError("allow_custom_calls must be a list of targets, not a string")
+        raise TypeError(  # as jaxport.loads says it
+            "allow_custom_calls must be a collection of target names, not one string: "
+            f"write allow_custom_calls=({allow_custom_calls!r},)"
+        )
     return tuple(allow_custom_calls)

@@ -120,6 +120,7 @@ class RegistryWrites:
             InvalidNameError: a bad name, alias, metadata entry or source type; functions and
                 models in one version; a model without ``name``.
             NotFoundError: a path that does not exist.
+            TypeError: ``allow_custom_calls`` is one string (as ``jaxport.loads``).
             InvalidNameError: also a path that is not a regular file, or over ``max_size``.
             CorruptArchiveError: bytes that are neither a valid jaxport archive nor jax-native.
             IntegrityError: a digest of the archive (a model's tensor's, say) does not match.
@@ -138,7 +139,10 @@ class RegistryWrites:
         if tolerance is not None and not examples:
             raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
         if isinstance(allow_custom_calls, str):
-            raise InvalidNameError("allow_custom_calls must be a list of targets, not a string")
+            raise TypeError(  # as jaxport.loads says it
+                "allow_custom_calls must be a collection of target names, not one string: "
+                f"write allow_custom_calls=({allow_custom_calls!r},)"
+            )
         self._backend.check_writable()
         ruled = [a for a in alias_names if self._alias_rules(a)]
         options = PushOptions(
