@@ -139,6 +139,8 @@ class Worker:
     def push(self) -> None:
         import numpy as np
 
+        import jaxport
+
         digest, data, small = self.rng.choice(self.archives)
         name = self.rng.choice(NAMES)
         examples = small and self.rng.random() < 0.1
@@ -150,7 +152,9 @@ class Worker:
             name,
             aliases=aliases,
             metadata={"seq": str(self.pushes)},
-            examples=[((x,), {})] if examples else None,
+            # outputs given: push never calls archive bytes (issue 24, F13); these are the
+            # campaign's own archives, called here as their producer would
+            examples=[((x,), {}, jaxport.loads(data).call(x))] if examples else None,
         )
         self.pushes += 1
         self.log.write(f"pushed {name}:{result.version} {digest} {len(result.repaired)}")
