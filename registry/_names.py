@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from jaxport import InvalidNameError
@@ -277,3 +277,18 @@ def normalize_platform(platform: Any) -> str:
             f"unknown platform {platform!r:.40}: use one of {', '.join(KNOWN_PLATFORMS)} or gpu"
         )
     return name
+
+
+def check_allowlist(allow_custom_calls: Sequence[str]) -> tuple[str, ...]:
+    """A push's or pull's custom-call allowlist, checked: a collection of targets, never one
+    string.
+
+    Raises:
+        TypeError: one string (as ``jaxport.loads`` says it).
+    """
+    if isinstance(allow_custom_calls, str):
+        raise TypeError(
+            "allow_custom_calls must be a collection of target names, not one string: "
+            f"write allow_custom_calls=({allow_custom_calls!r},)"
+        )
+    return tuple(allow_custom_calls)

@@ -23,6 +23,7 @@ from jaxport.registry._backend import Backend, TokenStore
 from jaxport.registry._config import TOKEN_ENV, RegistryConfig, is_server_url
 from jaxport.registry._events import Event
 from jaxport.registry._names import (
+    check_allowlist,
     check_digest,
     check_name,
     check_version,
@@ -222,7 +223,7 @@ class Registry(RegistryWrites, RegistryAudits):
                     f"method with method= (its archive: {_ARCHIVE_CALLS})",
                     found="model",
                 )
-            model = self._backend.model(chosen, _allowed(allow_custom_calls))
+            model = self._backend.model(chosen, check_allowlist(allow_custom_calls))
             if method not in model.exported:
                 raise NotFoundError(
                     f"{where} has no method {method!r}: it has {', '.join(model.exported)}"
@@ -234,7 +235,7 @@ class Registry(RegistryWrites, RegistryAudits):
                 f"{where} is a function, not a model: it has no method {method!r}",
                 found=chosen.kind,
             )
-        return self._backend.function(reference, chosen, _allowed(allow_custom_calls))
+        return self._backend.function(reference, chosen, check_allowlist(allow_custom_calls))
 
     def pull_model(
         self,
@@ -283,7 +284,7 @@ class Registry(RegistryWrites, RegistryAudits):
                 f"(its archive: {_ARCHIVE_CALLS})",
                 found=chosen.kind,
             )
-        return self._backend.model(chosen, _allowed(allow_custom_calls))
+        return self._backend.model(chosen, check_allowlist(allow_custom_calls))
 
     def pull_bytes(
         self,
@@ -521,13 +522,3 @@ def _backend(
     from jaxport.registry._sql import SqlBackend
 
     return SqlBackend(url, blobs, storage_options, upgrade)
-
-
-def _allowed(allow_custom_calls: Sequence[str]) -> tuple[str, ...]:
-    """The custom-call allowlist of a pull, checked: a list of targets, never one string."""
-    if isinstance(allow_custom_calls, str):
-        raise TypeError(  # as jaxport.loads says it
-            "allow_custom_calls must be a collection of target names, not one string: "
-            f"write allow_custom_calls=({allow_custom_calls!r},)"
-        )
-    return tuple(allow_custom_calls)

@@ -14,6 +14,7 @@ from jaxport import InvalidNameError
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry._backend import Backend, PushOptions, Rules
 from jaxport.registry._names import (
+    check_allowlist,
     check_digest,
     check_metadata,
     check_name,
@@ -138,11 +139,7 @@ class RegistryWrites:
             raise InvalidNameError(f"vjp_order must be an int >= 0, got {vjp_order!r:.40}")
         if tolerance is not None and not examples:
             raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
-        if isinstance(allow_custom_calls, str):
-            raise TypeError(  # as jaxport.loads says it
-                "allow_custom_calls must be a collection of target names, not one string: "
-                f"write allow_custom_calls=({allow_custom_calls!r},)"
-            )
+        check_allowlist(allow_custom_calls)
         self._backend.check_writable()
         ruled = [a for a in alias_names if self._alias_rules(a)]
         options = PushOptions(
