@@ -3,12 +3,14 @@
     models ─< versions ─< variants >─ blobs ─< audits (by digest)
        │                     ├─< variant_platforms
        │                     └─< variant_parts >─ blobs   (model archives)
-       └─< aliases, alias_history          pending_blobs (digests of pushes in flight)
+       └─< aliases, alias_history, alias_gates   pending_blobs (digests of pushes in flight)
                                            module_verdicts (the module sandbox's, by digest)
     blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
     audits ─< queued_audits        (the finding each key of the audit queue recorded, once)
     tokens, events                 (the registry server's bearer tokens; the append-only log)
     uploads                        (the parts each token uploaded lately: ``registry/_reach.py``)
+    versions ─< versions           (lineage: ``derived_from_id``)
+    retention_policies, jax_releases (by name prefix; the releases the watcher has seen)
 
 A *name* (``models``) has immutable integer *versions*; a version holds *variants*, one archive
 each, indexed in typed columns; archives are *blobs* stored once by sha256 digest. A model
@@ -40,6 +42,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "JAX_VERSION",
+    "AliasGateRow",
     "AliasMoveRow",
     "AliasRow",
     "AuditRow",
@@ -47,11 +50,13 @@ __all__ = [
     "BlobRow",
     "EventRow",
     "ExamplesRow",
+    "JaxReleaseRow",
     "ModuleVerdictRow",
     "NameRow",
     "PendingBlobRow",
     "QueuedAuditRow",
     "RegistryInfoRow",
+    "RetentionPolicyRow",
     "SignatureRow",
     "TokenRow",
     "UploadRow",
@@ -104,6 +109,22 @@ class VersionRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
     content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Lineage (revision 0015, ``registry/_lineage.py``): the version this one derives from and
+    # how (``update_params``, ``rescue``, ``examples``, ``explicit``); NULL: none recorded.
+    # No foreign key: adding one rebuilds ``versions`` on SQLite, whose drop would cascade to
+    # every variant; an id whose version is gone reads as a deleted source.
+    derived_from_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    derivation: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # Provenance captured at push where available (NULL: not known).
+    git_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    function_qualname: Mapped[str | None] = mapped_column(Text, nullable=True)
+    pushed_jax_version: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    pushed_jaxlib_version: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    pushed_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    pushed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # Retention (``registry/_retention.py``): soft-deleted at, restorable until; NULL: live.
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    restorable_until: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class BlobRow(Base):
@@ -231,6 +252,51 @@ class AliasMoveRow(Base):
     from_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     to_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     moved_at: Mapped[float] = mapped_column(Float)
+
+
+class AliasGateRow(Base):
+    """The gates of a protected alias (revision 0015, ``registry/_gates.py``): a move to a
+    version that fails any is refused. ``require_signature``: a key or certificate identity
+    (NULL: none); ``require_audit``: the status every targeted finding must have (``ok``; NULL:
+    none); ``jax_releases``, ``platforms``: comma-separated targets of that audit gate;
+    ``require_goldens``: the version must hold golden examples."""
+
+    __tablename__ = "alias_gates"
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    alias: Mapped[str] = mapped_column(String(200), primary_key=True)
+    require_signature: Mapped[str | None] = mapped_column(Text, nullable=True)
+    require_audit: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    jax_releases: Mapped[str] = mapped_column(Text, default="")
+    platforms: Mapped[str] = mapped_column(Text, default="")
+    require_goldens: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(200))
+
+
+class RetentionPolicyRow(Base):
+    """A retention policy for the names under ``prefix`` (revision 0015,
+    ``registry/_retention.py``); NULL columns keep nothing by that rule. Ages in seconds."""
+
+    __tablename__ = "retention_policies"
+    prefix: Mapped[str] = mapped_column(String(200), primary_key=True)
+    keep_last: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    keep_younger_than: Mapped[float | None] = mapped_column(Float, nullable=True)
+    keep_ok_per_target: Mapped[bool] = mapped_column(Boolean, default=True)
+    restore_period: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JaxReleaseRow(Base):
+    """A jax or jaxlib release the watcher has seen on the package index (revision 0015,
+    ``audit/_watch.py``); ``uploaded_at`` from the index where it says (unix seconds)."""
+
+    __tablename__ = "jax_releases"
+    package: Mapped[str] = mapped_column(String(20), primary_key=True)
+    version: Mapped[str] = mapped_column(String(40), primary_key=True)
+    seen_at: Mapped[float] = mapped_column(Float)
+    uploaded_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RegistryInfoRow(Base):
