@@ -73,6 +73,7 @@ __all__ = [
     "MAX_EXPIRES",
     "CountBytes",
     "Transfer",
+    "configured_expires",
     "expires",
     "install",
     "router",
@@ -170,6 +171,16 @@ def expires(request: Request) -> int:
         InvalidNameError: the setting is not an integer from 0 to ``MAX_EXPIRES``.
     """
     return _expires(request.app.state)
+
+
+def configured_expires() -> int:
+    """Seconds a presigned URL lasts by ``$JAXPORT_PRESIGN_EXPIRES`` (or the default), checked
+    before a server starts.
+
+    Raises:
+        InvalidNameError: the setting is not an integer from 0 to ``MAX_EXPIRES``.
+    """
+    return _expires(None)
 
 
 def _expires(state: Any) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import time
 
 import httpx
@@ -17,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _server import admin_token, serving
+from _server import JAXPORT, admin_token, serving
 
 import jaxport
 
@@ -192,3 +194,42 @@ def test_a_server_start_sweeps_old_staged_parts_only(s3):
     assert store.urls.sweep(3600) == []  # young: an upload may still complete it
     assert store.urls.sweep(0) == [f"staging/{'ab' * 16}/{digest}"]
     assert list(store.strays()) == [] and not store.exists(digest)
+
+
+def test_serve_presign_expires_0_sends_every_byte_through_the_server(s3, tmp_path, monkeypatch):
+    db_url = f"sqlite:///{tmp_path / 'off.db'}"
+    options = json.dumps(s3.storage_options())
+    monkeypatch.setenv("JAXPORT_BLOBS_OPTIONS", options)
+    blobs = s3.url() + "-off"
+    token = admin_token(db_url, blobs)
+    env = {"JAXPORT_BLOBS_OPTIONS": options, "JAXPORT_PRESIGN_EXPIRES": "900"}
+    extra = ("--presign-expires", "0")  # the flag wins over the environment
+    with serving(db_url, blobs, tmp_path / "serve.log", env=env, extra=extra) as server:
+        data = b"a part" * 1000
+        digest = hashlib.sha256(data).hexdigest()
+        parts = [{"digest": digest, "size": len(data)}]
+        with _api(server, token) as api:
+            answer = api.post("/uploads", json={"parts": parts, "name": "x"}).json()
+        assert answer["urls"] == {} and answer["expires_in"] == 0
+        reg = jaxport.Registry(server.url, token=token)
+        server.admin = token  # type: ignore[attr-defined]
+        before = _moved(server)
+        reg.push(_model(3), "through")
+        assert _moved(server) - before > _payload()  # in as HTTP bodies, out to the store
+        pulled = reg.pull_model("through", platform="cpu")
+        np.testing.assert_array_equal(pulled.params["w00"], _model(3).params["w00"])
+
+
+@pytest.mark.parametrize("value", ["forever", "-1", str(8 * 24 * 3600)])
+def test_serve_refuses_a_bad_presign_expires_before_it_starts(tmp_path, value):
+    db_url = f"sqlite:///{tmp_path / 'r.db'}"
+    env = {**os.environ, "JAXPORT_PRESIGN_EXPIRES": value, "JAXPORT_REGISTRY": db_url,
+           "JAXPORT_BLOBS": str(tmp_path / "b")}  # fmt: skip
+    done = subprocess.run([JAXPORT, "serve", "--port", "0"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "JAXPORT_PRESIGN_EXPIRES is 0 to 604800 seconds" in done.stderr
+    assert "Traceback" not in done.stderr
+    flag = subprocess.run([JAXPORT, "serve", "--presign-expires", "604801"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert flag.returncode == 2 and "Traceback" not in flag.stderr

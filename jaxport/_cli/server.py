@@ -72,12 +72,20 @@ _READY_WITHIN = 600.0
     type=click.IntRange(16, 1 << 20),
     help="Open connections per process; past them, 503.",
 )
+@click.option(
+    "--presign-expires",
+    type=click.IntRange(0, 7 * 24 * 3600),
+    metavar="SECONDS",
+    help="How long the presigned URLs of an S3 blob store last (default 900, or "
+    "$JAXPORT_PRESIGN_EXPIRES; 0: none, every byte through the server).",
+)
 @click.option("--upgrade", is_flag=True, help="Upgrade an older database schema first.")
 @click.pass_context
 def serve(
     ctx: click.Context, host: str, port: int, workers: int, open_read: bool,
     webhooks: tuple[str, ...], webhook_secret_file: str | None, max_upload: int | None,
-    memory_budget: int | None, max_connections: int, upgrade: bool,
+    memory_budget: int | None, max_connections: int, presign_expires: int | None,
+    upgrade: bool,
 ) -> None:  # fmt: skip
     """Serve the registry over HTTP: the API at /api/v1 (OpenAPI at /api/v1/openapi.json),
     web pages at /. The registry is --registry / --blobs (or their environment variables);
@@ -99,6 +107,7 @@ def serve(
             "$JAXPORT_REGISTRY), not a server's"
         )
     Registry(url, blobs=blobs, upgrade=upgrade).close()  # fails here, clearly, if it cannot open
+    _set_presign_expires(presign_expires)
     secret = Path(webhook_secret_file).read_text().strip() if webhook_secret_file else None
     os.environ[ENV_OPTIONS] = options_to_env(
         url, blobs, open_read, list(webhooks), secret, max_upload, memory_budget
@@ -119,6 +128,20 @@ def serve(
         h11_max_incomplete_event_size=MAX_HEAD,
     )  # fmt: skip
     _run(config, host, workers)
+
+
+def _set_presign_expires(seconds: int | None) -> None:
+    """Hands ``--presign-expires`` to the server's processes (they inherit the environment), or
+    checks ``$JAXPORT_PRESIGN_EXPIRES`` now rather than at the first transfer.
+
+    Raises:
+        InvalidNameError: the environment variable is not 0 to 7 days in seconds.
+    """
+    from jaxport.server import configured_expires
+
+    if seconds is not None:
+        os.environ["JAXPORT_PRESIGN_EXPIRES"] = str(seconds)
+    configured_expires()
 
 
 def _announce(host: str, sockets: list[socket.socket], workers: int) -> None:
