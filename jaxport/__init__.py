@@ -21,6 +21,7 @@ from jaxport._errors import AuthenticationError as AuthenticationError
 from jaxport._errors import ConflictError as ConflictError
 from jaxport._errors import CorruptArchiveError as CorruptArchiveError
 from jaxport._errors import DuplicateVariantError as DuplicateVariantError
+from jaxport._errors import GateError as GateError
 from jaxport._errors import IntegrityError as IntegrityError
 from jaxport._errors import InvalidArgumentError as InvalidArgumentError
 from jaxport._errors import InvalidNameError as InvalidNameError
@@ -81,17 +82,32 @@ if TYPE_CHECKING:
     from jaxport.export import module_custom_calls as module_custom_calls
     from jaxport.export import save as save
     from jaxport.export import stable_custom_call_targets as stable_custom_call_targets
+    from jaxport.registry import AliasGates as AliasGates
     from jaxport.registry import AliasMove as AliasMove
     from jaxport.registry import BlobProblem as BlobProblem
     from jaxport.registry import Event as Event
+    from jaxport.registry import FleetRescueReport as FleetRescueReport
+    from jaxport.registry import GateCheck as GateCheck
+    from jaxport.registry import GateResult as GateResult
     from jaxport.registry import GcReport as GcReport
     from jaxport.registry import NewToken as NewToken
     from jaxport.registry import PushResult as PushResult
     from jaxport.registry import QueuedJob as QueuedJob
+    from jaxport.registry import QueuedRescue as QueuedRescue
     from jaxport.registry import Ref as Ref
+    from jaxport.registry import Lineage as Lineage
+    from jaxport.registry import LineageNode as LineageNode
+    from jaxport.registry import Provenance as Provenance
     from jaxport.registry import Registry as Registry
     from jaxport.registry import Rejection as Rejection
+    from jaxport.registry import RescueCandidate as RescueCandidate
+    from jaxport.registry import RescuedVariant as RescuedVariant
+    from jaxport.registry import RescuedVersion as RescuedVersion
+    from jaxport.registry import RescueRefusal as RescueRefusal
     from jaxport.registry import Resolution as Resolution
+    from jaxport.registry import RetentionDecision as RetentionDecision
+    from jaxport.registry import RetentionPlan as RetentionPlan
+    from jaxport.registry import RetentionPolicy as RetentionPolicy
     from jaxport.registry import Signature as Signature
     from jaxport.registry import SignatureCheck as SignatureCheck
     from jaxport.registry import SignaturePolicy as SignaturePolicy
@@ -99,5 +115,9 @@ if TYPE_CHECKING:
     from jaxport.registry import VariantInfo as VariantInfo
     from jaxport.registry import VariantWindow as VariantWindow
     from jaxport.registry import VerifyReport as VerifyReport
+    from jaxport.registry import ReleaseSummary as ReleaseSummary
+    from jaxport.registry import SeenRelease as SeenRelease
+    from jaxport.registry import VariantForecast as VariantForecast
+    from jaxport.registry import WatchReport as WatchReport
 
 __all__, __getattr__, __dir__ = attach(__name__)

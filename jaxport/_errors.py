@@ -43,6 +43,8 @@ working for code that does not know jaxport::
         ├── NotFoundError (LookupError)        no such name, version, alias or matching variant
         ├── InvalidNameError (ValueError)      a name, alias or reference that is not allowed
         ├── ConflictError                      refused: e.g. deleting a version an alias points at
+        │   └── GateError                      a protected alias's move to a version that fails
+        │                                      its gates (every failed gate in ``.failures``)
         ├── DuplicateVariantError (ValueError) a push whose variants are the same archive, or
         │                                      share a platform and device count
         ├── SchemaVersionError                 the database schema is older or newer than jaxport's
@@ -72,6 +74,7 @@ __all__ = [
     "ConflictError",
     "CorruptArchiveError",
     "DuplicateVariantError",
+    "GateError",
     "IntegrityError",
     "InvalidArgumentError",
     "InvalidNameError",
@@ -377,6 +380,25 @@ class InvalidNameError(RegistryError, ValueError):
 
 class ConflictError(RegistryError):
     """Refused because of the registry's state, e.g. deleting a version an alias points at."""
+
+
+class GateError(ConflictError):
+    """A move of a protected alias to a version that fails its gates (``Registry.protect``):
+    refused, nothing moved (HTTP 409). Gates are read from stored facts (findings, signatures,
+    golden examples), so a gate that fails is met by auditing, signing or pushing examples.
+
+    Attributes:
+        failures: every failed gate, as ``(gate, reason)`` pairs: gate ``signature``,
+            ``audit`` (one pair per platform x jax release that fails) or ``goldens``.
+        version: the version the alias was to move to (a push with ``aliases=`` stored it).
+    """
+
+    def __init__(
+        self, message: str, *, failures: tuple[tuple[str, str], ...], version: int | None = None
+    ):
+        self.failures = failures
+        self.version = version
+        super().__init__(message)
 
 
 class DuplicateVariantError(RegistryError, ValueError):

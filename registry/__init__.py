@@ -29,7 +29,18 @@ if TYPE_CHECKING:
     from jaxport.registry._config import default_home as default_home
     from jaxport.registry._config import default_url as default_url
     from jaxport.registry._events import Event as Event
+    from jaxport.registry._fleet_rescue import FleetRescueReport as FleetRescueReport
+    from jaxport.registry._fleet_rescue import RescueCandidate as RescueCandidate
+    from jaxport.registry._fleet_rescue import RescuedVariant as RescuedVariant
+    from jaxport.registry._fleet_rescue import RescuedVersion as RescuedVersion
+    from jaxport.registry._fleet_rescue import RescueRefusal as RescueRefusal
+    from jaxport.registry._gate_types import AliasGates as AliasGates
+    from jaxport.registry._gate_types import GateCheck as GateCheck
+    from jaxport.registry._gate_types import GateResult as GateResult
     from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
+    from jaxport.registry._lineage import Lineage as Lineage
+    from jaxport.registry._lineage import LineageNode as LineageNode
+    from jaxport.registry._lineage import Provenance as Provenance
     from jaxport.registry._names import DESCRIPTION_KEY as DESCRIPTION_KEY
     from jaxport.registry._names import MAX_DESCRIPTION_BYTES as MAX_DESCRIPTION_BYTES
     from jaxport.registry._names import Reference as Reference
@@ -37,6 +48,10 @@ if TYPE_CHECKING:
     from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
+    from jaxport.registry._rescue_queue import QueuedRescue as QueuedRescue
+    from jaxport.registry._retention_types import RetentionDecision as RetentionDecision
+    from jaxport.registry._retention_types import RetentionPlan as RetentionPlan
+    from jaxport.registry._retention_types import RetentionPolicy as RetentionPolicy
     from jaxport.registry._signatures import Signature as Signature
     from jaxport.registry._signatures import SignatureCheck as SignatureCheck
     from jaxport.registry._signatures import SignaturePolicy as SignaturePolicy
@@ -51,6 +66,10 @@ if TYPE_CHECKING:
     from jaxport.registry._types import Resolution as Resolution
     from jaxport.registry._types import VariantInfo as VariantInfo
     from jaxport.registry._types import VerifyReport as VerifyReport
+    from jaxport.registry._watch_types import ReleaseSummary as ReleaseSummary
+    from jaxport.registry._watch_types import SeenRelease as SeenRelease
+    from jaxport.registry._watch_types import VariantForecast as VariantForecast
+    from jaxport.registry._watch_types import WatchReport as WatchReport
     from jaxport.registry._windows import VariantWindow as VariantWindow
 
 __all__, __getattr__, __dir__ = attach(__name__)

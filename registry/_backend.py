@@ -37,7 +37,11 @@ if TYPE_CHECKING:
     from jaxport.export import Model
     from jaxport.registry._blobs import BlobStore
     from jaxport.registry._events import Event
+    from jaxport.registry._gate_types import AliasGates, GateCheck
+    from jaxport.registry._lineage import Lineage
     from jaxport.registry._queue import QueuedJob
+    from jaxport.registry._watch_types import VariantForecast, WatchReport
+    from jaxport.registry._retention_types import RetentionPlan, RetentionPolicy
     from jaxport.registry._signatures import Signature, SignatureCheck
     from jaxport.registry._streams import BlobStream
     from jaxport.registry._tokens import NewToken, TokenInfo
@@ -160,6 +164,10 @@ class Backend(abc.ABC):
     def events(self, name: str | None, limit: int, before: int | None) -> builtins.list[Event]:
         """``Registry.events``."""
 
+    def lineage(self, reference: str, depth: int | None) -> Lineage:
+        """``Registry.lineage`` (``registry/_lineage.py``)."""
+        self.lacks("lineage")
+
     @abc.abstractmethod
     def audit_results(
         self, name: str | None, jax_version: str | None, platform: str | None, limit: int
@@ -232,8 +240,29 @@ class Backend(abc.ABC):
         self.lacks("push_parts (push uploads its parts itself)")
 
     @abc.abstractmethod
-    def alias(self, name: str, alias: str, version: int | None) -> None:
-        """``Registry.alias`` (the signature rules checked already)."""
+    def alias(
+        self, name: str, alias: str, version: int | None, override: str | None = None
+    ) -> None:
+        """``Registry.alias`` (the signature rules checked already; a protected alias's
+        gates evaluated in the move's transaction; ``override``: an override's reason)."""
+
+    # -- protected aliases (registry/_gates.py) ------------------------------------------------
+
+    def protect(self, name: str, alias: str, spec: Mapping[str, Any]) -> AliasGates:
+        """``Registry.protect`` (``spec`` checked by ``_gates.check_gate_spec``)."""
+        self.lacks("protected aliases")
+
+    def unprotect(self, name: str, alias: str) -> None:
+        """``Registry.unprotect``."""
+        self.lacks("protected aliases")
+
+    def gates(self, name: str) -> builtins.list[GateCheck]:
+        """``Registry.gates``."""
+        self.lacks("protected aliases")
+
+    def check_gates(self, name: str, alias: str, version: int) -> GateCheck | None:
+        """``Registry.check_gates``."""
+        self.lacks("protected aliases")
 
     @abc.abstractmethod
     def delete(self, name: str, version: int | None, force: bool) -> None:
@@ -246,6 +275,28 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def verify(self, deep: bool, timeout: float) -> VerifyReport:
         """``Registry.verify``."""
+
+    # -- retention (``registry/_retention.py``) ---------------------------------------------
+
+    def retention_policies(self) -> builtins.list[RetentionPolicy]:
+        """``Registry.retention_policies``."""
+        self.lacks("retention")
+
+    def set_retention_policy(self, policy: RetentionPolicy) -> RetentionPolicy:
+        """``Registry.set_retention_policy`` (``policy`` checked)."""
+        self.lacks("retention")
+
+    def remove_retention_policy(self, prefix: str) -> RetentionPolicy:
+        """``Registry.remove_retention_policy``."""
+        self.lacks("retention")
+
+    def retain(self, prefix: str | None, dry_run: bool) -> RetentionPlan:
+        """``Registry.retain``."""
+        self.lacks("retention")
+
+    def restore(self, name: str, version: int) -> Ref:
+        """``Registry.restore``."""
+        self.lacks("retention")
 
     @abc.abstractmethod
     def audit(
@@ -306,3 +357,34 @@ class Backend(abc.ABC):
     def run_audit_worker(self, registry: Any, platforms: Sequence[str], options: Any) -> None:
         """``Registry.run_audit_worker``: jobs audited through ``registry.audit``."""
         self.lacks("audit workers")
+
+    # -- the jax-release watcher (``registry/_releases.py``, ``registry/_forecast.py``) -------
+
+    def watch_jax(self, options: Mapping[str, Any]) -> WatchReport:
+        """``Registry.watch_jax`` (``options`` checked: index, dry_run, prereleases,
+        enqueue, timeout)."""
+        self.lacks("the jax-release watcher")
+
+    def forecast(self, reference: str | None) -> builtins.list[VariantForecast]:
+        """``Registry.forecast``."""
+        self.lacks("forecasts")
+
+    # -- fleet rescue (``registry/_fleet_rescue.py``) -----------------------------------------
+
+    @abc.abstractmethod
+    def examples_of(self, name: str, version: int) -> bytes | None:
+        """A version's golden examples blob (``registry/_golden.py``), None without one."""
+
+    @abc.abstractmethod
+    def record_event(
+        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
+    ) -> Event:
+        """Appends an event of a write made of other writes (a ``rescue``: its push and
+        alias moves recorded theirs), by the current actor; the server takes ``rescue``
+        only, for a name its token may write."""
+
+    def enqueue_rescues(
+        self, candidates: Sequence[Any], python: str | None, timeout: float
+    ) -> builtins.list[Any]:
+        """``Registry.rescue(enqueue=True)``: one queued job per candidate."""
+        self.lacks("the audit queue")

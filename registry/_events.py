@@ -23,7 +23,20 @@ from typing import Any
 __all__ = ["Event", "acting_as", "current_actor"]
 
 #: Event kinds, in the order a reader meets them in the docs.
-KINDS = ("push", "alias", "delete", "gc", "sign", "token-create", "token-revoke")
+KINDS: tuple[str, ...] = ("push", "alias", "delete", "gc", "sign", "token-create", "token-revoke")
+#: Protected aliases' (``registry/_gates.py``): gates set on an alias, or removed. A gated move
+#: is an ``alias`` (or ``push``) event whose detail records its gates and evidence.
+KINDS += ("protect", "unprotect")
+#: Retention's (``registry/_retention.py``): a version a run soft-deleted, one restored, one
+#: gc purged after its restore period, a policy set or removed.
+KINDS += ("retain", "restore", "purge", "retention-policy")
+#: The jax-release watcher's (``registry/_releases.py``): a new jax release and what it says of
+#: every variant (how many stay ok, expire, are refused, need rescue).
+KINDS += ("jax-release",)
+#: Fleet rescue's (``registry/_fleet_rescue.py``): a version re-exported and pushed again,
+#: derived from its source; its detail names each variant's check and the aliases moved or
+#: refused (the push and the moves record their own events too).
+KINDS += ("rescue",)
 
 
 def _local_actor() -> str:

@@ -129,10 +129,13 @@ def error_from(response: httpx.Response) -> JaxportError:
     Exception.__init__(error, message)
     for name in _ATTRIBUTES:  # every documented attribute exists, None where not sent
         value = attrs.get(name)
-        setattr(error, name, tuple(value) if isinstance(value, list) else value)
+        if isinstance(value, list):  # GateError.failures: (gate, reason) pairs
+            value = tuple(tuple(x) if isinstance(x, list) else x for x in value)
+        setattr(error, name, value)
     return error
 
 
 #: The attributes jaxport's error classes document (``jaxport/_errors.py``).
 _ATTRIBUTES = ("needed", "found", "expected", "supported", "variants", "targets", "fun_name",
-               "section", "what", "offset", "path", "window", "vjp_order")  # fmt: skip
+               "section", "what", "offset", "path", "window", "vjp_order", "failures",
+               "version")  # fmt: skip

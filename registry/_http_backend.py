@@ -30,9 +30,12 @@ from jaxport.registry._backend import Backend, PushOptions
 from jaxport.registry._config import safe_url
 from jaxport.registry._download import download
 from jaxport.registry._events import Event
+from jaxport.registry._gate_types import AliasGates, GateCheck
 from jaxport.registry._http import Http
+from jaxport.registry._lineage import Lineage, lineage_body
 from jaxport.registry._presigned import fetch_archive, send_parts
 from jaxport.registry._remote_reads import lazy_model, write_streamed
+from jaxport.registry._retention_types import RetentionPlan, RetentionPolicy
 from jaxport.registry._signatures import Signature
 from jaxport.registry._tokens import NewToken, TokenInfo
 from jaxport.registry._types import (
@@ -44,6 +47,7 @@ from jaxport.registry._types import (
     VariantInfo,
     VerifyReport,
 )
+from jaxport.registry._watch_types import VariantForecast, WatchReport
 from jaxport.registry._wire import from_wire, to_wire
 
 if TYPE_CHECKING:
@@ -135,6 +139,9 @@ class HttpBackend(Backend):
 
     def events(self, name: str | None, limit: int, before: int | None) -> builtins.list[Event]:
         return self._get(builtins.list[Event], "/events", name=name, limit=limit, before=before)  # type: ignore[no-any-return]
+
+    def lineage(self, reference: str, depth: int | None) -> Lineage:
+        return self._get(Lineage, "/lineage", reference=reference, depth=depth)  # type: ignore[no-any-return]
 
     def audit_results(
         self, name: str | None, jax_version: str | None, platform: str | None, limit: int
@@ -234,6 +241,7 @@ class HttpBackend(Backend):
             "aliases": options["aliases"], "metadata": options["metadata"],
             "allow_custom_calls": options["allow_custom_calls"], "vjp_order": vjp_order,
             "examples": {"digest": golden[0], "kind": golden[2]} if golden else None,
+            **lineage_body(options["lineage"]),
         }  # fmt: skip
         sent: builtins.list[int] = []  # the size of each part sent
         try:
@@ -249,8 +257,28 @@ class HttpBackend(Backend):
         answer = self._http.json("POST", "/blobs/missing", json={"digests": list(digests)})
         return list(answer["missing"])
 
-    def alias(self, name: str, alias: str, version: int | None) -> None:
-        self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json={"version": version})
+    def alias(
+        self, name: str, alias: str, version: int | None, override: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"version": version}
+        if override is not None:  # an older server refuses the fields it does not know
+            body.update(override=True, reason=override)
+        self._http.json("PUT", f"/aliases/{_seg(name)}/{_seg(alias)}", json=body)
+
+    def protect(self, name: str, alias: str, spec: Mapping[str, Any]) -> AliasGates:
+        body = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()}
+        answer = self._http.json("PUT", f"/gates/{_seg(name)}/{_seg(alias)}", json=body)
+        return from_wire(AliasGates, answer)  # type: ignore[no-any-return]
+
+    def unprotect(self, name: str, alias: str) -> None:
+        self._http.json("DELETE", f"/gates/{_seg(name)}/{_seg(alias)}")
+
+    def gates(self, name: str) -> builtins.list[GateCheck]:
+        return self._get(builtins.list[GateCheck], f"/gates/{_seg(name)}")  # type: ignore[no-any-return]
+
+    def check_gates(self, name: str, alias: str, version: int) -> GateCheck | None:
+        path = f"/gates/{_seg(name)}/{_seg(alias)}"
+        return self._get(GateCheck | None, path, version=version)  # type: ignore[no-any-return]
 
     def delete(self, name: str, version: int | None, force: bool) -> None:
         params: dict[str, Any] = {"force": force}
@@ -265,6 +293,50 @@ class HttpBackend(Backend):
     def verify(self, deep: bool, timeout: float) -> VerifyReport:
         body = {"deep": deep, "timeout": timeout}
         return from_wire(VerifyReport, self._http.json("POST", "/verify", json=body))  # type: ignore[no-any-return]
+
+    def examples_of(self, name: str, version: int) -> bytes | None:
+        path = f"/rescue/examples/{_seg(name)}/{int(version)}"
+        digest = self._http.json("GET", path)["digest"]
+        if digest is None:
+            return None
+        return download(self._http, f"{path}/blob", str(digest), DEFAULT_MAX_READ)
+
+    def record_event(
+        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
+    ) -> Event:
+        if kind != "rescue":
+            self.lacks(f"recording a {kind!r} event")
+        body = {"name": name, "version": version, "detail": dict(detail)}
+        return from_wire(Event, self._http.json("POST", "/rescue/events", json=body))  # type: ignore[no-any-return]
+
+    def retention_policies(self) -> builtins.list[RetentionPolicy]:
+        return self._get(builtins.list[RetentionPolicy], "/retention/policies")  # type: ignore[no-any-return]
+
+    def set_retention_policy(self, policy: RetentionPolicy) -> RetentionPolicy:
+        path = f"/retention/policies/{_seg(policy.prefix)}"
+        return from_wire(RetentionPolicy, self._http.json("PUT", path, json=to_wire(policy)))  # type: ignore[no-any-return]
+
+    def remove_retention_policy(self, prefix: str) -> RetentionPolicy:
+        path = f"/retention/policies/{_seg(prefix)}"
+        return from_wire(RetentionPolicy, self._http.json("DELETE", path))  # type: ignore[no-any-return]
+
+    def retain(self, prefix: str | None, dry_run: bool) -> RetentionPlan:
+        body = {"prefix": prefix, "dry_run": dry_run}
+        return from_wire(RetentionPlan, self._http.json("POST", "/retention/runs", json=body))  # type: ignore[no-any-return]
+
+    def restore(self, name: str, version: int) -> Ref:
+        body = {"name": name, "version": version}
+        return from_wire(Ref, self._http.json("POST", "/retention/restore", json=body))  # type: ignore[no-any-return]
+
+    def watch_jax(self, options: Mapping[str, Any]) -> WatchReport:
+        """Run by the server, with its own index configuration (an unprefixed admin)."""
+        if options["index"] is not None:
+            self.lacks("index_url (the server reads the index its own pip configuration names)")
+        body = {k: v for k, v in options.items() if k != "index"}
+        return from_wire(WatchReport, self._http.json("POST", "/watch", json=body))  # type: ignore[no-any-return]
+
+    def forecast(self, reference: str | None) -> builtins.list[VariantForecast]:
+        return self._get(builtins.list[VariantForecast], "/forecast", reference=reference)  # type: ignore[no-any-return]
 
     def audit(
         self,

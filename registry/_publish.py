@@ -57,11 +57,14 @@ from jaxport import (
     InvalidNameError,
 )
 from jaxport.registry import _db
-from jaxport.registry._aliases import move_alias
 from jaxport.registry._batch import WriteBatch
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._event_log import EventLog
+from jaxport.registry._gate_types import refused_after_push
+from jaxport.registry._gates import move_checked
 from jaxport.registry._golden import golden_blob
+from jaxport.registry._lineage import LineageInput
+from jaxport.registry._lineage_store import lineage_columns
 from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (
     BlobRow,
@@ -127,8 +130,9 @@ class Publisher:
         max_size: int,
         allow_custom_calls: Sequence[str] = (),
         tolerance: Any = None,
+        lineage: LineageInput | None = None,
     ) -> PushResult:
-        """See ``Registry.push``."""
+        """See ``Registry.push``; ``lineage``: its source and provenance (``_lineage``)."""
         listed = list(sources) if isinstance(sources, list | tuple) else [sources]
         if not listed:
             raise InvalidNameError("push needs at least one Exported, archive or path")
@@ -166,22 +170,32 @@ class Publisher:
                 repaired = self._write_blobs(blobs, known)
                 with conn.begin():
                     writes = WriteBatch(conn)
-                    ref, created = _commit(writes, name, items, meta, golden, examples)
+                    derived: dict[str, Any] = {}  # the source _commit records, for the event
+                    ref, created = _commit(
+                        writes, name, items, meta, golden, examples, (lineage, derived)
+                    )
                     verdicts.record(conn)
-                    for alias in alias_names:
-                        move_alias(conn, name, alias, ref.version)
+                    # protected aliases whose gates fail are not moved; the push stands
+                    gated, refused = move_checked(
+                        conn, name, alias_names, ref.version, before_gates=writes.flush
+                    )
+                    moved = [a for a in alias_names if a not in refused]
                     writes.add(delete(PendingBlobRow).where(PendingBlobRow.token == token))
                     event = None
-                    if created or repaired:
+                    if created or repaired or gated:
                         event = self._events.insert(conn, "push", name, ref.version, {
-                            "created": created, "aliases": alias_names, "repaired": list(repaired),
+                            "created": created, "aliases": moved, "repaired": list(repaired),
+                            **({"gates": gated} if gated else {}),
                             "digests": [v.digest for v in ref.variants],
+                            **(derived if created else {}),
                         }, writes=writes)  # fmt: skip
                     writes.flush()
             except BaseException:
                 _forget_pending(conn, token)
                 raise
         self._events.notify(event)
+        if refused:
+            raise refused_after_push(name, ref.version, refused.values())
         if not created and ref.metadata != meta and meta:
             notes += ("identical archives are already this version: its metadata is kept",)
         return PushResult(
@@ -320,6 +334,7 @@ def _commit(
     meta: dict[str, str],
     golden: tuple[str, bytes] | None,
     examples: Sequence[Any] | None,
+    lineage: tuple[LineageInput | None, dict[str, Any]] | None = None,
 ) -> tuple[Ref, bool]:
     """Step 3, in the transaction of ``writes``' connection: the version of this content (made
     now, or already there) and whether it was made. Its first statement takes the shared blob
@@ -332,6 +347,9 @@ def _commit(
     metadata_json = json.dumps(meta, sort_keys=True)
     row = {"model_id": model_id, "version": version, "created_at": now,
            "metadata_json": metadata_json, "content_key": key}  # fmt: skip
+    digests = [i.digest for i in items]
+    source, derived = lineage or (None, {})  # derived: filled with the source, for the event
+    row |= lineage_columns(conn, (model_id, name), digests, golden is not None, source, derived)
     # A model archive's own digest gets a row too (the variants' foreign key), no file. Where
     # the content is a version already, its blobs have rows: the INSERT does nothing.
     sizes = {i.digest: i.size for i in items}

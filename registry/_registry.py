@@ -3,8 +3,9 @@
 Argument checks, the local-platform default (``LOCAL_PLATFORM``), the signature policy and the
 rules of resolve, pull and variant choice are written here, once; ``SqlBackend``
 (``registry/_sql.py``: SQLite or PostgreSQL and a blob store, in this process) and
-``HttpBackend`` (``registry/_http_backend.py``: a registry server) do the work. The writes and
-the audits are mixins of their own (``_registry_writes.py``, ``_registry_audits.py``).
+``HttpBackend`` (``registry/_http_backend.py``: a registry server) do the work. The writes,
+the audits and retention are mixins of their own (``_registry_writes.py``,
+``_registry_audits.py``, ``_registry_retention.py``).
 
 Importing this module loads neither jax nor SQLAlchemy: a registry server's client loads
 SQLAlchemy never, and jax only to build an ``Exported`` or ``Model``.
@@ -22,8 +23,10 @@ from jaxport._extras import require
 from jaxport.registry._backend import Backend, TokenStore
 from jaxport.registry._config import TOKEN_ENV, RegistryConfig, is_server_url
 from jaxport.registry._events import Event
+from jaxport.registry._lineage import Lineage
 from jaxport.registry._names import (
     check_allowlist,
+    check_count,
     check_digest,
     check_name,
     check_version,
@@ -31,6 +34,10 @@ from jaxport.registry._names import (
 )
 from jaxport.registry._platforms import LOCAL_PLATFORM, chosen_platform
 from jaxport.registry._registry_audits import RegistryAudits
+from jaxport.registry._registry_gates import RegistryGates
+from jaxport.registry._registry_rescue import RegistryRescue
+from jaxport.registry._registry_retention import RegistryRetention
+from jaxport.registry._registry_watch import RegistryWatch
 from jaxport.registry._registry_writes import RegistryWrites
 from jaxport.registry._signatures import SignaturePolicy, alias_of
 from jaxport.registry._types import AliasMove, Ref, Resolution, VariantInfo, nothing_matches
@@ -48,7 +55,9 @@ __all__ = ["Registry"]
 _ARCHIVE_CALLS = "Registry.pull_bytes or `jaxport pull`"
 
 
-class Registry(RegistryWrites, RegistryAudits):
+class Registry(
+    RegistryWrites, RegistryAudits, RegistryRetention, RegistryWatch, RegistryGates, RegistryRescue
+):
     """A registry of exported JAX functions and models: a SQL database and a content-addressed
     blob store, used directly or through a registry server (``jaxport serve``).
 
@@ -284,7 +293,9 @@ class Registry(RegistryWrites, RegistryAudits):
                 f"(its archive: {_ARCHIVE_CALLS})",
                 found=chosen.kind,
             )
-        return self._backend.model(chosen, check_allowlist(allow_custom_calls))
+        model = self._backend.model(chosen, check_allowlist(allow_custom_calls))
+        model._origin = (self.url, f"{chosen.name}:{chosen.version}")  # lineage: update_params
+        return model
 
     def pull_bytes(
         self,
@@ -490,6 +501,26 @@ class Registry(RegistryWrites, RegistryAudits):
         if name is not None:
             check_name(name)
         return self._backend.events(name, limit, before)
+
+    def lineage(self, reference: str, *, depth: int | None = None) -> Lineage:
+        """A version's lineage and provenance: the versions it derives from (its source, the
+        source's source, ...), those derived from it (a tree), and where and by whom it was
+        pushed (``registry/_lineage.py``). A deleted version in it reads as deleted; through a
+        prefix-limited token, a source outside its names is hidden and descendants outside
+        them are left out. At most 1,000 versions (``Lineage.truncated`` says when more).
+
+        Args:
+            reference: ``NAME:VERSION``, ``NAME@ALIAS``, ``sha256:PREFIX`` or ``NAME``.
+            depth: at most this many levels each way (>= 1); None: all.
+
+        Raises:
+            NotFoundError: no such name, version, alias or digest.
+            InvalidNameError: a malformed reference or ``depth``.
+        """
+        parse_reference(reference)
+        if depth is not None:
+            check_count(depth, "depth", 1000)
+        return self._backend.lineage(reference, depth)
 
 
 def _backend(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from jaxport import InvalidNameError
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry._backend import Backend, PushOptions, Rules
+from jaxport.registry._lineage import LineageInput, capture, check_derivation, source_of
 from jaxport.registry._names import (
     check_allowlist,
     check_digest,
@@ -24,7 +25,7 @@ from jaxport.registry._names import (
     check_version,
 )
 from jaxport.registry._signatures import Signature, SignatureCheck, SignaturePolicy
-from jaxport.registry._types import GcReport, PushResult, VerifyReport
+from jaxport.registry._types import GcReport, PushResult, Ref, VerifyReport
 
 if TYPE_CHECKING:
     from jaxport.audit import Example
@@ -58,6 +59,8 @@ class RegistryWrites:
         max_size: int = DEFAULT_MAX_READ,
         allow_custom_calls: Sequence[str] = (),
         tolerance: float | tuple[float, float] | Mapping[str, float] | None = None,
+        derived_from: str | Ref | None = None,
+        derivation: str | None = None,
     ) -> PushResult:
         """Stores one artifact (or a list: the variants of one version) as a new version.
 
@@ -108,6 +111,20 @@ class RegistryWrites:
                 (rtol = atol, as jax's ``assertAllClose(tol)``), ``(rtol, atol)`` or
                 ``{"rtol": ..., "atol": ...}``; stored in the examples blob (so another
                 tolerance is another version). Needs ``examples``.
+            derived_from: the version this one derives from (lineage: ``lineage``), as
+                ``"NAME:VERSION"`` or a ``Ref``; it must exist. Default: a model made by
+                ``Model.update_params`` from a model pulled from this registry derives from
+                that version (``update_params``); archives identical, in order, to an earlier
+                version of the name pushed with other examples derive from it
+                (``examples``); else none.
+            derivation: how: ``"update_params"``, ``"rescue"``, ``"examples"`` or
+                ``"explicit"`` (the default where ``derived_from`` is given).
+
+        Provenance is recorded with the version where this process knows it (``Provenance``):
+        the git commit of the working directory (``-dirty`` for changed tracked files), the
+        exporting function's name, the installed jax and jaxlib, the host and the user; a
+        registry server stores what its client reports. A push whose archives (and examples)
+        are already a version changes neither its lineage nor its provenance.
 
         Returns:
             A ``PushResult``: the version's ``Ref``, whether it was created, notes (e.g. what
@@ -115,12 +132,16 @@ class RegistryWrites:
 
         Under ``require_signatures``, an alias with a rule is moved after the push, as
         ``alias`` moves it: a version just pushed is not signed yet, so that move is refused
-        (``SignatureError``; the version stays): sign it, then move the alias.
+        (``SignatureError``; the version stays): sign it, then move the alias. Likewise a
+        protected alias whose gates the version fails is not moved (``GateError``, whose
+        ``version`` is the version pushed; the other aliases move).
 
         Raises:
             InvalidNameError: a bad name, alias, metadata entry or source type; functions and
-                models in one version; a model without ``name``.
-            NotFoundError: a path that does not exist.
+                models in one version; a model without ``name``; ``derived_from`` that is not
+                ``NAME:VERSION`` or a ``Ref``, an unknown ``derivation``, or one without
+                ``derived_from``.
+            NotFoundError: a path that does not exist; ``derived_from`` names no version.
             TypeError: ``allow_custom_calls`` is one string (as ``jaxport.loads``).
             InvalidNameError: also a path that is not a regular file, or over ``max_size``.
             CorruptArchiveError: bytes that are neither a valid jaxport archive nor jax-native.
@@ -128,6 +149,8 @@ class RegistryWrites:
             SchemaVersionError: the database is newer than this jaxport.
             UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``; examples
                 with a model; a model archive not laid out as jaxport writes them.
+            GateError: the version was pushed, but a protected alias's gates refused it
+                (that alias not moved; ``.version`` is the version pushed).
         """
         sources = builtins.list(source) if isinstance(source, builtins.list | tuple) else [source]
         if not sources:
@@ -140,12 +163,16 @@ class RegistryWrites:
         if tolerance is not None and not examples:
             raise InvalidNameError("a tolerance applies to golden examples: pass examples too")
         check_allowlist(allow_custom_calls)
+        source, how = check_derivation(derived_from, derivation)
+        if source is None and (source := source_of(sources, self._backend.url)) is not None:
+            how = "update_params"
         self._backend.check_writable()
         ruled = [a for a in alias_names if self._alias_rules(a)]
         options = PushOptions(
             vjp_order=vjp_order, aliases=[a for a in alias_names if a not in ruled],
             metadata=check_metadata(metadata), examples=examples, max_size=max_size,
             allow_custom_calls=builtins.list(allow_custom_calls), tolerance=tolerance,
+            lineage=LineageInput(source, how, capture(sources)),
         )  # fmt: skip
         result = self._backend.push(sources, name, options)
         for alias in ruled:
@@ -198,13 +225,28 @@ class RegistryWrites:
         self._backend.check_writable()
         return self._backend.push_parts(archives, lambda paths: self.push(paths, name, **push))
 
-    def alias(self, name: str, alias: str, version: int | None) -> None:
+    def alias(
+        self,
+        name: str,
+        alias: str,
+        version: int | None,
+        *,
+        override: bool = False,
+        reason: str | None = None,
+    ) -> None:
         """Points ``name@alias`` at ``version`` (None: removes it), in one transaction; every
-        move is kept in ``alias_history``.
+        move is kept in ``alias_history``. A protected alias (``protect``) moves only to a
+        version that passes its gates, evaluated in that transaction; ``override=True`` with
+        a ``reason`` moves it anyway (a direct registry, or through a server an admin token
+        without name prefixes), the event recording the reason and the failed gates.
 
         Raises:
             NotFoundError: no such name or version.
-            InvalidNameError: a bad name, alias or version.
+            InvalidNameError: a bad name, alias or version; ``override`` without a reason.
+            GateError: the version fails a gate of the protected alias (``.failures`` lists
+                every one) and there is no override.
+            PermissionDeniedError: through a server, an override by a token that is not an
+                admin without name prefixes.
             SignatureError: under ``require_signatures``, the version is not signed as the
                 registry's keys or the alias's rule require (see ``SignaturePolicy``).
         """
@@ -212,12 +254,16 @@ class RegistryWrites:
         check_name(alias, "alias")
         if version is not None:
             check_version(version)
+        if override and not (isinstance(reason, str) and reason.strip()):
+            raise InvalidNameError("an override needs a reason (the event records it)")
+        if override and reason is not None and len(reason) > 1000:
+            raise InvalidNameError("an override's reason is at most 1000 characters")
         self._backend.check_writable()
         rules = self._alias_rules(alias) if version is not None else []
         if rules:
             for variant in self._backend.get(f"{name}:{version}").variants:
                 self._backend.check_signed(variant, rules)
-        self._backend.alias(name, alias, version)
+        self._backend.alias(name, alias, version, reason.strip() if override and reason else None)
 
     def sign(
         self,

@@ -4,7 +4,8 @@ in this process (``registry/_backend.py`` states the contract).
 Each operation is one short delegation to the module that holds its concept: ``_publish``
 (push), ``_queries`` (resolve, get, list, search), ``_aliases``, ``_maintenance`` (delete, gc,
 verify), ``_findings`` (audits and their stored results), ``_pulls`` (reading variants),
-``_signatures``, ``_queue`` (the audit queue, on PostgreSQL), ``_uploads`` (pushes in parts).
+``_signatures``, ``_queue`` (the audit queue, on PostgreSQL), ``_uploads`` (pushes in parts),
+``_retention`` (policies, runs, restore).
 What the registry server needs beyond the contract (``reach``, ``names_holding``, the event
 listeners, ``tokens.authenticate``) is reached through ``jaxport.registry._internal``.
 """
@@ -21,6 +22,8 @@ from jaxport import SchemaVersionError, __version__
 from jaxport.migrations import HEAD
 from jaxport.registry import _db, _queue, _uploads, _workdirs
 from jaxport.registry._aliases import Aliases
+from jaxport.registry._gate_types import AliasGates, GateCheck
+from jaxport.registry._gates import Gates
 from jaxport.registry._backend import Backend, PushOptions, Rules
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import (
@@ -33,12 +36,16 @@ from jaxport.registry._config import (
 from jaxport.registry._event_log import EventLog
 from jaxport.registry._events import Event
 from jaxport.registry._findings import Findings
+from jaxport.registry._lineage import Lineage
+from jaxport.registry._lineage_store import lineage_of
 from jaxport.registry._maintenance import Maintenance
 from jaxport.registry._publish import Publisher
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries
 from jaxport.registry._queue import QueuedJob
 from jaxport.registry._reach import Reach
+from jaxport.registry._retention import Retention
+from jaxport.registry._retention_types import RetentionPlan, RetentionPolicy
 from jaxport.registry._signature_store import Signatures
 from jaxport.registry._signatures import Signature, SignatureCheck
 from jaxport.registry._streams import BlobStream
@@ -60,6 +67,7 @@ if TYPE_CHECKING:
     from jaxport._signing import Trusted
     from jaxport.audit import Change, Finding, UpgradeRow
     from jaxport.export import Model
+    from jaxport.registry._watch_types import VariantForecast, WatchReport
 
 __all__ = ["SqlBackend"]
 
@@ -101,9 +109,11 @@ class SqlBackend(Backend):
         self.queries = Queries(self.engine)
         self.event_log = EventLog(self.engine)
         self._aliases = Aliases(self.engine, self.event_log)
+        self._gates = Gates(self.engine, self.event_log)
         self._publisher = Publisher(self.engine, self.blobs, self.event_log)
         self._pulls = Pulls(self.engine, self.blobs, self.queries)
         self._maintenance = Maintenance(self.engine, self.blobs)
+        self._retention = Retention(self.engine, self.event_log)
         self._findings = Findings(self.engine, self.blobs, self.queries, self._pulls)
         self._signatures = Signatures(self.engine, self.blobs, self.queries)
         self.tokens: Tokens = Tokens(self.engine, self.event_log)
@@ -158,6 +168,9 @@ class SqlBackend(Backend):
 
     def events(self, name: str | None, limit: int, before: int | None) -> builtins.list[Event]:
         return self.event_log.list(name=name, limit=limit, before=before)
+
+    def lineage(self, reference: str, depth: int | None) -> Lineage:
+        return lineage_of(self.engine, self.queries, reference, depth)
 
     def audit_results(
         self, name: str | None, jax_version: str | None, platform: str | None, limit: int
@@ -220,8 +233,22 @@ class SqlBackend(Backend):
             # assembled files, or models whose tensors the store vouches for (_stored_push)
             return push(_uploads.sources(self.blobs, archives, tmp))
 
-    def alias(self, name: str, alias: str, version: int | None) -> None:
-        self._aliases.set(name, alias, version)
+    def alias(
+        self, name: str, alias: str, version: int | None, override: str | None = None
+    ) -> None:
+        self._aliases.set(name, alias, version, override)
+
+    def protect(self, name: str, alias: str, spec: Mapping[str, Any]) -> AliasGates:
+        return self._gates.protect(name, alias, dict(spec))
+
+    def unprotect(self, name: str, alias: str) -> None:
+        self._gates.unprotect(name, alias)
+
+    def gates(self, name: str) -> builtins.list[GateCheck]:
+        return self._gates.of(name)
+
+    def check_gates(self, name: str, alias: str, version: int) -> GateCheck | None:
+        return self._gates.check(name, alias, version)
 
     def delete(self, name: str, version: int | None, force: bool) -> None:
         self._maintenance.delete(name, version, force=force)
@@ -230,6 +257,8 @@ class SqlBackend(Backend):
     def gc(self, dry_run: bool, min_age: float, temp_age: float) -> GcReport:
         report = self._maintenance.gc(dry_run=dry_run, min_age=min_age, temp_age=temp_age)
         if not dry_run:
+            for name, _, version in (p.rpartition(":") for p in report.purged):
+                self.event_log.record("purge", name, int(version), {"by": "gc"})
             self.event_log.record(
                 "gc", detail={"removed": len(report.digests), "bytes": report.bytes,
                               "temp_files": len(report.temp_files)},
@@ -238,6 +267,21 @@ class SqlBackend(Backend):
 
     def verify(self, deep: bool, timeout: float) -> VerifyReport:
         return self._maintenance.verify(deep=deep, timeout=timeout)
+
+    def retention_policies(self) -> builtins.list[RetentionPolicy]:
+        return self._retention.policies()
+
+    def set_retention_policy(self, policy: RetentionPolicy) -> RetentionPolicy:
+        return self._retention.set_policy(policy)
+
+    def remove_retention_policy(self, prefix: str) -> RetentionPolicy:
+        return self._retention.remove_policy(prefix)
+
+    def retain(self, prefix: str | None, dry_run: bool) -> RetentionPlan:
+        return self._retention.retain(prefix, dry_run=dry_run)
+
+    def restore(self, name: str, version: int) -> Ref:
+        return self._retention.restore(name, version)
 
     def audit(
         self,
@@ -299,6 +343,37 @@ class SqlBackend(Backend):
 
     def run_audit_worker(self, registry: Any, platforms: Sequence[str], options: Any) -> None:
         _queue.run_worker(registry, self.engine, platforms, **options)
+
+    def examples_of(self, name: str, version: int) -> bytes | None:
+        digest = self.queries.examples_digest(name, version)
+        return None if digest is None else self.read_blob(digest)
+
+    def record_event(
+        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
+    ) -> Event:
+        return self.event_log.record(kind, name, version, detail)
+
+    def enqueue_rescues(
+        self, candidates: Sequence[Any], python: str | None, timeout: float
+    ) -> builtins.list[Any]:
+        from jaxport.registry._rescue_queue import enqueue_rescues
+
+        return enqueue_rescues(self.engine, candidates, python, timeout)
+
+    # -- the jax-release watcher (``_releases``, ``_forecast``) -------------------------------
+
+    def watch_jax(self, options: Mapping[str, Any]) -> WatchReport:
+        from jaxport.registry._releases import watch
+
+        return watch(self.engine, self.event_log, **options)
+
+    def forecast(self, reference: str | None) -> builtins.list[VariantForecast]:
+        from jaxport.registry import _forecast
+
+        refs = _forecast.targets(self.queries, reference)
+        names = sorted({r.name for r in refs})
+        findings = [f for n in names for f in self.audit_results(n, None, None, 1_000_000)]
+        return _forecast.forecast(refs, findings, _forecast.newest_seen(self.engine))
 
 
 def _open_sqlite_directory(url: str, config: RegistryConfig) -> None:

@@ -16,14 +16,18 @@ from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, Permi
 from jaxport.registry import Registry, TokenInfo
 from jaxport.registry._internal import (
     MAX_EXAMPLES_BYTES,
+    LIMITS,
     ArchiveParts,
     acting_as,
+    check_provenance,
     examples_from_blob,
     from_wire,
     plan_parts,
+    reported_provenance,
     sql_backend,
     to_wire,
 )
+from jaxport.server._api_gates import check_gate_admin
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
 from jaxport.server._bridge import iterate_body
 from jaxport.server._errors import RESPONSES
@@ -62,9 +66,22 @@ class Examples(BaseModel):
     kind: Literal["function", "model"]
 
 
+class ProvenanceBody(BaseModel):
+    """What a pushing client reports of itself (``registry/_lineage.py``: ``Provenance``);
+    each field bounded as its column, checked again by ``check_provenance``."""
+
+    git_commit: str | None = Field(default=None, max_length=LIMITS["git_commit"])
+    function_qualname: str | None = Field(default=None, max_length=LIMITS["function_qualname"])
+    jax_version: str | None = Field(default=None, max_length=LIMITS["jax_version"])
+    jaxlib_version: str | None = Field(default=None, max_length=LIMITS["jaxlib_version"])
+    host: str | None = Field(default=None, max_length=LIMITS["host"])
+    user: str | None = Field(default=None, max_length=LIMITS["user"])
+
+
 class Commit(BaseModel):
     """A version to commit: its archives as parts (``ArchiveParts`` as JSON) and ``push``'s
-    keywords."""
+    keywords; its lineage (``derived_from`` as ``NAME:VERSION``, ``derivation``) and the
+    client's provenance (issue 26)."""
 
     name: str | None = None
     archives: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
@@ -73,10 +90,18 @@ class Commit(BaseModel):
     allow_custom_calls: list[str] = []
     vjp_order: int = 0
     examples: Examples | None = None
+    derived_from: str | None = Field(default=None, max_length=220)
+    derivation: str | None = Field(default=None, max_length=40)
+    provenance: ProvenanceBody = ProvenanceBody()
 
 
 class AliasMoveBody(BaseModel):
+    """A move; ``override`` (with a ``reason``) moves a protected alias whose gates the
+    version fails: an admin token without name prefixes only (``server/_api_gates.py``)."""
+
     version: int | None
+    override: bool = False
+    reason: str | None = Field(default=None, max_length=1000)
 
 
 class AuditBody(BaseModel):
@@ -171,8 +196,13 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
     verified, every module validated in the sandbox; a part not uploaded is 422 naming it, an
     archive description that does not fit ``ArchiveParts`` 400. A prefix-limited token's
     commit names only parts it reaches (``registry/_reach.py``): any other is refused as not
-    uploaded, before anything is read, so neither its existence nor its size is said."""
+    uploaded, before anything is read, so neither its existence nor its size is said; and a
+    ``derived_from`` only within its names (403 before any lookup). The version records the
+    provenance the client reports; its event names the token."""
     _check_push_name(p, body.name)
+    if body.derived_from is not None:
+        check_reference(_reg(request), p, body.derived_from)
+    provenance = check_provenance(body.provenance.model_dump())
 
     def push() -> Any:
         try:
@@ -183,11 +213,15 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
         _check_reached_parts(_reg(request), p, archives, body.examples)
         need = _commit_memory(request, archives)
         examples = _examples(_reg(request), body.examples)
-        with request.app.state.memory.reserve(need, "this commit"), acting_as(p.name):
+        with (
+            request.app.state.memory.reserve(need, "this commit"),
+            acting_as(p.name),
+            reported_provenance(provenance),
+        ):
             result = _reg(request).push_parts(
                 archives, body.name, aliases=body.aliases, metadata=body.metadata,
                 allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
-                examples=examples,
+                examples=examples, derived_from=body.derived_from, derivation=body.derivation,
             )  # fmt: skip
         return to_wire(result)
 
@@ -267,10 +301,13 @@ def _examples(registry: Registry, examples: Examples | None) -> Any:
 
 @router.put("/aliases/{name}/{alias}", status_code=204)
 def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMoveBody) -> None:
-    """Points ``name@alias`` at ``version`` (null: removes it)."""
+    """Points ``name@alias`` at ``version`` (null: removes it); a protected alias's move that
+    fails its gates is 409 (``GateError``, ``attrs.failures``) unless overridden."""
     check_name(p, name)
+    if body.override:
+        check_gate_admin(p, "overriding an alias's gates")
     with acting_as(p.name):
-        _reg(request).alias(name, alias, body.version)
+        _reg(request).alias(name, alias, body.version, override=body.override, reason=body.reason)
 
 
 @router.post("/audits")

@@ -26,7 +26,17 @@ from jaxport import JaxportError, __version__
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry import Registry
 from jaxport.registry._internal import sql_backend, sweep_commit_dirs
-from jaxport.server import _api_read, _api_write, _errors, _pages, _presign
+from jaxport.server import (
+    _api_gates,
+    _api_read,
+    _api_rescue,
+    _api_retention,
+    _api_watch,
+    _api_write,
+    _errors,
+    _pages,
+    _presign,
+)
 from jaxport.server._bridge import HEAVY, UPLOADS
 from jaxport.server._docs import docs_router
 from jaxport.server._guard import Guard
@@ -93,6 +103,10 @@ def create_app(
         sql_backend(registry).event_log.listeners.append(hooks.deliver)
     app.include_router(_api_read.router, prefix=API)
     app.include_router(_api_write.router, prefix=API)
+    app.include_router(_api_gates.router, prefix=API)
+    app.include_router(_api_retention.router, prefix=API)
+    app.include_router(_api_rescue.router, prefix=API)
+    app.include_router(_api_watch.router, prefix=API)
     _presign.install(app, API)  # presigned transfers; bytes through this process counted
     app.include_router(_pages.router)
     app.include_router(docs_router(API), prefix=API)

@@ -94,7 +94,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 #: Attributes an error may carry (each class's documented ones); JSON values only.
 _ATTRS = ("needed", "found", "expected", "supported", "variants", "targets", "fun_name",
-          "section", "what", "offset", "vjp_order")  # fmt: skip
+          "section", "what", "offset", "vjp_order", "failures", "version")  # fmt: skip
 
 
 #: An absolute path of the server's disk (two parts at least, so ``/login`` stays): after the
@@ -130,6 +130,8 @@ def error_body(error: BaseException) -> dict[str, Any]:
             isinstance(value, list | tuple) and all(isinstance(x, str | int) for x in value)
         ):
             attrs[name] = list(value) if isinstance(value, tuple) else value
+        elif isinstance(value, list | tuple) and all(_is_pair(x) for x in value):
+            attrs[name] = [list(x) for x in value]  # GateError.failures: (gate, reason) pairs
     message = _PATH.sub(HIDDEN_PATH, str(error))
     return {"error": {"type": type(error).__name__, "message": message, "attrs": attrs}}
 
@@ -142,6 +144,14 @@ async def jaxport_error_handler(request: Request, error: Exception) -> JSONRespo
     body = error_body(error)
     body["error"]["message"] = public_message(error, getattr(request.state, "principal", None))
     return JSONResponse(body, status_code=code, headers=headers)
+
+
+def _is_pair(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(x, str) for x in value)
+    )
 
 
 def plain_body(kind: str, message: str) -> dict[str, Any]:

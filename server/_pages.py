@@ -51,6 +51,7 @@ from jaxport.server._auth import ANONYMOUS, COOKIE, bearer, check_name, scope
 from jaxport.server._compare import compare
 from jaxport.server._errors import public_message, status_of
 from jaxport.server._find import Query, find
+from jaxport.server._lineage_view import lineage_tree
 from jaxport.server._usage import snippets
 
 __all__ = ["PageRoute", "http_error_handler", "router"]
@@ -176,7 +177,8 @@ def name_matrix(request: Request, p: Reader, name: str) -> Response:
 @router.get("/names/{name}")
 def name_page(request: Request, p: Reader, name: str, page: Page = 1) -> Response:
     """A name's description (its newest version's), its versions (newest first, paged) with
-    their variants, a form to compare two, its aliases and moves."""
+    their variants, a form to compare two, its aliases (their gates, pass or fail at the
+    version each points at) and moves."""
     check_name(p, name)
     reg = _reg(request)
     rows, total = v.version_rows(reg, name, page=page, per_page=VERSIONS_PER_PAGE)
@@ -184,7 +186,7 @@ def name_page(request: Request, p: Reader, name: str, page: Page = 1) -> Respons
     return v.render(
         "name.html", name=name, rows=rows, total=total, page=page,
         more=total > page * VERSIONS_PER_PAGE, aliases=reg.aliases(name),
-        moves=v.alias_moves(reg, name), newest=newest, who=_who(p),
+        moves=v.alias_moves(reg, name), newest=newest, who=_who(p), gates=reg.gates(name),
     )  # fmt: skip
 
 
@@ -202,13 +204,17 @@ def compare_page(request: Request, p: Reader, name: str, a: Version, b: Version)
 @router.get("/names/{name}/{version}")
 def version_page(request: Request, p: Reader, name: str, version: int) -> Response:
     """One version: its description, how to pull it, each variant's facts, a model's methods
-    and tensors, metadata, findings."""
+    and tensors, metadata, findings, its lineage and provenance."""
     check_name(p, name)
     reg = _reg(request)
     ref = reg.get(f"{name}:{version}")
     findings = v.version_findings(reg, name, version)
     usage = snippets(ref, str(request.base_url).rstrip("/"))
-    return v.render("version.html", ref=ref, findings=findings, usage=usage, who=_who(p))
+    root, lineage = lineage_tree(reg, p, name, version)
+    return v.render(
+        "version.html", ref=ref, findings=findings, usage=usage, who=_who(p),
+        lineage_root=root, lineage=lineage,
+    )  # fmt: skip
 
 
 @router.get("/search")

@@ -8,11 +8,12 @@ stderr. jax, SQLAlchemy and rich are imported only by the commands that use them
 ``jaxport --help`` starts fast and the commands a registry server's client runs import
 neither jax nor SQLAlchemy here (``tests/test_cli_thin_client.py``).
 
-This module is the group, its options and its one error boundary; each command group is a
-module of its own (``reads``: pull, ls, search, show, log, diff; ``writes``: push, alias, rm,
-gc; ``archive``: inspect, run, verify; ``audit`` and its flag form ``audit_flags``; ``sign``;
-``tokens``; ``db``; ``server``: serve; ``queue``: audit-worker; ``rescue``), sharing
-``common`` (the registry the options name, printing, the options several commands take).
+This module is the group, its options and its one error boundary; each command group is a module
+of its own (``reads``: pull, ls, search, show, log, diff; ``writes``: push, rm, gc; ``aliases``:
+alias, alias protect / unprotect; ``archive``: inspect, run, verify; ``audit`` and its flag form
+``audit_flags``; ``sign``; ``tokens``; ``db``; ``server``: serve; ``queue``: audit-worker;
+``rescue``; ``retain``: retain, restore; ``lineage``), sharing ``common`` (the registry the
+options name, printing, the options several commands take).
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from typing import Any
 import click
 
 from jaxport._cli import (
+    aliases,
     archive,
     audit,
     audit_flags,
     db,
+    lineage,
     queue,
     reads,
     rescue,
+    retain,
     server,
     sign,
     tokens,
+    watch,
     writes,
 )
 from jaxport._cli.common import CONTEXT, CliContext
@@ -167,9 +172,9 @@ _SHOW_WARNING = warnings.showwarning
 #: Every command, by group: ``jaxport -h`` lists them in name order.
 _COMMANDS: tuple[click.Command, ...] = (
     writes.push, reads.pull, reads.ls, reads.search, reads.show, reads.log_cmd, reads.diff,
-    archive.inspect_cmd, archive.run, archive.verify, writes.alias, writes.rm, writes.gc,
+    archive.inspect_cmd, archive.run, archive.verify, aliases.alias, writes.rm, writes.gc,
     audit.audit, queue.audit_worker, sign.sign, db.db, server.serve, tokens.token,
-    rescue.rescue_cmd,
+    rescue.rescue_cmd, retain.retain, retain.restore, watch.watch, lineage.lineage_cmd,
 )  # fmt: skip
 for _command in _COMMANDS:
     main.add_command(_command)

@@ -80,15 +80,20 @@ def cli_message(message: str) -> str:
     return message
 
 
-def error_document(error: BaseException) -> dict[str, dict[str, str]]:
-    """``{"error": {"type": ..., "message": ...}}`` for ``error``, in CLI words."""
+def error_document(error: BaseException) -> dict[str, dict[str, Any]]:
+    """``{"error": {"type": ..., "message": ...}}`` for ``error``, in CLI words; a
+    ``GateError`` adds ``failures``: every failed gate as ``{"gate", "reason"}``."""
     if isinstance(error, click.ClickException):
         message = error.format_message()
     elif isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.filename}: {error.strerror}"  # not "[Errno 2] ..."
     else:
         message = str(error)
-    return {"error": {"type": type(error).__name__, "message": cli_message(message)}}
+    doc: dict[str, Any] = {"type": type(error).__name__, "message": cli_message(message)}
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, tuple | list):
+        doc["failures"] = [{"gate": str(g), "reason": str(r)} for g, r in failures]
+    return {"error": doc}
 
 
 def report_error(error: BaseException, as_json: bool) -> None:

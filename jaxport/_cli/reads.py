@@ -259,7 +259,8 @@ def search(
 @json_option
 @pass_ctx
 def show(ctx: CliContext, reference: str, as_json: bool) -> None:
-    """Show a version: time, metadata, aliases, variants, their jax window.
+    """Show a version: time, metadata, aliases, provenance, variants, their jax window, and
+    the gates of the name's protected aliases (pass / FAIL at the versions they point at).
 
     REFERENCE names it (a bare NAME: the newest version).
     """
@@ -274,8 +275,10 @@ def show(ctx: CliContext, reference: str, as_json: bool) -> None:
         except UnsupportedFeatureError:  # through a registry server: not reported (null)
             windows = None
         loads_here = _unloadable_variants(reg, ref)
+        gates = reg.gates(ref.name)  # each protected alias, for the version it points at
+        lineage = reg.lineage(f"{ref.name}:{ref.version}", depth=1)  # provenance, source
     document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows,
-                "loads_here": loads_here}  # fmt: skip
+                "loads_here": loads_here, "lineage": lineage, "gates": gates}  # fmt: skip
     emit(as_json, document, ref_panel)
 
 

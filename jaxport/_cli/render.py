@@ -181,6 +181,11 @@ def ref_panel(data: dict[str, Any]) -> Group:
         ("metadata", _join(f"{k}={v}" for k, v in sorted(ref.metadata.items()))),
     ):
         add_row(head, key, value)
+    if data.get("lineage") is not None:
+        from jaxport._cli.render_lineage import provenance_rows
+
+        for key, value in provenance_rows(data["lineage"]):
+            add_row(head, key, value)
     table = Table(
         key_column("digest"),
         text_column("platforms"),
@@ -207,6 +212,11 @@ def ref_panel(data: dict[str, Any]) -> Group:
         details.append(_windows_grid(data["windows"]))
     if data.get("signatures"):
         details.append(signatures_table(data["signatures"]))
+    if data.get("gates"):
+        from jaxport._cli.render_gates import gates_text
+
+        details.append(Text("gates (each protected alias, at the version it points at)"))
+        details.append(Text(gates_text(data["gates"])))
     return Group(head, table, *details)
 
 
@@ -283,6 +293,9 @@ def gc_summary(report: Any) -> Text:
     """``gc``: what was (or would be) removed, and what was kept back and why."""
     verb = "would remove" if report.dry_run else "removed"
     lines = [f"{verb} {len(report.digests)} unreferenced blob(s), {report.bytes:,} bytes"]
+    if getattr(report, "purged", ()):
+        lines.append(f"{verb} {len(report.purged)} version(s) past their restore period: ")
+        lines[-1] += ", ".join(report.purged)
     if report.kept_young:
         lines.append(f"kept {len(report.kept_young)} younger than --min-age")
     if report.kept_pending:

@@ -1,4 +1,5 @@
-"""``jaxport push``, ``alias``, ``rm`` and ``gc``: the commands that change a registry.
+"""``jaxport push``, ``rm`` and ``gc``: the commands that change a registry (``alias`` is
+``aliases.py``).
 
 ``push``'s options are one decorator and one keyword each, passed on to ``Registry.push``:
 a new one (``--description FILE``) is one more of each.
@@ -14,7 +15,7 @@ import click
 from jaxport._cli.common import CliContext, allow_custom_call_option, emit, parse_meta, pass_ctx
 from jaxport._cli.output import json_option
 
-__all__ = ["alias", "gc", "push", "rm"]
+__all__ = ["gc", "push", "rm"]
 
 
 @click.command()
@@ -119,36 +120,6 @@ def _pushed(result: Any) -> str:
     lines += [f"repaired blob {d}" for d in result.repaired]
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
-
-
-@click.command()
-@click.argument("name")
-@click.argument("alias", required=False)
-@click.argument("version", type=click.IntRange(min=1), required=False)
-@click.option("--remove", is_flag=True, help="Remove NAME@ALIAS.")
-@json_option
-@pass_ctx
-def alias(
-    ctx: CliContext, name: str, alias: str | None, version: int | None, remove: bool, as_json: bool
-) -> None:
-    """Move, remove or list aliases.
-
-    NAME ALIAS VERSION points NAME@ALIAS at VERSION; NAME ALIAS --remove removes it; NAME
-    alone lists where each alias points and every move it made.
-    """
-    if alias is None:
-        with ctx.registry() as reg:
-            data = {"name": name, "aliases": reg.aliases(name), "history": reg.alias_history(name)}
-        from jaxport._cli.render import alias_tables
-
-        emit(as_json, data, alias_tables)
-        return
-    if (version is None) != remove:
-        raise click.UsageError("give NAME ALIAS VERSION, or NAME ALIAS --remove")
-    with ctx.registry() as reg:
-        reg.alias(name, alias, version)
-    moved = {"name": name, "alias": alias, "version": version}
-    emit(as_json, moved, lambda m: f"{name}@{alias} -> {version or 'removed'}")
 
 
 @click.command()

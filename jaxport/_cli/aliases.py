@@ -1,0 +1,165 @@
+"""``jaxport alias``: move, remove or list aliases (``alias NAME [ALIAS [VERSION]]``), and
+protect them with gates (``alias protect``, ``alias unprotect``).
+
+A click group that dispatches on its first argument: ``protect`` and ``unprotect`` are its
+subcommands; anything else is the move form of earlier releases (the group's hidden command
+``MOVE``), so ``jaxport alias NAME ALIAS VERSION`` keeps working. A name spelled like a
+subcommand is reached through the hidden command: ``jaxport alias _move protect prod 3``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from jaxport._cli.common import CONTEXT, CliContext, emit, pass_ctx
+from jaxport._cli.output import json_option
+
+__all__ = ["MOVE", "alias", "move", "protect", "unprotect"]
+
+#: The hidden command that ``jaxport alias NAME ...`` runs; not a registry name (those start
+#: with a letter or digit), so no name is mistaken for it.
+MOVE = "_move"
+
+
+class _AliasGroup(click.Group):
+    """``jaxport alias``: ``protect``/``unprotect``, else the move form."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        help_names = set(ctx.help_option_names)
+        if args and (args[0] in self.commands or args[0] in help_names):
+            return super().parse_args(ctx, args)
+        return super().parse_args(ctx, [MOVE, *args])
+
+
+@click.group(cls=_AliasGroup, context_settings=CONTEXT)
+def alias() -> None:
+    """Move, remove or list aliases; protect them with gates.
+
+    \b
+    jaxport alias NAME ALIAS VERSION     point NAME@ALIAS at VERSION
+    jaxport alias NAME ALIAS --remove    remove NAME@ALIAS
+    jaxport alias NAME                   where each alias points, its gates, every move
+    jaxport alias protect NAME ALIAS ... gate the moves of NAME@ALIAS (admin)
+    jaxport alias unprotect NAME ALIAS   remove its gates (admin)
+
+    A move of a protected alias to a version that fails a gate exits 1 listing every failed
+    gate; an admin (through a server: one without name prefixes) may --override --reason.
+    """
+
+
+@alias.command(MOVE, hidden=True)
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS", required=False)
+@click.argument("version", type=click.IntRange(min=1), required=False)
+@click.option("--remove", is_flag=True, help="Remove NAME@ALIAS.")
+@click.option(
+    "--override",
+    is_flag=True,
+    help="Move a protected alias although the version fails its gates (needs --reason; an "
+    "admin without name prefixes). The event records the reason and the failed gates.",
+)
+@click.option("--reason", metavar="TEXT", help="Why the gates are overridden (with --override).")
+@json_option
+@pass_ctx
+def move(
+    ctx: CliContext,
+    name: str,
+    alias_name: str | None,
+    version: int | None,
+    remove: bool,
+    override: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """Move, remove or list aliases.
+
+    NAME ALIAS VERSION points NAME@ALIAS at VERSION; NAME ALIAS --remove removes it; NAME
+    alone lists where each alias points, its gates, and every move it made.
+    """
+    if alias_name is None:
+        with ctx.registry() as reg:
+            data = {"name": name, "aliases": reg.aliases(name), "history": reg.alias_history(name),
+                    "gates": reg.gates(name)}  # fmt: skip
+        from jaxport._cli.render import alias_tables
+        from jaxport._cli.render_gates import with_gates
+
+        emit(as_json, data, lambda d: with_gates(alias_tables(d), d["gates"]))
+        return
+    if (version is None) != remove:
+        raise click.UsageError("give NAME ALIAS VERSION, or NAME ALIAS --remove")
+    if override and not reason:
+        raise click.UsageError("--override needs --reason TEXT (the event records it)")
+    if reason and not override:
+        raise click.UsageError("--reason goes with --override")
+    with ctx.registry() as reg:
+        reg.alias(name, alias_name, version, override=override, reason=reason)
+    moved = {"name": name, "alias": alias_name, "version": version, "override": override}
+    emit(as_json, moved, lambda m: f"{name}@{alias_name} -> {version or 'removed'}"
+         + (" (gates overridden)" if override else ""))  # fmt: skip
+
+
+@alias.command()
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS")
+@click.option(
+    "--require-signature",
+    metavar="FINGERPRINT|KEY.pub",
+    help="Every variant signed by this signer: its fingerprint (64 hex digits, as `jaxport "
+    "show` lists signatures) or its PEM public key or certificate file.",
+)
+@click.option(
+    "--require-audit",
+    type=click.Choice(["ok"]),
+    help="Each --platforms x --jax target needs a variant whose newest stored finding is ok.",
+)
+@click.option(
+    "--jax",
+    "jax_releases",
+    metavar="R1,R2",
+    default="",
+    help="jax releases of --require-audit, comma-separated (default: any release).",
+)
+@click.option(
+    "--platforms",
+    metavar="P1,P2",
+    default="",
+    help="Platforms of --require-audit, comma-separated (default: every platform of the version).",
+)
+@click.option("--require-goldens", is_flag=True, help="The version holds golden examples.")
+@json_option
+@pass_ctx
+def protect(
+    ctx: CliContext,
+    name: str,
+    alias_name: str,
+    require_signature: str | None,
+    require_audit: str | None,
+    jax_releases: str,
+    platforms: str,
+    require_goldens: bool,
+    as_json: bool,
+) -> None:
+    """Protect NAME@ALIAS: its moves must pass these gates (an admin; through a server, one
+    without name prefixes).
+
+    Gates are read from what the registry stores (findings of `jaxport audit`, signatures of
+    `jaxport sign`, golden examples); nothing is compiled. Protecting again replaces them.
+    """
+    with ctx.registry() as reg:
+        gates = reg.protect(
+            name, alias_name, require_signature=require_signature, require_audit=require_audit,
+            jax=jax_releases, platforms=platforms, require_goldens=require_goldens,
+        )  # fmt: skip
+    emit(as_json, gates, lambda g: f"protected {name}@{alias_name}: " + "; ".join(g.describe()))
+
+
+@alias.command()
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS")
+@json_option
+@pass_ctx
+def unprotect(ctx: CliContext, name: str, alias_name: str, as_json: bool) -> None:
+    """Remove the gates of NAME@ALIAS (an admin; through a server, one without prefixes)."""
+    with ctx.registry() as reg:
+        reg.unprotect(name, alias_name)
+    emit(as_json, {"name": name, "alias": alias_name}, lambda _: f"unprotected {name}@{alias_name}")
