@@ -19,6 +19,7 @@ from jaxport.registry import _db
 from jaxport.registry._models import AuditRow, ExamplesRow, NameRow, VariantRow, VersionRow
 from jaxport.registry._names import parse_reference
 from jaxport.registry._queries import Queries, model_id_of
+from jaxport.registry._selects import live
 from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def audit_targets(
         .join(VersionRow, VariantRow.version_id == VersionRow.id)
         .join(NameRow, NameRow.id == VersionRow.model_id)
         .outerjoin(ExamplesRow, ExamplesRow.version_id == VersionRow.id)
+        .where(live())
         .order_by(NameRow.name, VersionRow.version, VariantRow.id)
     )
     if reference is not None:

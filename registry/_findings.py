@@ -30,6 +30,7 @@ from jaxport.registry._models import AuditRow, NameRow, VariantRow, VersionRow
 from jaxport.registry._names import check_name, check_text, parse_reference
 from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries, check_limit, model_id_of
+from jaxport.registry._selects import live
 from jaxport.registry._types import VariantInfo
 
 if TYPE_CHECKING:
@@ -205,6 +206,7 @@ class Findings:
             .join(VariantRow, VariantRow.digest == AuditRow.digest)
             .join(VersionRow, VariantRow.version_id == VersionRow.id)
             .join(NameRow, NameRow.id == VersionRow.model_id)
+            .where(live())
             .order_by(AuditRow.id.desc())
             .limit(limit)
         )

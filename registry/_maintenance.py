@@ -1,5 +1,8 @@
 """Maintenance: delete versions or names, collect unreferenced blobs (``gc``), ``verify``.
 
+``gc`` first purges the versions a retention run soft-deleted whose restore period is over
+(``registry/_retention.py``), in the same transaction, so that their blobs are collected too.
+
 ``gc`` and pushes share one protocol (``_publish``): gc deletes a blob only inside a write
 transaction holding the exclusive blob lock, and only when no variant, no golden examples and no
 live ``pending_blobs`` row of a push in flight needs it. A model variant needs its parts
@@ -18,7 +21,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, delete, select
 
@@ -44,6 +47,7 @@ from jaxport.registry._models import (
 )
 from jaxport.registry._publish import PENDING_TTL, pid_scope
 from jaxport.registry._queries import model_id_of, version_id_of
+from jaxport.registry._retention import expired_versions, purge_expired
 from jaxport.registry._types import BlobProblem, GcReport, VerifyReport
 from jaxport.registry._workdirs import sweep_commit_dirs
 
@@ -88,9 +92,11 @@ class Maintenance:
         strays = list(self._blobs.strays())
         with _db.translating_db_errors(), self._transaction(dry_run) as conn:
             _db.blob_lock(conn, exclusive=True)
+            now = time.time()  # versions past their restore period go first (``_retention``)
+            purged = purge_expired(conn, now, dry_run=dry_run)
             if not dry_run:
                 _forget_orphan_signatures(conn)
-            needed = referenced(conn)
+            needed = referenced(conn, excluding=expired_versions(now) if dry_run else None)
             pending = _live_pending(conn, forget_dead=not dry_run)
             unreferenced = [d for d in stored if d not in needed]
             kept_pending = tuple(d for d in unreferenced if d in pending)
@@ -130,6 +136,7 @@ class Maintenance:
             temp_files=tuple(s.path for s in temps) + commits,
             foreign=foreign,
             kept_temp=young_temps,
+            purged=tuple(f"{name}:{version}" for name, version in purged),
         )
 
     def _read_in_full(
@@ -222,14 +229,25 @@ def _deep_state(result: AuditResult) -> str:
     return "newer" if "newer" in result.checks else ""
 
 
-def referenced(conn: Connection) -> set[str]:
+def referenced(conn: Connection, *, excluding: Any = None) -> set[str]:
     """Every digest a variant, a part of a model variant, a version's golden examples or a
-    signature of a variant's archive refers to."""
-    variants = conn.execute(select(VariantRow.digest).distinct()).scalars()
-    parts = conn.execute(select(VariantPartRow.digest).distinct()).scalars()
-    examples = conn.execute(select(ExamplesRow.digest).distinct()).scalars()
+    signature of a variant's archive refers to; ``excluding``: a SELECT of version ids whose
+    references do not count (a dry run's versions that gc would purge)."""
+    held = select(VariantRow.digest)
+    variant_ids = select(VariantRow.id)
+    examples_q = select(ExamplesRow.digest)
+    if excluding is not None:
+        held = held.where(VariantRow.version_id.not_in(excluding))
+        variant_ids = variant_ids.where(VariantRow.version_id.not_in(excluding))
+        examples_q = examples_q.where(ExamplesRow.version_id.not_in(excluding))
+    variants = conn.execute(held.distinct()).scalars()
+    parts_q = select(VariantPartRow.digest)
+    if excluding is not None:
+        parts_q = parts_q.where(VariantPartRow.variant_id.in_(variant_ids))
+    parts = conn.execute(parts_q.distinct()).scalars()
+    examples = conn.execute(examples_q.distinct()).scalars()
     bundles = conn.execute(
-        select(SignatureRow.bundle_digest).where(SignatureRow.digest.in_(select(VariantRow.digest)))
+        select(SignatureRow.bundle_digest).where(SignatureRow.digest.in_(held))
     ).scalars()
     return set(variants) | set(parts) | set(examples) | set(bundles)
 

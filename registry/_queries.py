@@ -18,6 +18,8 @@ WHERE and ORDER BY:
 - ``search``: one filter drives, through its index, in ``variant_id`` order (``_search``);
   every other filter is checked on the rows it yields.
 - An unknown name is told apart from an empty answer only when the answer is empty.
+- A version a retention run soft-deleted is hidden from all of them (``_selects.live``) until
+  it is restored (``registry/_retention.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from jaxport.registry._names import (
 )
 from jaxport.registry._rules import devices_predicate, platform_predicate
 from jaxport.registry._search import SearchFilters, search_statement
-from jaxport.registry._selects import model_id_select, variants_select
+from jaxport.registry._selects import live, model_id_select, variants_select
 from jaxport.registry._types import Ref, Rejection, Resolution, VariantInfo
 
 __all__ = ["Queries", "check_limit", "live_names"]
@@ -102,7 +104,7 @@ class Queries:
             version = alias_version(conn, model_id, ref.name, ref.alias)
         if version is None:
             version = conn.execute(
-                select(func.max(VersionRow.version)).where(VersionRow.model_id == model_id)
+                select(func.max(VersionRow.version)).where(VersionRow.model_id == model_id, live())
             ).scalar()
             if version is None:
                 raise NotFoundError(f"{ref.name} has no versions")
@@ -214,7 +216,7 @@ class Queries:
             select(NameRow.name)
             .join(VersionRow, VersionRow.model_id == NameRow.id)
             .join(VariantRow, VariantRow.version_id == VersionRow.id)
-            .where(VariantRow.digest == digest)
+            .where(VariantRow.digest == digest, live())
             .distinct()
             .order_by(NameRow.name)
         )
@@ -239,7 +241,7 @@ class Queries:
                 select(ExamplesRow.digest)
                 .join(VersionRow, VersionRow.id == ExamplesRow.version_id)
                 .join(NameRow, NameRow.id == VersionRow.model_id)
-                .where(NameRow.name == name, VersionRow.version == version)
+                .where(NameRow.name == name, VersionRow.version == version, live())
             ).scalar_one_or_none()
 
 
@@ -268,8 +270,8 @@ def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
         NotFoundError: no such name, or every version of it was deleted (the message says
             which names are close, and lists some that exist).
     """
-    live = select(VersionRow.id).where(VersionRow.model_id == NameRow.id).exists()
-    q = select(NameRow.id, live.label("live")).where(NameRow.name == check_name(name))
+    live_ = select(VersionRow.id).where(VersionRow.model_id == NameRow.id, live()).exists()
+    q = select(NameRow.id, live_.label("live")).where(NameRow.name == check_name(name))
     row = conn.execute(q.with_for_update(of=NameRow) if lock else q).one_or_none()
     if row is not None and row.live:
         return int(row.id)
@@ -282,9 +284,9 @@ def model_id_of(conn: Connection, name: str, *, lock: bool = False) -> int:
 
 
 def live_names(conn: Connection) -> list[str]:
-    """Every name with at least one version, sorted."""
-    live = select(VersionRow.id).where(VersionRow.model_id == NameRow.id).exists()
-    return list(conn.execute(select(NameRow.name).where(live).order_by(NameRow.name)).scalars())
+    """Every name with at least one (``live``) version, sorted."""
+    any_live = select(VersionRow.id).where(VersionRow.model_id == NameRow.id, live()).exists()
+    return list(conn.execute(select(NameRow.name).where(any_live).order_by(NameRow.name)).scalars())
 
 
 def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> int:
@@ -295,13 +297,13 @@ def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> i
     """
     version_id = conn.execute(
         select(VersionRow.id).where(
-            VersionRow.model_id == model_id, VersionRow.version == check_version(version)
+            VersionRow.model_id == model_id, VersionRow.version == check_version(version), live()
         )
     ).scalar_one_or_none()
     if version_id is None:
         versions = conn.execute(
             select(VersionRow.version)
-            .where(VersionRow.model_id == model_id)
+            .where(VersionRow.model_id == model_id, live())
             .order_by(VersionRow.version)
         ).scalars()
         listed = ", ".join(map(str, versions)) or "none"
@@ -340,9 +342,10 @@ def _versions(name: str | None = None, *conditions: Any) -> Any:
     columns = (VersionRow.id.label("v_id"), VersionRow.version.label("v_number"))
     if name is None:
         named = select(NameRow.name.label("m_name"), *columns)
-        return named.join(NameRow, NameRow.id == VersionRow.model_id).where(*conditions)
+        return named.join(NameRow, NameRow.id == VersionRow.model_id).where(live(), *conditions)
     m_name = literal(name, NameRow.name.type).label("m_name")
-    return select(m_name, *columns).where(VersionRow.model_id == model_id_select(name, *conditions))
+    model_id = model_id_select(name, *conditions)
+    return select(m_name, *columns).where(VersionRow.model_id == model_id, live())
 
 
 def _in_order(versions: Any, name: str | None) -> Any:
@@ -430,7 +433,7 @@ def _window(ref: Reference) -> Any:
     a NULL ``id``, so every version read has a row."""
     assert ref.name is not None
     versions = select(VersionRow.id, VersionRow.version).where(
-        VersionRow.model_id == model_id_select(ref.name)
+        VersionRow.model_id == model_id_select(ref.name), live()
     )
     if ref.alias is not None:
         versions = versions.where(VersionRow.version == _aliased(ref.name, ref.alias))

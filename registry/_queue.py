@@ -47,6 +47,7 @@ __all__ = [
     "QueuedJob",
     "check",
     "enqueue",
+    "enqueue_jobs",
     "queue_of",
     "run_worker",
 ]
@@ -57,6 +58,8 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 TASK = "jaxport.audit"
 #: Runs of a job that raises before it is left ``failed`` (a killed worker's retry counts too).
 MAX_ATTEMPTS = 5
+#: The task name of a rescue job (``registry/_rescue_queue.RESCUE_TASK``).
+_RESCUE = "jaxport.rescue"
 #: Jobs deferred in one statement.
 _BATCH = 500
 #: Seconds between a worker's heartbeats (a quarter of ``stalled_after`` if less): short, so
@@ -68,7 +71,9 @@ _HEARTBEAT = 5.0
 class QueuedJob:
     """An audit job: ``digest`` (a variant's archive, of ``name:version``) on ``platform``
     with ``nr_devices`` devices. ``job_id`` is the queue's job, or None when a job for the same
-    digest x platform x devices was already waiting (nothing was added)."""
+    digest x platform x devices was already waiting (nothing was added). ``jax``: the jax
+    release whose environment the worker audits in (as ``audit(jax=...)``; the release watcher
+    enqueues these), None: the worker's own."""
 
     name: str
     version: int
@@ -76,6 +81,7 @@ class QueuedJob:
     platform: str
     nr_devices: int
     job_id: int | None
+    jax: str | None = None
 
 
 def queue_of(platform: str) -> str:
@@ -120,6 +126,19 @@ def enqueue(
         return _defer_all(app, engine, jobs, timeout)
 
 
+def enqueue_jobs(engine: Engine, jobs: list[QueuedJob], timeout: float) -> list[QueuedJob]:
+    """Defers ``jobs`` as ``enqueue`` does (the release watcher's, each with its ``jax``).
+
+    Raises:
+        UnsupportedFeatureError, RegistryError: as ``check``; the queue failed.
+    """
+    check(engine)
+    if not jobs:
+        return []
+    with _opened(engine) as app, _translating_queue_errors():
+        return _defer_all(app, engine, jobs, timeout)
+
+
 def _targets(queries: Queries, reference: str | None) -> list[Ref]:
     """The versions ``reference`` names (as ``Registry.audit`` reads it)."""
     if reference is None:
@@ -150,19 +169,22 @@ def _defer_all(app: App, engine: Engine, jobs: list[QueuedJob], timeout: float) 
 
 
 def _key(job: QueuedJob) -> str:
-    """A job's lock and queueing lock: ``DIGEST:PLATFORM:DEVICES``."""
-    return f"{job.digest}:{job.platform}:{job.nr_devices}"
+    """A job's lock and queueing lock: ``DIGEST:PLATFORM:DEVICES`` (``:jax-RELEASE`` after it
+    for a job in another release's environment)."""
+    release = f":jax-{job.jax}" if job.jax else ""
+    return f"{job.digest}:{job.platform}:{job.nr_devices}{release}"
 
 
 def _job(job: QueuedJob, timeout: float) -> Any:
     from procrastinate.jobs import Job
 
+    kwargs: dict[str, Any] = {"digest": job.digest, "platform": job.platform,
+                              "nr_devices": job.nr_devices, "timeout": timeout}  # fmt: skip
+    if job.jax:
+        kwargs["jax"] = job.jax
     return Job(
         id=None, queue=queue_of(job.platform), lock=_key(job), queueing_lock=_key(job),
-        task_name=TASK, task_kwargs={
-            "digest": job.digest, "platform": job.platform, "nr_devices": job.nr_devices,
-            "timeout": timeout,
-        },
+        task_name=TASK, task_kwargs=kwargs,
     )  # fmt: skip
 
 
@@ -205,10 +227,13 @@ def run_worker(
         raise InvalidNameError(f"stalled_after must be at least 1 second, got {stalled_after}")
     check(engine)
 
-    def job(context: Any, digest: str, platform: str, nr_devices: int, timeout: float) -> str:
+    def job(
+        context: Any, digest: str, platform: str, nr_devices: int, timeout: float,
+        jax: str | None = None,
+    ) -> str:  # fmt: skip
         found = audit_one(
             registry, engine, digest=digest, platform=platform, nr_devices=nr_devices,
-            timeout=timeout, job_id=context.job.id,
+            timeout=timeout, job_id=context.job.id, jax=jax,
         )  # fmt: skip
         if found is None:
             return "gone"
@@ -216,7 +241,13 @@ def run_worker(
             on_finding(*found)
         return found[0].status
 
-    app = _new_app(engine, job)
+    from jaxport.registry._rescue_queue import rescue_runner
+    from jaxport.registry._retention_queue import register_retention
+    from jaxport.registry._watch_queue import register_watch
+
+    app = _new_app(engine, job, rescue_runner(registry))
+    register_retention(app, registry, queues[0])  # periodic (``_retention_queue``)
+    register_watch(app, registry, queues[0])  # periodic when asked (``_watch_queue``)
     options: dict[str, Any] = {
         "queues": queues,
         "concurrency": concurrency,
@@ -260,9 +291,15 @@ async def _recover_stalled(app: App, stalled_after: float) -> None:
     from procrastinate.exceptions import ConnectorException
     from procrastinate.jobs import Status
 
-    stalled = await app.job_manager.get_stalled_jobs(
-        task_name=TASK, seconds_since_heartbeat=stalled_after
-    )
+    from jaxport.registry._rescue_queue import RESCUE_TASK
+
+    stalled = [
+        job
+        for task in (TASK, RESCUE_TASK)
+        for job in await app.job_manager.get_stalled_jobs(
+            task_name=task, seconds_since_heartbeat=stalled_after
+        )
+    ]
     for job in stalled:
         with contextlib.suppress(ConnectorException):  # another worker got to it first
             if job.attempts + 1 >= MAX_ATTEMPTS:  # it took its workers down every time
@@ -274,16 +311,23 @@ async def _recover_stalled(app: App, stalled_after: float) -> None:
 def _pending(engine: Engine, queues: list[str]) -> bool:
     """Whether an audit job of ``queues`` waits or runs (on any worker)."""
     query = text(
-        "SELECT 1 FROM procrastinate_jobs WHERE task_name = :task AND queue_name = ANY(:queues) "
+        "SELECT 1 FROM procrastinate_jobs WHERE task_name IN (:task, :rescue) "
+        "AND queue_name = ANY(:queues) "
         "AND status IN ('todo', 'doing') LIMIT 1"
     )
     with _db.translating_db_errors(), engine.connect() as conn:
-        return conn.execute(query, {"task": TASK, "queues": queues}).first() is not None
+        found = conn.execute(query, {"task": TASK, "rescue": _RESCUE, "queues": queues})
+        return found.first() is not None
 
 
-def _new_app(engine: Engine, job: Callable[..., str] | None = None) -> App:
+def _new_app(
+    engine: Engine,
+    job: Callable[..., str] | None = None,
+    rescue: Callable[..., str] | None = None,
+) -> App:
     """A procrastinate App on the registry's database, with the audit task (``job``: how this
-    process runs it; enqueueing only needs its name)."""
+    process runs it; enqueueing only needs its name) and the rescue task (``rescue``,
+    ``registry/_rescue_queue.py``)."""
     import procrastinate
 
     url = engine.url.set(drivername="postgresql")
@@ -293,6 +337,7 @@ def _new_app(engine: Engine, job: Callable[..., str] | None = None) -> App:
         max_attempts=MAX_ATTEMPTS, exponential_wait=2, retry_exceptions={RegistryError, AuditError}
     )
     app.task(name=TASK, pass_context=True, retry=retry)(job or _never_here)
+    app.task(name=_RESCUE, pass_context=True, retry=retry)(rescue or _never_here)
     return app
 
 

@@ -14,8 +14,9 @@ unsharded: the device rule of ``resolve``), ``jax_version=P`` is two (``P`` itse
 range; the versions ``P.`` and longer: on PostgreSQL a range its planner reads in order or
 sorts, by its statistics; on SQLite the primary key, under a LIMIT that an index probe sets to
 0 when there is none). So a page costs O(log n) plus the rows the driving filter yields until
-the other filters have let a page through; a search that matches nothing costs O(log n) when
-its driving filter matches nothing (alone, every filter's does:
+the other filters have let a page through (a soft-deleted version's variants are skipped
+there too: ``_selects.live_variant``, a primary-key look-up per row); a search that matches
+nothing costs O(log n) when its driving filter matches nothing (alone, every filter's does:
 ``tests/test_registry_queries.py`` counts SQLite's steps). The statement is built once per
 combination of filters given (its values, the page size too, bound by name).
 """
@@ -38,7 +39,12 @@ from jaxport.registry._rules import (
     platform_join,
     platform_predicate,
 )
-from jaxport.registry._selects import model_id_select, unindexed, variants_looked_up
+from jaxport.registry._selects import (
+    live_variant,
+    model_id_select,
+    unindexed,
+    variants_looked_up,
+)
 
 __all__ = ["SearchFilters", "search_statement"]
 
@@ -111,7 +117,7 @@ def _statement(given: tuple[str, ...], one_device: bool, paged: bool, dialect: s
     if driving == "platform":
         q = q.join(VariantPlatformRow, platform_join(bindparam("platform")))
         key = VariantPlatformRow.variant_id
-    q = q.where(*(_check(field) for field in given[1:]))
+    q = q.where(live_variant(), *(_check(field) for field in given[1:]))
     if paged:
         q = q.where(VariantRow.id > bindparam("after"))
         if key is not VariantRow.id:  # PostgreSQL does not carry it across the join

@@ -1,5 +1,6 @@
 """Statement pieces the read queries share (``_queries``, ``_search``): variants with their
-version number and name, a name's id as a scalar subquery, and a column no index may serve."""
+version number and name, a name's id as a scalar subquery, a column no index may serve, and
+``live``: the one predicate by which every read hides soft-deleted versions (``_retention``)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,38 @@ from sqlalchemy import func, select
 
 from jaxport.registry._models import NameRow, VariantRow, VersionRow
 
-__all__ = ["model_id_select", "unindexed", "variants_looked_up", "variants_select"]
+__all__ = [
+    "live",
+    "live_variant",
+    "model_id_select",
+    "unindexed",
+    "variants_looked_up",
+    "variants_select",
+]
+
+
+def live() -> Any:
+    """``versions`` rows that are not soft-deleted (``deleted_at`` NULL): a version a retention
+    run deleted is hidden from every read until it is restored (``registry/_retention.py``)."""
+    return VersionRow.deleted_at.is_(None)
+
+
+def live_variant() -> Any:
+    """``variants`` rows whose version is ``live``, as a correlated EXISTS (a primary-key look-up
+    per row, for queries that read ``variants`` alone)."""
+    return select(VersionRow.id).where(VersionRow.id == VariantRow.version_id, live()).exists()
 
 
 def variants_select() -> Any:
-    """Every column of ``variants``, with ``v_number`` (its version) and ``m_name`` (its name)."""
+    """Every column of ``variants`` of ``live`` versions, with ``v_number`` (its version) and
+    ``m_name`` (its name)."""
     return (
         select(
             VariantRow.__table__, VersionRow.version.label("v_number"), NameRow.name.label("m_name")
         )
         .join(VersionRow, VariantRow.version_id == VersionRow.id)
         .join(NameRow, NameRow.id == VersionRow.model_id)
+        .where(live())
     )
 
 

@@ -228,6 +228,8 @@ class GcReport:
         foreign: files in the blob store that are not jaxport's, left alone.
         kept_temp: temporary files of a push in flight (whatever their age), or younger than
             ``temp_age`` (a killed write not yet stale), left alone.
+        purged: the versions (``name:version``) a retention run deleted whose restore period
+            was over, removed for good (``Registry.retain``; on a dry run: that would be).
     """
 
     digests: tuple[str, ...]
@@ -238,6 +240,7 @@ class GcReport:
     temp_files: tuple[str, ...] = ()
     foreign: tuple[str, ...] = ()
     kept_temp: tuple[str, ...] = ()
+    purged: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
