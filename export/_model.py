@@ -60,6 +60,12 @@ class Model:
         ValueError: ``input_specs`` or ``vjp_order`` name a method that does not exist, or miss one.
     """
 
+    #: Lineage (``registry/_lineage.py``): ``(registry url, "NAME:VERSION")`` this model was
+    #: pulled as (``Registry.pull_model``), and that of the pulled model ``update_params``
+    #: made it from; a push of it to that registry derives from that version.
+    _origin: tuple[str, str] | None = None
+    _derived: tuple[str, str] | None = None
+
     def __init__(
         self,
         params: Any,
@@ -353,6 +359,9 @@ class Model:
     def update_params(self, new_params: Any) -> Model:
         """The same methods with ``new_params``: same tree, shapes and dtypes; no re-export.
 
+        A push of the result to the registry this model was pulled from (``pull_model``)
+        records that version as its source (``derivation`` ``"update_params"``: lineage).
+
         Raises:
             ParamsMismatchError: another tree structure, or a leaf of another shape or dtype;
                 the message names the first differing path.
@@ -371,13 +380,15 @@ class Model:
                     f"the model's is {dtype}{list(shape)}"
                 )
             arrays.append(array)
-        return Model._of_store(
+        model = Model._of_store(
             params_tree,
             self._store.replaced(arrays),
             self._exported,
             self._vjp_orders,
             self._metadata,
         )
+        model._derived = self._derived or self._origin
+        return model
 
     def dump_chunks(
         self, *, compress: bool = False, rehash: bool = False

@@ -100,6 +100,7 @@ if TYPE_CHECKING:
     from jaxport.registry import Provenance as Provenance
     from jaxport.registry import Registry as Registry
     from jaxport.registry import Rejection as Rejection
+    from jaxport.registry import ReleaseSummary as ReleaseSummary
     from jaxport.registry import RescueCandidate as RescueCandidate
     from jaxport.registry import RescuedVariant as RescuedVariant
     from jaxport.registry import RescuedVersion as RescuedVersion
@@ -108,16 +109,15 @@ if TYPE_CHECKING:
     from jaxport.registry import RetentionDecision as RetentionDecision
     from jaxport.registry import RetentionPlan as RetentionPlan
     from jaxport.registry import RetentionPolicy as RetentionPolicy
+    from jaxport.registry import SeenRelease as SeenRelease
     from jaxport.registry import Signature as Signature
     from jaxport.registry import SignatureCheck as SignatureCheck
     from jaxport.registry import SignaturePolicy as SignaturePolicy
     from jaxport.registry import TokenInfo as TokenInfo
+    from jaxport.registry import VariantForecast as VariantForecast
     from jaxport.registry import VariantInfo as VariantInfo
     from jaxport.registry import VariantWindow as VariantWindow
     from jaxport.registry import VerifyReport as VerifyReport
-    from jaxport.registry import ReleaseSummary as ReleaseSummary
-    from jaxport.registry import SeenRelease as SeenRelease
-    from jaxport.registry import VariantForecast as VariantForecast
     from jaxport.registry import WatchReport as WatchReport
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from jaxport.registry._gate_types import AliasGates, GateCheck
     from jaxport.registry._lineage import Lineage
     from jaxport.registry._queue import QueuedJob
-    from jaxport.registry._watch_types import VariantForecast, WatchReport
     from jaxport.registry._retention_types import RetentionPlan, RetentionPolicy
     from jaxport.registry._signatures import Signature, SignatureCheck
     from jaxport.registry._streams import BlobStream
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
         VerifyReport,
     )
     from jaxport.registry._uploads import ArchiveParts
+    from jaxport.registry._watch_types import VariantForecast, WatchReport
 
 __all__ = ["Backend", "PushOptions", "Rules", "TokenStore"]
 

@@ -8,7 +8,9 @@ its public names: the one private module of ``jaxport.registry`` another package
 - The pushes in parts a server receives: ``ArchiveParts``, ``plan_parts``,
   ``sweep_commit_dirs``; golden examples as a server reads them.
 - The wire format of results (``to_wire``, ``from_wire``); the actor a request's events
-  name (``acting_as``, ``current_actor``).
+  name (``acting_as``, ``current_actor``); the provenance a pushing client reports
+  (``LIMITS``, ``check_provenance``, ``reported_provenance``) and the lineage a
+  prefix-limited token sees (``visible``).
 - The CLI's reading of its configuration (``RegistryConfig``, ``safe_url``, ``is_server_url``,
   ``sqlite_file``, ``check_sqlite_directory``), ``jaxport db`` (``schema_revision``,
   ``upgrade_database``), digests as the CLI prints them (``DIGEST_PREFIX``,
@@ -26,6 +28,9 @@ from jaxport.registry._events import acting_as as acting_as
 from jaxport.registry._events import current_actor as current_actor
 from jaxport.registry._golden import MAX_EXAMPLES_BYTES as MAX_EXAMPLES_BYTES
 from jaxport.registry._golden import examples_from_blob as examples_from_blob
+from jaxport.registry._lineage import LIMITS as LIMITS
+from jaxport.registry._lineage import check_provenance as check_provenance
+from jaxport.registry._lineage import reported_provenance as reported_provenance
 from jaxport.registry._uploads import ArchiveParts as ArchiveParts
 from jaxport.registry._uploads import plan_parts as plan_parts
 from jaxport.registry._wire import from_wire as from_wire
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
     from jaxport.registry._config import sqlite_file as sqlite_file
     from jaxport.registry._db import schema_revision as schema_revision
     from jaxport.registry._db import upgrade_database as upgrade_database
+    from jaxport.registry._lineage_store import visible as visible
     from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._registry import Registry

@@ -61,7 +61,7 @@ from jaxport.registry._batch import WriteBatch
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._event_log import EventLog
 from jaxport.registry._gate_types import refused_after_push
-from jaxport.registry._gates import move_checked
+from jaxport.registry._gates import move_checked, push_detail
 from jaxport.registry._golden import golden_blob
 from jaxport.registry._lineage import LineageInput
 from jaxport.registry._lineage_store import lineage_columns
@@ -182,10 +182,10 @@ class Publisher:
                     moved = [a for a in alias_names if a not in refused]
                     writes.add(delete(PendingBlobRow).where(PendingBlobRow.token == token))
                     event = None
-                    if created or repaired or gated:
+                    if created or repaired or gated or refused:
                         event = self._events.insert(conn, "push", name, ref.version, {
                             "created": created, "aliases": moved, "repaired": list(repaired),
-                            **({"gates": gated} if gated else {}),
+                            **push_detail(gated, refused),
                             "digests": [v.digest for v in ref.variants],
                             **(derived if created else {}),
                         }, writes=writes)  # fmt: skip

@@ -114,9 +114,10 @@ class RegistryWrites:
             derived_from: the version this one derives from (lineage: ``lineage``), as
                 ``"NAME:VERSION"`` or a ``Ref``; it must exist. Default: a model made by
                 ``Model.update_params`` from a model pulled from this registry derives from
-                that version (``update_params``); archives identical, in order, to an earlier
-                version of the name pushed with other examples derive from it
-                (``examples``); else none.
+                that version (``update_params``; none if it was deleted since); archives
+                identical, in order, to an earlier version of the name, pushed with other
+                examples, derive from it (``examples``, also over ``update_params``: the
+                update is recorded on that version); else none.
             derivation: how: ``"update_params"``, ``"rescue"``, ``"examples"`` or
                 ``"explicit"`` (the default where ``derived_from`` is given).
 

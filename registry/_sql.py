@@ -44,7 +44,7 @@ from jaxport.registry._pulls import Pulls
 from jaxport.registry._queries import Queries
 from jaxport.registry._queue import QueuedJob
 from jaxport.registry._reach import Reach
-from jaxport.registry._retention import Retention
+from jaxport.registry._retention import Retention, record_purges
 from jaxport.registry._retention_types import RetentionPlan, RetentionPolicy
 from jaxport.registry._signature_store import Signatures
 from jaxport.registry._signatures import Signature, SignatureCheck
@@ -257,8 +257,7 @@ class SqlBackend(Backend):
     def gc(self, dry_run: bool, min_age: float, temp_age: float) -> GcReport:
         report = self._maintenance.gc(dry_run=dry_run, min_age=min_age, temp_age=temp_age)
         if not dry_run:
-            for name, _, version in (p.rpartition(":") for p in report.purged):
-                self.event_log.record("purge", name, int(version), {"by": "gc"})
+            record_purges(self.engine, self.event_log, report.purged)
             self.event_log.record(
                 "gc", detail={"removed": len(report.digests), "bytes": report.bytes,
                               "temp_files": len(report.temp_files)},
@@ -348,9 +347,7 @@ class SqlBackend(Backend):
         digest = self.queries.examples_digest(name, version)
         return None if digest is None else self.read_blob(digest)
 
-    def record_event(
-        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
-    ) -> Event:
+    def record_event(self, kind: str, name: str, version: int, detail: Mapping[str, Any]) -> Event:
         return self.event_log.record(kind, name, version, detail)
 
     def enqueue_rescues(

@@ -15,7 +15,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from jaxport import NotFoundError
 from jaxport.registry import Registry, TokenInfo
-from jaxport.registry._internal import sql_backend, to_wire
+from jaxport.registry._internal import sql_backend, to_wire, visible
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._ranges import byte_range
@@ -90,6 +90,17 @@ def search(
         shape_polymorphic=shape_polymorphic, limit=limit, after=after,
     )  # fmt: skip
     return to_wire([v for v in found if p.allows_name(v.name)])
+
+
+@router.get("/lineage")
+def lineage(request: Request, p: Reader, reference: str, depth: int | None = None) -> Any:
+    """``Registry.lineage``: a version's sources, the versions derived from it and its
+    provenance; for a prefix-limited token, a source outside its names is hidden (no name)
+    and descendants outside them are left out."""
+    reference = check_reference(_reg(request), p, reference)
+    found = _reg(request).lineage(reference, depth=depth)
+    check_reached(p, reference, found.name)
+    return to_wire(visible(found, p.allows_name) if p.prefixes else found)
 
 
 @router.get("/aliases/{name}")

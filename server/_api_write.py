@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, PermissionDeniedError
 from jaxport.registry import Registry, TokenInfo
 from jaxport.registry._internal import (
-    MAX_EXAMPLES_BYTES,
     LIMITS,
+    MAX_EXAMPLES_BYTES,
     ArchiveParts,
     acting_as,
     check_provenance,

@@ -388,7 +388,11 @@ def _what(event: Any) -> str:
     where = f"{event.name}:{event.version}" if event.version else (event.name or "")
     detail = event.detail
     extra = {
-        "alias": lambda: f"@{detail.get('alias')}",
+        "alias": lambda: (
+            f"@{detail.get('alias')}" + (" (gates overridden)" if detail.get("override") else "")
+        ),
+        "protect": lambda: f"@{detail.get('alias')}",
+        "unprotect": lambda: f"@{detail.get('alias')}",
         "token-create": lambda: f"token {detail.get('token')} ({detail.get('scope')})",
         "token-revoke": lambda: f"token {detail.get('token')}",
         "gc": lambda: f"{detail.get('removed')} blob(s), {detail.get('bytes')} bytes",
