@@ -55,7 +55,7 @@ from jaxport.registry._models import (
 from jaxport.registry._names import check_name, check_version
 from jaxport.registry._queries import model_id_of
 
-__all__ = ["Gates", "enforce", "evaluate", "move_checked"]
+__all__ = ["Gates", "enforce", "evaluate", "move_checked", "push_detail"]
 
 #: Statuses that measured nothing (``jaxport.audit``'s ``UNMEASURED``, written here so that
 #: gates import no jax): a finding with one never hides an earlier measured one.
@@ -128,6 +128,8 @@ class Gates:
                 .where(AliasGateRow.model_id == model_id)
                 .order_by(AliasGateRow.alias)
             ).all()
+            if not rows:
+                return []
             pointing = dict(
                 conn.execute(
                     select(AliasRow.alias, AliasRow.version).where(AliasRow.model_id == model_id)
@@ -139,8 +141,12 @@ class Gates:
                 version = pointing.get(row.alias)
                 if version is None:
                     found.append(GateCheck(gates, None, (), {}))
-                else:
+                    continue
+                try:
                     found.append(evaluate(conn, model_id, gates, version))
+                except NotFoundError:  # its version was deleted (soft: retention) meanwhile
+                    gone = GateResult("version", "", False, f"{name}:{version} is deleted")
+                    found.append(GateCheck(gates, version, (gone,), {}))
             return found
 
     def check(self, name: str, alias: str, version: int) -> GateCheck | None:
@@ -208,6 +214,15 @@ def move_checked(
         if record is not None:
             gated[alias] = record
     return gated, refused
+
+
+def push_detail(gated: dict[str, Any], refused: dict[str, GateError]) -> dict[str, Any]:
+    """What a push's event adds of its aliases' gates: ``gates`` (each gated move's record,
+    by alias) and ``refused_aliases`` (each refused alias's failed gates), where any."""
+    detail: dict[str, Any] = {"gates": gated} if gated else {}
+    if refused:
+        detail["refused_aliases"] = {a: [list(f) for f in e.failures] for a, e in refused.items()}
+    return detail
 
 
 # -- evaluation -------------------------------------------------------------------------------

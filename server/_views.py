@@ -318,7 +318,14 @@ def _what(e: Event) -> str:
             return f"pushed {len(digests)} variant{'' if len(digests) == 1 else 's'}"
         return f"repaired {len(d.get('repaired', []))} blob(s) of an existing version"
     if e.kind == "alias":
-        return "removed an alias" if e.version is None else "moved an alias"
+        if e.version is None:
+            return "removed an alias"
+        override = d.get("override")
+        if isinstance(override, dict):  # a protected alias moved past failed gates
+            return f"moved an alias, overriding its gates: {override.get('reason')}"
+        return "moved a protected alias (its gates passed)" if d.get("gates") else "moved an alias"
+    if e.kind in ("protect", "unprotect"):
+        return f"{e.kind}ed @{d.get('alias')}"
     if e.kind == "delete":
         return "deleted (forced)" if d.get("force") else "deleted"
     if e.kind == "gc":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 
@@ -174,12 +175,60 @@ def test_push_keeps_the_version_and_moves_only_the_aliases_whose_gates_pass(regi
     assert refused.value.failures == (("goldens", "the version holds no golden examples"),)
     assert registry.aliases("vision") == {"dev": 2}
     assert registry.get("vision:2").version == 2
+    pushed_event = registry.events(name="vision", limit=1)[0]
+    assert pushed_event.kind == "push" and pushed_event.detail["aliases"] == ["dev"]
+    assert pushed_event.detail["refused_aliases"] == {
+        "prod": [["goldens", refused.value.failures[0][1]]]
+    }
     pushed = registry.push(
         _exp(jnp.tan), "vision", aliases=["prod"], examples=[((jnp.ones(4, F32),), {})]
     )
     assert registry.aliases("vision") == {"dev": 2, "prod": pushed.version}
     event = registry.events(name="vision", limit=1)[0]
     assert event.kind == "push" and event.detail["gates"]["prod"]["examples"]["count"] == 1
+
+
+def test_a_move_waits_for_a_protect_in_flight_and_is_then_refused(registry):
+    """Protecting and moving both lock the name's row: a move that starts while a protect's
+    transaction is open runs after it commits, and meets the new gates."""
+    from sqlalchemy import insert
+
+    from jaxport.registry import _db
+    from jaxport.registry._models import AliasGateRow
+    from jaxport.registry._queries import model_id_of
+
+    registry.push(_exp(), "vision", aliases=["prod"])
+    registry.push(_exp(jnp.cos), "vision")
+    outcome: list[BaseException | None] = []
+
+    def move() -> None:
+        try:
+            registry.alias("vision", "prod", 2)
+        except BaseException as e:  # handed to the test's thread
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    mover = threading.Thread(target=move)
+    with _db.write_transaction(registry._backend.engine) as conn:
+        model_id = model_id_of(conn, "vision", lock=True)
+        conn.execute(
+            insert(AliasGateRow).values(
+                model_id=model_id,
+                alias="prod",
+                require_goldens=True,
+                jax_releases="",
+                platforms="",
+                created_at=time.time(),
+                created_by="test",
+            )
+        )
+        mover.start()
+        time.sleep(0.3)  # the move queues on the lock (SQLite: on BEGIN IMMEDIATE)
+    mover.join(timeout=60)
+    (error,) = outcome
+    assert isinstance(error, GateError), error
+    assert registry.aliases("vision") == {"prod": 1}
 
 
 def test_override_needs_a_reason_and_is_recorded_with_the_failed_gates(registry):
