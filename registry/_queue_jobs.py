@@ -37,6 +37,7 @@ def audit_one(
     nr_devices: int,
     timeout: float,
     job_id: int | None,
+    jax: str | None = None,
 ) -> tuple[Finding, bool] | None:
     """Audits the archive ``digest`` for ``platform`` here and records the finding once.
 
@@ -46,18 +47,21 @@ def audit_one(
         nr_devices: the devices the variant needs (part of the finding's key).
         timeout: seconds the audit may take before its worker is killed (``crash``).
         job_id: the queue's job, kept beside the finding.
+        jax: audit in the environment of this jax release (``audit(jax=...)``: made once
+            under ``$JAXPORT_HOME/envs``), None: this process's jax.
 
     Returns:
         ``(finding, recorded)``: recorded False when the key already had one; None when no
         variant has that archive any more (deleted since it was enqueued).
 
     Raises:
-        AuditError: the audit worker could not start (the job is retried).
+        AuditError: the audit worker could not start, or the release's environment could
+            not be made (the job is retried).
         RegistryError: the database failed (the job is retried).
     """
     try:
         findings = registry.audit(
-            f"sha256:{digest}", platform=platform, store=False, timeout=timeout
+            f"sha256:{digest}", platform=platform, store=False, timeout=timeout, jax=jax
         )
     except NotFoundError:
         return None

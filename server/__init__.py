@@ -19,5 +19,6 @@ from jaxport.server._factory import ENV_OPTIONS as ENV_OPTIONS
 from jaxport.server._factory import app_from_env as app_from_env
 from jaxport.server._factory import options_to_env as options_to_env
 from jaxport.server._presign import configured_expires as configured_expires
+from jaxport.server._webhooks import Webhooks as Webhooks
 
 __all__, __getattr__, __dir__ = attach(__name__)

@@ -114,6 +114,7 @@ COMMANDS = [
     ["alias"], ["rm"], ["gc"], ["verify"], ["db"], ["db", "current"], ["db", "upgrade"],
     ["audit", "run"], ["audit", "static"], ["audit", "matrix"], ["audit", "upgrade"],
     ["audit", "expiring"], ["audit", "enqueue"], ["token"], ["token", "list"], ["log"],
+    ["watch"], ["audit", "forecast"],
     ["retain"], ["retain", "policy", "set"], ["restore"],
 ]  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""``jaxport audit run|static|matrix|upgrade|expiring|enqueue``: compatibility audits and the
-reports of their stored findings.
+"""``jaxport audit run|static|matrix|upgrade|expiring|forecast|enqueue``: compatibility audits
+and the reports of their stored findings (``forecast``: ``render_watch.py``).
 
 Each mode of the former flag form is a subcommand (``audit --matrix`` is ``audit matrix``,
 ``--upgrade-to R`` is ``upgrade R``, ``--expiring-before D`` is ``expiring D``, ``--enqueue``
@@ -187,6 +187,20 @@ def expiring(
     before YYYY-MM-DD (and those whose end is unknown), with the newest jax an audit found
     each ok under; runs nothing, exits 0."""
     show_expiring(ctx, reference, before, as_json)
+
+
+@audit.command("forecast")
+@_options(reference_argument, json_option)
+@pass_ctx
+def forecast(ctx: CliContext, reference: str | None, as_json: bool) -> None:
+    """Per variant (of REFERENCE, default every one): the jax releases full audits found it
+    ok under, when jax's 6-month window for it ends, and what the newest jax release
+    `jaxport watch` has seen says of it (ok, expires, refused); runs nothing, exits 0."""
+    from jaxport._cli.render_watch import forecast_table
+
+    with ctx.registry() as reg:
+        rows = reg.forecast(reference)
+    emit(as_json, rows, forecast_table)
 
 
 @audit.command("enqueue")
