@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from jaxport.export._compat import local_gpu_platform as local_gpu_platform
     from jaxport.export._compat import local_platform as local_platform
     from jaxport.export._compat import lowering_platforms as lowering_platforms
+    from jaxport.export._compat import named_to_hlo_sharding as named_to_hlo_sharding
     from jaxport.export._compat import release_key as release_key
     from jaxport.export._compat import stablehlo_range as stablehlo_range
     from jaxport.export._container import MAGIC as MAGIC
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     )
     from jaxport.export._custom_calls import running_stable_targets as running_stable_targets
     from jaxport.export._dtypes import numpy_dtype as numpy_dtype
+    from jaxport.export._modules import reserialized as reserialized
     from jaxport.export._native import CONVERTED_KEY as CONVERTED_KEY
     from jaxport.export._native import converter_status as converter_status
     from jaxport.export._native import read_native as read_native

@@ -30,6 +30,7 @@ __all__ = [
     "decode_module",
     "encode_module",
     "module_refs",
+    "reserialized",
     "stablehlo_version",
     "without_locations",
     "writable_targets",
@@ -164,6 +165,23 @@ def without_locations(data: bytes) -> bytes:
         module = _parse(ir, data, None)
         passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
         return bytes(_export._module_to_bytecode(module))
+
+
+def reserialized(data: bytes) -> bytes:
+    """A portable artifact serialized again as the running jax's exporter serializes its own
+    (``_module_to_bytecode``: its StableHLO target version and serialization mode), as a fleet
+    rescue writes it (``jaxport/_reexport_child.py``): jaxlib's reader upgrades an older
+    artifact on the way (https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md).
+
+    Raises:
+        CorruptArchiveError: jaxlib cannot read the module.
+    """
+    import jaxlib.mlir.ir as ir
+
+    from jaxport.export._jax import export_impl as _export
+
+    with _CONTEXT.use(len(data)):
+        return bytes(_export._module_to_bytecode(_parse(ir, data, None)))
 
 
 def _parse(ir: Any, data: bytes, path: str | None) -> Any:

@@ -1,5 +1,10 @@
 """``jaxport rescue FILE --jax RELEASE``: a jax-native file the installed jax refuses, converted
-under a jax release that reads it (``jaxport/_rescue.py``), optionally pushed with its check."""
+under a jax release that reads it (``jaxport/_rescue.py``), optionally pushed with its check.
+
+``jaxport rescue --expiring-before DATE [--prefix P] [--enqueue] [--dry-run]``: fleet rescue
+(``Registry.rescue``, ``registry/_fleet_rescue.py``): every variant leaving jax's window, or
+with HloSharding-only shardings, re-exported, checked, pushed as a new version derived from its
+source; aliases moved where their gates pass. Exit 1 when anything was refused."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import click
 from jaxport._cli.common import CliContext, pass_ctx, timeout_option
 from jaxport._cli.output import json_option
 
-__all__ = ["rescue_cmd", "rescued_text"]
+__all__ = ["fleet_text", "rescue_cmd", "rescued_text"]
 
 
 def rescued_text(data: dict[str, Any]) -> str:
@@ -34,22 +39,70 @@ def rescued_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fleet_text(report: Any) -> str:
+    """A fleet rescue, one line a version rescued, a job queued or a refusal, then the
+    summary."""
+    lines = []
+    for r in report.rescued:
+        checks = ", ".join(f"{v.check} ({v.compared} example(s))" for v in r.variants)
+        jax = ", ".join(sorted({v.jax_version for v in r.variants}))
+        made = "" if r.created else " (already stored)"
+        moved = f"; moved {', '.join(r.aliases_moved)}" if r.aliases_moved else ""
+        lines.append(
+            f"rescued {r.name}:{r.source} as {r.name}:{r.rescued}{made}: {len(r.variants)} "
+            f"variant(s) re-exported by jax {jax}, check {checks}{moved}"
+        )
+    if report.dry_run:
+        refused = {(r.name, r.version, r.digest) for r in report.refusals}
+        for c in report.candidates:
+            if (c.name, c.version, c.digest) not in refused:
+                lines.append(
+                    f"would rescue {c.name}:{c.version} {c.digest[:12]} ({c.why}) with jax "
+                    f"{c.release}"
+                )
+    for q in report.queued:
+        job = "already queued" if q.job_id is None else f"job {q.job_id}"
+        lines.append(f"queued {q.name}:{q.version} {q.digest[:12]} on audit-{q.platform}: {job}")
+    for r in report.refusals:
+        what = f"alias {r.alias}" if r.alias else (r.digest[:12] if r.digest else "")
+        lines.append(f"refused {r.name}:{r.version} {what}: {r.reason}")
+    lines.append(report.summary())
+    return "\n".join(lines)
+
+
 @click.command("rescue")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--expiring-before",
+    metavar="DATE",
+    help="Fleet rescue (no FILE): every variant whose jax window ends before DATE "
+    "(YYYY-MM-DD), or with HloSharding-only shardings, of each name's newest and aliased "
+    "versions.",
+)
+@click.option("--prefix", metavar="P", help="Fleet rescue: only names starting with P.")
+@click.option(
+    "--enqueue",
+    is_flag=True,
+    help="Fleet rescue: one job per variant on the audit queue (PostgreSQL) for "
+    "`jaxport audit-worker`, instead of rescuing here.",
+)
+@click.option("--dry-run", is_flag=True, help="Fleet rescue: list what would be rescued.")
 @click.option(
     "--jax",
     "jax_release",
     metavar="RELEASE",
     default="0.10.2",
     show_default=True,
-    help="The jax release to read FILE with, in an environment made once under "
-    "$JAXPORT_HOME/envs/jax-RELEASE (minutes the first time).",
+    help="The jax release to read FILE (or re-export each variant) with, in an environment "
+    "made once under $JAXPORT_HOME/envs/jax-RELEASE (minutes the first time).",
 )
 @click.option(
     "--python",
     metavar="PATH",
-    help="Read FILE with this interpreter (it has jax and this jaxport) instead of --jax's "
-    "environment.",
+    help="Read FILE (or re-export) with this interpreter (it has jax and this jaxport) instead "
+    "of --jax's environment.",
 )
 @click.option(
     "-o",
@@ -68,7 +121,11 @@ def rescued_text(data: dict[str, Any]) -> str:
 @pass_ctx
 def rescue_cmd(
     ctx: CliContext,
-    file: Path,
+    file: Path | None,
+    expiring_before: str | None,
+    prefix: str | None,
+    enqueue: bool,
+    dry_run: bool,
     jax_release: str,
     python: str | None,
     output: Path | None,
@@ -86,7 +143,20 @@ def rescue_cmd(
     run there: symbolic shapes, another platform, too few devices). With --push NAME the
     archive is pushed with that example, so `jaxport audit NAME` under this jax compares its
     numbers with the old jax's.
+
+    With --expiring-before DATE instead of FILE: fleet rescue. Each variant whose window ends
+    before DATE, or whose shardings are HloSharding-only, is re-exported under --jax, checked
+    against its version's golden examples (or, without any, against the source on
+    deterministic inputs), and pushed as a new version derived from its source (other
+    variants carried over); aliases that pointed at the source move where their gates pass.
+    Refusals are listed with their reasons (exit 1).
     """
+    if expiring_before is not None or file is None:
+        _fleet(ctx, file, expiring_before, prefix, enqueue, dry_run, jax_release, python,
+               timeout, as_json, output, push_name, force)  # fmt: skip
+        return
+    if prefix is not None or enqueue or dry_run:
+        raise click.UsageError("--prefix, --enqueue and --dry-run are for --expiring-before")
     from jaxport._rescue import rescue
 
     target = output if output is not None else file.with_suffix(".jaxport")
@@ -103,3 +173,44 @@ def rescue_cmd(
         emit_json({"rescue": report, "pushed": data.get("pushed")})
         return
     click.echo(rescued_text(data))
+
+
+def _fleet(
+    ctx: CliContext,
+    file: Path | None,
+    expiring_before: str | None,
+    prefix: str | None,
+    enqueue: bool,
+    dry_run: bool,
+    jax_release: str,
+    python: str | None,
+    timeout: float,
+    as_json: bool,
+    *file_only: Any,
+) -> None:
+    """``rescue --expiring-before``: ``Registry.rescue``, its report printed; exit 1 on any
+    refusal.
+
+    Raises:
+        click.UsageError: FILE with --expiring-before, neither, or FILE's options.
+    """
+    if file is not None:
+        raise click.UsageError("give FILE or --expiring-before DATE, not both")
+    if expiring_before is None:
+        raise click.UsageError("give FILE (a jax-native file) or --expiring-before DATE")
+    output, push_name, force = file_only
+    if output is not None or push_name is not None or force:
+        raise click.UsageError("-o, --push and --force are for FILE")
+    with ctx.registry(create=False) as reg:
+        report = reg.rescue(
+            expiring_before, prefix=prefix, jax=jax_release, python=python,
+            dry_run=dry_run, enqueue=enqueue, timeout=timeout,
+        )  # fmt: skip
+    if as_json:
+        from jaxport._cli.output import emit_json
+
+        emit_json({"rescue": report, "summary": report.summary()})
+    else:
+        click.echo(fleet_text(report))
+    if report.refusals:
+        raise SystemExit(1)

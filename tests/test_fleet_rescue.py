@@ -1,0 +1,389 @@
+"""Fleet rescue (issue 26 §3): ``Registry.rescue`` / ``jaxport rescue --expiring-before``.
+
+Archives "written by jax 0.8.0" are made here with the writer's ``_compat.jax_versions``
+patched while it writes (as tests/test_newer_format.py does): their window ended 2026-04-15,
+so they expire before any date after it. The re-export runs in a child of an injected
+environment: this interpreter (its jax, 0.10.2 in CI, is the "managed" release); the real
+managed environments of other releases are used by ``test_rescue_with_an_old_jax_environment``
+only where one is already made (it skips naming the missing one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxport
+from jaxport._rescue import DEFAULT_RESCUE_JAX
+from jaxport.export import _compat
+
+JAXPORT = str(Path(sys.executable).with_name("jaxport"))
+PYTHON = sys.executable
+POSTGRES_URL_ENV = "JAXPORT_TEST_POSTGRES_URL"
+#: After the window of a jax 0.8.0 export (2026-04-15), before that of one by the installed
+#: jax (0.10.2: 2026-12-17).
+DATE = "2026-12-01"
+_SPEC = jax.ShapeDtypeStruct((3,), jnp.float32)
+_RUNNING = jaxport.jax_window(jax.__version__, sharded=False).window_ends or "9999-12-31"
+
+pytestmark = pytest.mark.skipif(
+    _RUNNING <= DATE, reason=f"the installed jax {jax.__version__}'s window ends before {DATE}"
+)
+
+
+def _export(fn=jnp.sin, platforms=("cpu",)):
+    return jax.export.export(jax.jit(fn), platforms=platforms)(_SPEC)
+
+
+def _written_by(exp, writer="0.8.0") -> bytes:
+    """``exp`` as a jaxport archive whose header says jax ``writer`` wrote it."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_compat, "jax_versions", lambda: (writer, writer))
+        return jaxport.dumps(exp)
+
+
+def _golden(exp, scale=1.0):
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    return [jaxport.Example((x,), {}, [np.asarray(exp.call(x)) * scale])]
+
+
+def _hlo_only(exp):
+    """``exp`` with its shardings in the HloSharding form only, as jax < 0.9 wrote them."""
+    hlo = [
+        tuple(_compat.named_to_hlo_sharding(n, a) for n, a in zip(named, avals, strict=True))
+        for named, avals in ((exp._in_named_shardings, exp.in_avals),
+                             (exp._out_named_shardings, exp.out_avals))
+    ]  # fmt: skip
+    none_in, none_out = (None,) * len(exp.in_avals), (None,) * len(exp.out_avals)
+    return dataclasses.replace(
+        exp, _in_named_shardings=none_in, _out_named_shardings=none_out,
+        _has_named_shardings=False, in_shardings_hlo=hlo[0], out_shardings_hlo=hlo[1],
+    )  # fmt: skip
+
+
+def _sharded():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+    s = NamedSharding(mesh, PartitionSpec("x"))
+    f = jax.jit(lambda x: jnp.sin(x) * 2, in_shardings=s, out_shardings=s)
+    return jax.export.export(f)(jax.ShapeDtypeStruct((4, 3), jnp.float32))
+
+
+def _kinds(reg, name):
+    return [e.kind for e in reg.events(name=name)]
+
+
+# -- selection and dry run ---------------------------------------------------------------------
+
+
+def test_constants_shared_with_the_child():
+    from jaxport import _reexport_child
+    from jaxport.registry import _fleet_rescue, _reexport
+
+    assert (_reexport.NOT_READ, _reexport.NOT_WRITTEN) == (
+        _reexport_child.NOT_READ, _reexport_child.NOT_WRITTEN,
+    )  # fmt: skip
+    assert _fleet_rescue.RESCUE_JAX == DEFAULT_RESCUE_JAX
+
+
+def test_selection_dry_run_and_prefix(registry):
+    old = _written_by(_export())
+    registry.push(_written_by(_export(jnp.cos)), "team-enc", aliases=["prod"])  # v1, aliased
+    registry.push(_written_by(_export(jnp.tan)), "team-enc")  # v2: history, unaliased
+    registry.push(old, "team-enc")  # v3: the newest
+    registry.push(_export(), "team-fresh")  # written by the installed jax: not expiring
+    registry.push(old, "other-enc")
+
+    report = registry.rescue(DATE, prefix="team-", dry_run=True)
+    assert report.dry_run and report.expiring_before == DATE and report.prefix == "team-"
+    assert sorted((c.name, c.version) for c in report.candidates) == [
+        ("team-enc", 1), ("team-enc", 3),
+    ]  # fmt: skip
+    assert {c.why for c in report.candidates} == {"expires 2026-04-15"}
+    assert {c.release for c in report.candidates} == {DEFAULT_RESCUE_JAX}
+    assert report.rescued == () and report.refusals == () and report.queued == ()
+    assert "would rescue 2 variant(s) in 2 version(s)" in report.summary()
+    # nothing was written
+    assert [r.version for r in registry.list("team-enc")] == [1, 2, 3]
+    assert "rescue" not in _kinds(registry, "team-enc")
+
+    everything = registry.rescue(DATE, dry_run=True)
+    assert {c.name for c in everything.candidates} == {"team-enc", "other-enc"}
+    assert registry.rescue("2026-04-01", dry_run=True).candidates == ()  # before any expiry
+
+
+def test_refused_before_anything_runs(registry):
+    registry.push(_written_by(_export()), "enc")
+    late = registry.rescue("2027-01-01", dry_run=True)
+    (refusal,) = late.refusals
+    assert "would expire 2026-12-17, before 2027-01-01" in refusal.reason
+    newer = registry.rescue(DATE, jax="0.7.0", dry_run=True)
+    assert "newer than the rescue's jax 0.7.0" in newer.refusals[0].reason
+    sharded = _written_by(_hlo_only(_sharded()))
+    registry.push(sharded, "mesh")
+    (c,) = [c for c in registry.rescue("2026-01-01", dry_run=True).candidates if c.name == "mesh"]
+    assert c.why == "HloSharding-only"
+    ignored = registry.rescue("2026-01-01", prefix="mesh", jax="0.11.2", dry_run=True)
+    assert "jax 0.11.2 ignores that form" in ignored.refusals[0].reason
+    with pytest.raises(jaxport.InvalidNameError):
+        registry.rescue("next week")
+    with pytest.raises(jaxport.InvalidNameError):
+        registry.rescue(DATE, jax="latest")
+
+
+# -- rescue: push, lineage, goldens, aliases, gates, events ----------------------------------
+
+
+def test_rescue_pushes_a_derived_version_and_moves_aliases_where_gates_pass(registry):
+    exp = _export()
+    carried = _export(jnp.sin, ("tpu",))  # written by the installed jax: carried over
+    source = registry.push(
+        [_written_by(exp), carried], "enc", aliases=["prod", "staging", "canary"],
+        examples=_golden(exp),
+    )  # fmt: skip
+    registry.protect("enc", "prod", require_audit="ok", platforms="cpu")  # never audited
+    registry.protect("enc", "canary", require_goldens=True)
+
+    report = registry.rescue(DATE, python=PYTHON)
+    (done,) = report.rescued
+    assert (done.name, done.source, done.created) == ("enc", 1, True)
+    (variant,) = done.variants
+    assert variant.source == source.variants[0].digest
+    assert (variant.check, variant.compared, variant.jax_version) == ("golden", 1, jax.__version__)
+    rescued = registry.get(f"enc:{done.rescued}")
+    assert rescued.variants[0].jax_version == jax.__version__
+    assert rescued.variants[0].metadata["jaxport.rescued_from"] == variant.source
+    assert rescued.variants[1].digest == source.variants[1].digest  # unchanged, byte for byte
+    assert rescued.metadata == source.metadata
+    lineage = registry.lineage(f"enc:{done.rescued}")
+    assert (str(lineage.derived_from), lineage.derivation) == ("enc:1", "rescue")
+
+    # the rescued version holds the source's goldens: it reproduces them under this jax
+    (finding,) = registry.audit(f"enc:{done.rescued}", platform="cpu")
+    assert finding.status == "ok" and "matches 1 example" in finding.reason
+
+    assert sorted(done.aliases_moved) == ["canary", "staging"]
+    (gate,) = report.refusals
+    assert gate.alias == "prod" and gate.reason.startswith("GateError: ")
+    assert registry.aliases("enc") == {"prod": 1, "staging": 2, "canary": 2}
+    rescue_events = [e for e in registry.events(name="enc") if e.kind == "rescue"]
+    assert len(rescue_events) == 1 and rescue_events[0].id == done.event_id
+    detail = rescue_events[0].detail
+    assert detail["source"] == "enc:1" and detail["aliases_moved"] == ["canary", "staging"]
+    assert "GateError" in detail["aliases_refused"]["prod"]
+    assert detail["variants"][0]["check"] == "golden"
+
+    # prod still points at the source: run again, the same re-export is the same version
+    again = registry.rescue(DATE, python=PYTHON)
+    assert [(r.rescued, r.created) for r in again.rescued] == [(2, False)]
+    assert [r.version for r in registry.list("enc")] == [1, 2]
+
+
+def test_without_goldens_the_own_check_records_examples(registry):
+    registry.push(_written_by(_export(jnp.tanh)), "enc")
+    (done,) = registry.rescue(DATE, python=PYTHON).rescued
+    assert done.variants[0].check == "own"
+    (finding,) = registry.audit(f"enc:{done.rescued}", platform="cpu")
+    assert finding.status == "ok" and "matches 1 example" in finding.reason
+
+
+def test_a_failed_check_refuses_the_version(registry):
+    exp = _export()
+    registry.push(_written_by(exp), "enc", aliases=["prod"], examples=_golden(exp, scale=3.0))
+    report = registry.rescue(DATE, python=PYTHON)
+    assert report.rescued == ()
+    (refusal,) = report.refusals
+    assert refusal.version == 1 and refusal.reason.startswith("check mismatch: ")
+    assert [r.version for r in registry.list("enc")] == [1]
+    assert registry.aliases("enc") == {"prod": 1} and "rescue" not in _kinds(registry, "enc")
+
+
+def test_hlo_sharding_only_variants_get_named_shardings(registry):
+    registry.push(_written_by(_hlo_only(_sharded())), "mesh")
+    (done,) = registry.rescue("2026-01-01", python=PYTHON).rescued
+    (variant,) = done.variants
+    assert variant.shardings.startswith("named form derived")
+    assert variant.check == "own"
+    exp = registry.pull(f"mesh:{done.rescued}", nr_devices=2)
+    assert all(s is not None for s in (*exp._in_named_shardings, *exp._out_named_shardings))
+    (finding,) = registry.audit(f"mesh:{done.rescued}", platform="cpu")  # placed on 2 devices
+    assert finding.status == "ok" and "matches 1 example" in finding.reason
+
+
+def test_a_child_that_cannot_read_is_a_refusal(registry, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'no jax here' >&2\nexit 9\n")
+    fake.chmod(0o755)
+    registry.push(_written_by(_export()), "enc")
+    (refusal,) = registry.rescue(DATE, python=str(fake)).refusals
+    assert refusal.reason.startswith("UnsafeArchiveError: ") and "no jax here" in refusal.reason
+
+
+def test_rescue_with_an_old_jax_environment(registry):
+    """A real managed environment of another release, where one is made already."""
+    from jaxport.audit import cached_environment
+    from jaxport.registry import default_home
+
+    release = "0.9.2"
+    python = cached_environment(release, Path(os.environ.get("JAXPORT_OLD_HOME", default_home())))
+    if python is None:
+        pytest.skip(f"no managed environment of jax {release} (jaxport audit --jax {release})")
+    registry.push(_written_by(_export()), "enc")
+    (done,) = registry.rescue("2026-05-01", jax=release, python=python).rescued
+    assert done.variants[0].jax_version == release
+
+
+# -- through a registry server -------------------------------------------------------------
+
+
+def test_rescue_through_a_server(db_url, tmp_path):
+    from _server import admin_token, serving
+
+    blobs = str(tmp_path / "blobs")
+    with jaxport.Registry(db_url, blobs=blobs, upgrade=True) as reg:
+        exp = _export()
+        reg.push(_written_by(exp), "a-enc", aliases=["prod"], examples=_golden(exp))
+        reg.push(_written_by(exp), "b-enc", aliases=["prod"])
+    writer = admin_token(db_url, blobs, "team-a", scope="write", prefixes=["a-"])
+    with serving(db_url, blobs, tmp_path / "serve.log") as server:
+        with jaxport.Registry(server.url, token=writer) as remote:
+            report = remote.rescue(DATE, python=PYTHON)
+            (done,) = report.rescued
+            assert (done.name, done.rescued, done.aliases_moved) == ("a-enc", 2, ("prod",))
+            assert done.variants[0].check == "golden"
+            (event,) = [e for e in remote.events(name="a-enc") if e.kind == "rescue"]
+            assert event.actor == "team-a" and event.detail["source"] == "a-enc:1"
+            with pytest.raises(jaxport.UnsupportedFeatureError, match="the audit queue"):
+                remote.rescue(DATE, enqueue=True)
+        headers = {"Authorization": f"Bearer {writer}"}
+        body = {"name": "b-enc", "version": 1, "detail": {}}
+        outside = httpx.post(f"{server.url}/api/v1/rescue/events", json=body, headers=headers)
+        assert outside.status_code == 403
+        peek = httpx.get(f"{server.url}/api/v1/rescue/examples/b-enc/1", headers=headers)
+        assert peek.status_code in (403, 404)
+    with jaxport.Registry(db_url, blobs=blobs) as reg:
+        assert [r.version for r in reg.list("b-enc")] == [1]  # another team's: untouched
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def _run(env, *args, code=0):
+    proc = subprocess.run([JAXPORT, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+    assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def test_cli(db_url, tmp_path):
+    blobs = str(tmp_path / "blobs")
+    env = {**os.environ, "JAXPORT_REGISTRY": db_url, "JAXPORT_BLOBS": blobs, "COLUMNS": "80"}
+    with jaxport.Registry(db_url, blobs=blobs, upgrade=True) as reg:
+        reg.push(_written_by(_export()), "enc", aliases=["prod"])
+        reg.push(_written_by(_export(jnp.cos)), "late")
+        reg.protect("enc", "prod", require_audit="ok")
+    dry = _run(env, "rescue", "--expiring-before", DATE, "--prefix", "enc", "--dry-run").stdout
+    assert "would rescue enc:1 " in dry and "would rescue 1 variant(s) in 1 version(s)" in dry
+    out = _run(env, "rescue", "--expiring-before", DATE, "--python", PYTHON, "--json", code=1)
+    data = json.loads(out.stdout)
+    assert [(r["name"], r["rescued"]) for r in data["rescue"]["rescued"]] == [
+        ("enc", 2), ("late", 2),
+    ]  # fmt: skip
+    (refusal,) = data["rescue"]["refusals"]
+    assert refusal["alias"] == "prod" and "GateError" in refusal["reason"]
+    assert "1 refusal(s)" in data["summary"]
+    text = _run(env, "rescue", "--expiring-before", DATE, "--python", PYTHON, code=1).stdout
+    assert "rescued enc:1 as enc:2 (already stored)" in text and "refused enc:1 alias prod" in text
+    assert "2 refusal(s)" not in text
+    usage = _run(env, "rescue", code=2).stderr
+    assert "give FILE (a jax-native file) or --expiring-before DATE" in usage
+    assert "are for --expiring-before" in _run(env, "rescue", __file__, "--dry-run", code=2).stderr
+    bad = _run(env, "rescue", "--expiring-before", "soon", "--json", code=1)
+    assert bad.stdout == "" and json.loads(bad.stderr)["error"]["type"] == "InvalidNameError"
+    if db_url.startswith("sqlite"):
+        err = _run(env, "rescue", "--expiring-before", DATE, "--enqueue", code=1).stderr
+        assert err.startswith("UnsupportedFeatureError: the audit queue needs a PostgreSQL")
+
+
+# -- the audit queue: real worker processes on PostgreSQL ----------------------------------
+
+
+@contextlib.contextmanager
+def _pg_schema():
+    import sqlalchemy as sa
+
+    if not os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set: the audit queue needs PostgreSQL")
+    base = os.environ[POSTGRES_URL_ENV]
+    schema = f"r_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def test_enqueue_and_workers(tmp_path):
+    with _pg_schema() as url:
+        blobs = str(tmp_path / "blobs")
+        env = {**os.environ, "JAXPORT_REGISTRY": url, "JAXPORT_BLOBS": blobs}
+        _run(env, "db", "upgrade")
+        with jaxport.Registry(url, blobs=blobs) as reg:
+            two = [_written_by(_export()), _written_by(_sharded())]  # 1 and 2 CPU devices
+            reg.push(two, "enc", aliases=["prod"])
+        out = _run(env, "rescue", "--expiring-before", DATE, "--enqueue", "--python", PYTHON,
+                   "--json")  # fmt: skip
+        queued = json.loads(out.stdout)["rescue"]["queued"]
+        assert [(q["name"], q["platform"]) for q in queued] == [("enc", "cpu"), ("enc", "cpu")]
+        assert all(q["job_id"] is not None for q in queued)
+        again = json.loads(_run(env, "rescue", "--expiring-before", DATE, "--enqueue",
+                                "--python", PYTHON, "--json").stdout)  # fmt: skip
+        assert [q["job_id"] for q in again["rescue"]["queued"]] == [None, None]  # waiting
+
+        workers = [
+            subprocess.Popen(
+                [
+                    JAXPORT,
+                    "audit-worker",
+                    "--platform",
+                    "cpu",
+                    "--until-idle",
+                    "--stalled-after",
+                    "2",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            for _ in range(2)
+        ]
+        for w in workers:
+            out_b, err_b = w.communicate(timeout=600)
+            assert w.returncode == 0 and b"Traceback" not in out_b + err_b, err_b.decode()
+        with jaxport.Registry(url, blobs=blobs) as reg:
+            newest = reg.list("enc")[-1]
+            assert newest.version == 3  # one version per job, the second on the first's
+            assert {v.jax_version for v in newest.variants} == {jax.__version__}
+            assert reg.aliases("enc") == {"prod": 3}
+            events = [e for e in reg.events(name="enc") if e.kind == "rescue"]
+            assert [e.detail["source"] for e in events] == ["enc:1", "enc:1"]
+            lineage = reg.lineage("enc:3")
+            assert (str(lineage.derived_from), lineage.derivation) == ("enc:1", "rescue")
