@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select
@@ -65,6 +65,26 @@ class EventLog:
         execute = conn.execute if writes is None else writes.execute
         event_id = execute(_INSERT_EVENT, row).scalar_one()
         return _event({**row, "id": event_id})
+
+    def insert_many(
+        self,
+        conn: Connection,
+        events: Sequence[tuple[str, str | None, int | None, Mapping[str, Any]]],
+    ) -> list[Event]:
+        """Appends ``events`` (``(kind, name, version, detail)`` each) in ``conn``'s
+        transaction, in one INSERT (the driver batches its rows), in order; ``notify`` each
+        once that transaction committed."""
+        now, actor = time.time(), current_actor()
+        rows = [
+            {"at": now, "actor": actor, "kind": kind, "name": name, "version": version,
+             "detail": json.dumps(dict(detail), sort_keys=True)}
+            for kind, name, version, detail in events
+        ]  # fmt: skip
+        if not rows:
+            return []
+        statement = insert(EventRow).returning(EventRow.id, sort_by_parameter_order=True)
+        ids = conn.execute(statement, rows).scalars().all()
+        return [_event({**row, "id": i}) for row, i in zip(rows, ids, strict=True)]
 
     def notify(self, event: Event | None) -> None:
         """Hands a committed event to the ``listeners``."""

@@ -66,7 +66,7 @@ from jaxport.registry._retention_types import (
 from jaxport.registry._selects import live
 from jaxport.registry._types import Ref
 
-__all__ = ["Retention", "expired_versions", "purge_expired"]
+__all__ = ["Retention", "expired_versions", "purge_expired", "record_purges"]
 
 _CHUNK = 500  # ids per IN (...) list
 
@@ -170,17 +170,15 @@ class Retention:
                 )
                 for version_id in conn.execute(statement).scalars():
                     done[version_id] = by_id[version_id]
-        deleted, events = [], []
-        for decision in sorted(done.values(), key=lambda d: (d.name, d.version)):
-            detail = {
-                "policy": decision.policy,
-                "rules": list(decision.rules),
-                "restorable_until": decision.restorable_until,
-            }
-            events.append(
-                self._events.insert(conn, "retain", decision.name, decision.version, detail)
-            )
-            deleted.append(decision)
+        deleted = sorted(done.values(), key=lambda d: (d.name, d.version))
+        events = self._events.insert_many(
+            conn,
+            [
+                ("retain", d.name, d.version, {"policy": d.policy, "rules": list(d.rules),
+                                               "restorable_until": d.restorable_until})
+                for d in deleted
+            ],
+        )  # fmt: skip
         return deleted, events
 
     def restore(self, name: str, version: int) -> Ref:
@@ -413,6 +411,19 @@ def purge_expired(conn: Connection, now: float, *, dry_run: bool) -> list[tuple[
         for start in range(0, len(ids), _CHUNK):
             conn.execute(delete(VersionRow).where(VersionRow.id.in_(ids[start : start + _CHUNK])))
     return sorted((r.name, r.version) for r in rows)
+
+
+def record_purges(engine: Engine, events: EventLog, purged: Sequence[str]) -> None:
+    """One ``purge`` event per ``name:version`` gc purged, in a transaction right after gc's
+    (as gc's own event), then notified."""
+    rows = [("purge", name, int(version), {"by": "gc"})
+            for name, _, version in (p.rpartition(":") for p in purged)]  # fmt: skip
+    if not rows:
+        return
+    with _db.translating_db_errors(), _db.write_transaction(engine) as conn:
+        recorded = events.insert_many(conn, rows)
+    for event in recorded:
+        events.notify(event)
 
 
 # -- helpers ----------------------------------------------------------------------------------

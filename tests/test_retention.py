@@ -18,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import jax
 import jax.export
 import jax.numpy as jnp
@@ -322,6 +323,9 @@ def test_through_a_server_admin_only_and_within_the_tokens_prefixes(db_url, tmp_
         page = root._backend._http._client.get(f"{server.url}/api/v1/versions",
                                                params={"name": "team-b.m"})  # fmt: skip
         assert [r["version"] for r in page.json()] == [2]
+        bearer = {"Authorization": f"Bearer {admin}"}
+        assert httpx.get(f"{server.url}/names/team-b.m/1", headers=bearer).status_code == 404
+        assert httpx.get(f"{server.url}/names/team-b.m/2", headers=bearer).status_code == 200
         for reg in (root, ours, other):
             reg.close()
 
