@@ -32,6 +32,7 @@ import sqlalchemy as sa
 import jaxport
 from jaxport import AuditError, PermissionDeniedError, UnsupportedFeatureError
 from jaxport.audit import _watch
+from jaxport.server._webhooks import signature
 
 JAXPORT = str(Path(sys.executable).with_name("jaxport"))
 POSTGRES_URL_ENV = "JAXPORT_TEST_POSTGRES_URL"
@@ -285,12 +286,14 @@ class Hook:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.signed: list[tuple[bytes, str]] = []
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                size = int(self.headers["Content-Length"])
-                hook.bodies.append(json.loads(self.rfile.read(size)))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                hook.signed.append((raw, self.headers["X-Jaxport-Signature"]))
+                hook.bodies.append(json.loads(raw))
                 self.send_response(204)
                 self.end_headers()
 
@@ -359,8 +362,13 @@ def test_cli_watch_and_forecast(db_url, tmp_path, index):
     env = {**os.environ, "JAXPORT_REGISTRY": db_url, "JAXPORT_BLOBS": blobs, "COLUMNS": "80",
            "PIP_INDEX_URL": index.url}  # fmt: skip
     index.announce("jax", "0.12.1", "2026-11-20T10:00:00Z")
-    text = _cli(env, "watch").stdout
+    hook, secret = Hook(), tmp_path / "secret"
+    secret.write_text("hook-key\n")
+    text = _cli(env, "watch", "--webhook", hook.url, "--webhook-secret-file", str(secret)).stdout
     assert "jax 0.12.1 (published 2026-11-20): 3 variant(s)" in text
+    ((raw, signed),) = hook.signed  # delivered before the command returned
+    assert json.loads(raw)["kind"] == "jax-release" and json.loads(raw)["detail"]["ok"] == 3
+    assert signed == signature("hook-key", raw)
     assert "stay ok 3, expire 0, refused 0, need rescue 0" in text
     assert "no new jax or jaxlib release" in _cli(env, "watch").stdout
     index.announce("jax", "0.13.0", "2027-01-20T10:00:00Z")
