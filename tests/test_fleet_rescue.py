@@ -3,9 +3,10 @@
 Archives "written by jax 0.8.0" are made here with the writer's ``_compat.jax_versions``
 patched while it writes (as tests/test_newer_format.py does): their window ended 2026-04-15,
 so they expire before any date after it. The re-export runs in a child of an injected
-environment: this interpreter (its jax, 0.10.2 in CI, is the "managed" release); the real
-managed environments of other releases are used by ``test_rescue_with_an_old_jax_environment``
-only where one is already made (it skips naming the missing one).
+environment: this interpreter (its jax, 0.10.2 in CI, is the "managed" release). The ``slow``
+``test_the_managed_environment_is_made_and_used`` makes a real managed environment of the
+installed release from the wheels on this machine (no network); other releases' environments
+need their wheels from an index, so no test makes them.
 """
 
 from __future__ import annotations
@@ -232,18 +233,24 @@ def test_a_child_that_cannot_read_is_a_refusal(registry, tmp_path):
     assert refusal.reason.startswith("UnsafeArchiveError: ") and "no jax here" in refusal.reason
 
 
-def test_rescue_with_an_old_jax_environment(registry):
-    """A real managed environment of another release, where one is made already."""
-    from jaxport.audit import cached_environment
-    from jaxport.registry import default_home
-
-    release = "0.9.2"
-    python = cached_environment(release, Path(os.environ.get("JAXPORT_OLD_HOME", default_home())))
-    if python is None:
-        pytest.skip(f"no managed environment of jax {release} (jaxport audit --jax {release})")
-    registry.push(_written_by(_export()), "enc")
-    (done,) = registry.rescue("2026-05-01", jax=release, python=python).rescued
-    assert done.variants[0].jax_version == release
+@pytest.mark.slow
+def test_the_managed_environment_is_made_and_used(tmp_path):
+    """No ``--python``: ``$JAXPORT_HOME/envs/jax-RELEASE`` is made for the installed release
+    (its wheels are on this machine, as for tests/test_audit_scale.py's ``audit --jax``: no
+    network) and the re-export runs there."""
+    release = jax.__version__
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXPORT_", "XDG_"))}
+    env.update(
+        JAXPORT_HOME=str(tmp_path / "home"),
+        JAXPORT_REGISTRY=f"sqlite:///{tmp_path / 'reg.db'}",
+        JAXPORT_BLOBS=str(tmp_path / "blobs"),
+    )
+    with jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"]) as reg:
+        reg.push(_written_by(_export()), "enc")
+    out = _run(env, "rescue", "--expiring-before", DATE, "--jax", release, "--json")
+    (done,) = json.loads(out.stdout)["rescue"]["rescued"]
+    assert done["variants"][0]["jax_version"] == release
+    assert (tmp_path / "home" / "envs" / f"jax-{release}" / "bin" / "python").exists()
 
 
 # -- through a registry server -------------------------------------------------------------
