@@ -30,12 +30,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import getpass
 import os
 import re
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from jaxport import InvalidNameError, NotFoundError
@@ -80,7 +82,7 @@ class Provenance:
     """Where a version was pushed from, as its pushing client reported it (None: unknown).
 
     Attributes:
-        git_commit: ``git rev-parse HEAD`` of the client's working directory, with
+        git_commit: the commit checked out in the client's working directory, with
             ``-dirty`` appended when tracked files had changes (a 64-hex commit is then cut
             to 58 hex digits, still a unique prefix); None outside a git work tree or without
             git.
@@ -116,11 +118,18 @@ class Provenance:
 @dataclasses.dataclass(frozen=True)
 class LineageInput:
     """What a push records: its source ``(name, version)`` and derivation (both None: none),
-    and its ``provenance``."""
+    and its provenance: ``captured``, or what calling it gives (``capture``: git answers in a
+    thread while the push makes its archives)."""
 
     derived_from: tuple[str, int] | None = None
     derivation: str | None = None
-    provenance: Provenance = Provenance()
+    captured: Provenance | Callable[[], Provenance] = Provenance()
+
+    @property
+    def provenance(self) -> Provenance:
+        """The provenance (waits for ``capture``'s git, at most ``GIT_TIMEOUT`` seconds)."""
+        captured = self.captured
+        return captured if isinstance(captured, Provenance) else captured()
 
 
 LIVE, DELETED, HIDDEN = "live", "deleted", "hidden"
@@ -274,33 +283,73 @@ def reported_provenance(provenance: Provenance) -> Iterator[None]:
         _REPORTED.reset(reset)
 
 
-def capture(sources: Sequence[Any]) -> Provenance:
+def capture(sources: Sequence[Any]) -> Provenance | Callable[[], Provenance]:
     """This process's provenance for a push of ``sources`` (see ``Provenance``), or what
-    ``reported_provenance`` set. Never raises: what cannot be found is None."""
+    ``reported_provenance`` set. ``git`` runs in a thread started now; the call that gives the
+    provenance waits for it (a push makes its archives meanwhile: the ~10 ms of a git process
+    are not added to it). Never raises: what cannot be found is None."""
     reported = _REPORTED.get()
     if reported is not None:
         return reported
-    return Provenance(
-        git_commit=git_commit(os.getcwd()),
+    known = Provenance(
         function_qualname=_function_names(sources),
         jax_version=_installed("jax"),
         jaxlib_version=_installed("jaxlib"),
         host=_bounded(socket.gethostname(), "host"),
         user=_bounded(_user(), "user"),
     )
+    commit: list[str | None] = [None]
+    try:
+        directory = os.getcwd()
+    except OSError:  # the working directory was removed
+        return known
+    thread = threading.Thread(
+        target=lambda: commit.__setitem__(0, git_commit(directory)),
+        name="jaxport-git-provenance",
+        daemon=True,
+    )
+    thread.start()
+
+    def provenance() -> Provenance:
+        thread.join(GIT_TIMEOUT + 1.0)
+        return dataclasses.replace(known, git_commit=commit[0])
+
+    return provenance
 
 
 def git_commit(directory: str) -> str | None:
-    """``git rev-parse HEAD`` in ``directory`` with ``-dirty`` appended when tracked files
-    differ from it (``git status --porcelain --untracked-files=no``); None without git, outside
-    a work tree, or when git does not answer within ``GIT_TIMEOUT`` seconds."""
-    head = _git(directory, "rev-parse", "HEAD")
-    if head is None or not _COMMIT.fullmatch(head):
+    """The commit checked out in ``directory`` (``HEAD``), with ``-dirty`` appended when
+    tracked files differ from it: one ``git status --porcelain=v2 --branch
+    --untracked-files=no`` (its ``# branch.oid`` line, and any entry line); None without git,
+    outside a work tree, before the first commit, or when git does not answer within
+    ``GIT_TIMEOUT`` seconds."""
+    if not _in_work_tree(directory):
+        return None  # no process started: a push outside a work tree pays nothing
+    status = _git(directory, "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    if status is None:
         return None
-    status = _git(directory, "status", "--porcelain", "--untracked-files=no")
-    if status is None or not status:
+    lines = status.splitlines()
+    head = next((ln.split()[-1] for ln in lines if ln.startswith("# branch.oid ")), "")
+    if not _COMMIT.fullmatch(head):  # "(initial)": no commit yet
+        return None
+    if all(ln.startswith("#") for ln in lines):
         return head
     return head[: LIMITS["git_commit"] - len(_DIRTY)] + _DIRTY
+
+
+def _in_work_tree(directory: str) -> bool:
+    """Whether ``directory`` or a parent holds ``.git`` (or ``GIT_DIR`` is set): a few
+    ``stat`` calls, where asking git costs a process."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    path = os.path.abspath(directory)
+    while True:
+        if os.path.exists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
 
 
 def _git(directory: str, *args: str) -> str | None:
@@ -333,7 +382,9 @@ def _function_names(sources: Sequence[Any]) -> str | None:
     return _bounded(", ".join(dict.fromkeys(names)), "function_qualname")
 
 
+@functools.cache
 def _installed(package: str) -> str | None:
+    """The installed release of ``package`` (read once a process: a push's hot path)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

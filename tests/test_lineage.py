@@ -25,7 +25,13 @@ import sqlalchemy as sa
 from _server import JAXPORT, admin_token, serving
 
 import jaxport
-from jaxport.registry._lineage import Provenance, capture, check_provenance, git_commit
+from jaxport.registry._lineage import (
+    LineageInput,
+    Provenance,
+    capture,
+    check_provenance,
+    git_commit,
+)
 from jaxport.registry._models import VersionRow
 
 F32 = jnp.float32
@@ -248,9 +254,15 @@ def test_reported_provenance_is_checked(fields):
 
 
 def test_capture_never_fails_without_git(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no git on the path
+    _git(tmp_path, "init", "-q")
+    assert git_commit(str(tmp_path)) is None  # a work tree without a commit yet
+    (tmp_path / "a").write_text("a\n")
+    _git(tmp_path, "add", "a")
+    _git(tmp_path, "commit", "-q", "-m", "a")
+    assert git_commit(str(tmp_path)) is not None
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no git on the path to ask
     monkeypatch.chdir(tmp_path)
-    found = capture([_exported()])
+    found = LineageInput(captured=capture([_exported()])).provenance
     assert found.git_commit is None and found.function_qualname == "sin"
 
 
