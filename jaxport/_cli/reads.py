@@ -22,7 +22,7 @@ from jaxport._cli.common import (
     resolve_variant,
 )
 from jaxport._cli.output import json_option
-from jaxport._errors import UnsupportedFeatureError
+from jaxport._errors import NotFoundError, UnsupportedFeatureError
 
 __all__ = ["diff", "log_cmd", "ls", "pull", "search", "show"]
 
@@ -276,7 +276,10 @@ def show(ctx: CliContext, reference: str, as_json: bool) -> None:
             windows = None
         loads_here = _unloadable_variants(reg, ref)
         gates = reg.gates(ref.name)  # each protected alias, for the version it points at
-        lineage = reg.lineage(f"{ref.name}:{ref.version}", depth=1)  # provenance, source
+        try:
+            lineage = reg.lineage(f"{ref.name}:{ref.version}", depth=1)  # provenance, source
+        except NotFoundError:  # a server older than lineage (or the version just deleted)
+            lineage = None
     document = {"ref": ref, "aliases": aliases, "signatures": signatures, "windows": windows,
                 "loads_here": loads_here, "lineage": lineage, "gates": gates}  # fmt: skip
     emit(as_json, document, ref_panel)
