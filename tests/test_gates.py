@@ -420,12 +420,20 @@ def test_cli_protect_move_override_and_show(db_url, tmp_path):
     text = _cli(env, "show", "vision").stdout
     assert "FAIL  goldens" in text and "@prod -> 1  FAILS" in text
 
+    third = tmp_path / "tan.jaxport"
+    jaxport.save(_exp(jnp.tan, platforms=("cpu", "tpu")), third)
+    pushed = _cli(env, "push", str(third), "--name", "vision", "--alias", "prod", "--alias", "dev")
+    assert pushed.returncode == 1 and "GateError: vision:3 was pushed" in pushed.stderr
+    assert json.loads(_cli(env, "alias", "vision", "--json").stdout)["aliases"] == {
+        "dev": 3,
+        "prod": 1,
+    }
     usage = _cli(env, "alias", "vision", "prod", "2", "--override")
     assert usage.returncode == 2 and "--reason" in usage.stderr
     moved = _cli(env, "alias", "vision", "prod", "2", "--override", "--reason", "rollback")
     assert moved.returncode == 0 and "overridden" in moved.stdout, moved.stderr
     listed = json.loads(_cli(env, "alias", "vision", "--json").stdout)
-    assert listed["aliases"] == {"prod": 2} and listed["gates"][0]["version"] == 2
+    assert listed["aliases"] == {"dev": 3, "prod": 2} and listed["gates"][0]["version"] == 2
     assert _cli(env, "alias", "unprotect", "vision", "prod").returncode == 0
     assert _cli(env, "alias", "vision", "prod", "1").returncode == 0
     assert _cli(env, "alias", "unprotect", "vision", "prod").returncode == 1
