@@ -206,25 +206,27 @@ def test_a_run_hides_what_it_deletes_from_every_read_and_restore_brings_it_back(
 
 
 def test_restore_after_the_period_is_refused_and_gc_purges_and_frees_blobs(registry):
-    _push(registry, "h", 2)
-    gone = registry.get("h:1").digests[0]
+    _push(registry, "h", 3)
+    _push(registry, "k", 1, start=1)  # k:1 holds the archive of h:2
+    gone, shared = registry.get("h:1").digests[0], registry.get("h:2").digests[0]
     registry.set_retention_policy("h", keep_last=1, restore_period=0.0)
-    assert [d.version for d in registry.retain().deleted] == [1]
+    assert [d.version for d in registry.retain().deleted] == [1, 2]
     with pytest.raises(jaxport.ConflictError, match="restore period ended"):
         registry.restore("h", 1)
 
     dry = registry.gc(dry_run=True, min_age=0)
-    assert dry.purged == ("h:1",) and gone in dry.digests and registry.blobs.exists(gone)
+    assert dry.purged == ("h:1", "h:2") and dry.digests == (gone,)
+    assert registry.blobs.exists(gone)  # a dry run removes nothing
     report = registry.gc(min_age=0)
-    assert report.purged == ("h:1",) and gone in report.digests
+    assert report.purged == ("h:1", "h:2") and report.digests == (gone,)
     assert not registry.blobs.exists(gone)
-    assert registry.blobs.exists(registry.get("h:2").digests[0])
+    assert registry.blobs.exists(shared) and registry.pull("k:1") is not None
     purges = [e for e in registry.events(limit=10) if e.kind == "purge"]
-    assert [(e.name, e.version) for e in purges] == [("h", 1)]
+    assert sorted((e.name, e.version) for e in purges) == [("h", 1), ("h", 2)]
     with pytest.raises(jaxport.NotFoundError):
         registry.restore("h", 1)
     assert registry.gc(min_age=0).purged == ()
-    assert registry.push(_exp(FUNS[0]), "h").version == 3  # numbers are never reused
+    assert registry.push(_exp(FUNS[0]), "h").version == 4  # numbers are never reused
     assert registry.verify().missing == ()
 
 
