@@ -345,6 +345,8 @@ class RegistryWrites:
         self, *, dry_run: bool = False, min_age: float = 3600.0, temp_age: float = 3600.0
     ) -> GcReport:
         """Removes blobs nothing refers to, and stale temporary files; ``dry_run`` only reports.
+        First it removes for good the versions a retention run deleted whose restore period
+        is over (``GcReport.purged``; one ``purge`` event each), so their blobs go too.
 
         Safe beside concurrent pushes at any ``min_age`` and ``temp_age`` (see
         ``registry/_publish.py``): a temporary file of a push in flight is never removed.
