@@ -91,6 +91,7 @@ class GateCheck:
         gates: the alias's gates.
         version: the version evaluated (None: the alias points nowhere; nothing evaluated).
         results: each gate's outcome, in gate order.
+        passed: every gate passed (False where no version was evaluated).
         evidence: the stored facts relied on: ``audits`` (dicts of ``id``, ``digest``,
             ``jax_version``, ``platform``, ``status``), ``signatures`` (``digest``, ``signer``,
             ``bundle_digest``), ``examples`` (``digest``, ``count``, or None).
@@ -100,11 +101,12 @@ class GateCheck:
     version: int | None
     results: tuple[GateResult, ...]
     evidence: dict[str, Any]
+    #: Every gate passed (False where no version was evaluated); derived, sent in JSON.
+    passed: bool = dataclasses.field(init=False)
 
-    @property
-    def passed(self) -> bool:
-        """Every gate passed (False where no version was evaluated)."""
-        return self.version is not None and all(r.passed for r in self.results)
+    def __post_init__(self) -> None:
+        passed = self.version is not None and all(r.passed for r in self.results)
+        object.__setattr__(self, "passed", passed)
 
     @property
     def failures(self) -> tuple[tuple[str, str], ...]:

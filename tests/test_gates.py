@@ -416,7 +416,7 @@ def test_cli_protect_move_override_and_show(db_url, tmp_path):
     shown = _cli(env, "show", "vision", "--json")
     (gate,) = json.loads(shown.stdout)["gates"]
     assert gate["version"] == 1 and gate["gates"]["alias"] == "prod"
-    assert [r["passed"] for r in gate["results"]] == [False] * 6
+    assert [r["passed"] for r in gate["results"]] == [False] * 6 and gate["passed"] is False
     text = _cli(env, "show", "vision").stdout
     assert "FAIL  goldens" in text and "@prod -> 1  FAILS" in text
 
