@@ -8,7 +8,14 @@ import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jaxport import InvalidNameError
+from jaxport import (
+    CorruptArchiveError,
+    DuplicateVariantError,
+    InvalidNameError,
+    NotFoundError,
+    UnsupportedFeatureError,
+    UnsupportedVersionError,
+)
 from jaxport.registry._backend import Backend
 from jaxport.registry._fleet_rescue import (
     RESCUE_DERIVATION,
@@ -109,8 +116,12 @@ class RegistryRescue:
         rescued, refusals = list(report.rescued), list(refused)
         environments = _environments(python)
         for (name, version), group in _by_version(todo).items():
-            ref = self._backend.get(f"{name}:{version}")
-            done, said = rescue_version(self._registry(), ref, group, environments, timeout)
+
+            def work(name: str = name, version: int = version, group: Any = group) -> Any:
+                ref = self._backend.get(f"{name}:{version}")
+                return rescue_version(self._registry(), ref, group, environments, timeout)
+
+            done, said = _one_version(name, version, work)
             rescued.extend([done] if done is not None else [])
             refusals.extend(said)
         return _replace(report, rescued=tuple(rescued), refusals=tuple(refusals))
@@ -129,7 +140,10 @@ def rescue_job(
     Raises:
         NotFoundError: the version is gone.
     """
-    ref = registry.get(f"{name}:{version}")
+    try:
+        ref = registry.get(f"{name}:{version}")
+    except NotFoundError:
+        return None, [RescueRefusal(name, version, "the version is gone", digest)]
     found = [v for v in ref.variants if v.digest == digest]
     if not found:
         return None, [RescueRefusal(name, version, "no such variant any more", digest)]
@@ -139,13 +153,38 @@ def rescue_job(
     base = _earlier_rescue(registry, ref)
     if base is not None and digest not in base.digests:
         return None, []  # an earlier job re-exported it already
-    return rescue_version(registry, ref, [candidate], _environments(python), timeout, base=base)
+    interpreter = _environments(python)
+    return _one_version(
+        name,
+        version,
+        lambda: rescue_version(registry, ref, [candidate], interpreter, timeout, base=base),
+    )
+
+
+#: What refuses one version's rescue and lets the run go on to the next: the version deleted
+#: meanwhile, a corrupt blob, an archive or push this jaxport cannot take. Others (the database
+#: or server unreachable, a token's permissions) end the run.
+_VERSION_REFUSALS = (
+    NotFoundError, CorruptArchiveError, DuplicateVariantError, UnsupportedFeatureError,
+    UnsupportedVersionError, InvalidNameError,
+)  # fmt: skip
+
+
+def _one_version(
+    name: str,
+    version: int,
+    work: Callable[[], tuple[RescuedVersion | None, builtins.list[RescueRefusal]]],
+) -> tuple[RescuedVersion | None, builtins.list[RescueRefusal]]:
+    """``work()``, the rescue of ``name:version``; what ``_VERSION_REFUSALS`` raise is that
+    version's refusal."""
+    try:
+        return work()
+    except _VERSION_REFUSALS as e:
+        return None, [RescueRefusal(name, version, f"{type(e).__name__}: {e}"[:600])]
 
 
 def _earlier_rescue(registry: Registry, ref: Ref) -> Ref | None:
     """The version the newest ``rescue`` event of ``ref`` pushed, if it is still stored."""
-    from jaxport import NotFoundError
-
     for event in registry.events(name=ref.name, limit=10_000):
         if event.kind == RESCUE_DERIVATION and event.detail.get("source") == str(ref):
             try:

@@ -139,6 +139,13 @@ def test_refused_before_anything_runs(registry):
     assert c.why == "HloSharding-only"
     ignored = registry.rescue("2026-01-01", prefix="mesh", jax="0.11.2", dry_run=True)
     assert "jax 0.11.2 ignores that form" in ignored.refusals[0].reason
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_compat, "jax_versions", lambda: ("0.8.0", "0.8.0"))
+        params = {"w": np.ones((3,), np.float32)}
+        model = jaxport.Model(params, lambda p, x: x * p["w"], [_SPEC]).dumps()
+    registry.push(model, "mdl")
+    (refused,) = registry.rescue(DATE, prefix="mdl", dry_run=True).refusals
+    assert refused.reason.startswith("a model: fleet rescue re-exports functions only")
     with pytest.raises(jaxport.InvalidNameError):
         registry.rescue("next week")
     with pytest.raises(jaxport.InvalidNameError):
@@ -222,6 +229,17 @@ def test_hlo_sharding_only_variants_get_named_shardings(registry):
     assert all(s is not None for s in (*exp._in_named_shardings, *exp._out_named_shardings))
     (finding,) = registry.audit(f"mesh:{done.rescued}", platform="cpu")  # placed on 2 devices
     assert finding.status == "ok" and "matches 1 example" in finding.reason
+
+
+def test_a_corrupt_blob_refuses_its_version_and_the_run_goes_on(registry, tmp_path):
+    broken = registry.push(_written_by(_export()), "a-broken")
+    registry.push(_written_by(_export(jnp.cos)), "b-fine")
+    (path,) = [p for p in (tmp_path / "blobs").rglob("*") if p.name == broken.digests[0]]
+    path.write_bytes(b"not the archive")
+    report = registry.rescue(DATE, python=PYTHON)
+    assert [r.name for r in report.rescued] == ["b-fine"]
+    (refusal,) = report.refusals
+    assert refusal.name == "a-broken" and refusal.reason.startswith("IntegrityError: ")
 
 
 def test_a_child_that_cannot_read_is_a_refusal(registry, tmp_path):
