@@ -280,8 +280,9 @@ def test_rescue_through_a_server(db_url, tmp_path):
     blobs = str(tmp_path / "blobs")
     with jaxport.Registry(db_url, blobs=blobs, upgrade=True) as reg:
         exp = _export()
-        reg.push(_written_by(exp), "a-enc", aliases=["prod"], examples=_golden(exp))
+        reg.push(_written_by(exp), "a-enc", aliases=["prod", "gated"], examples=_golden(exp))
         reg.push(_written_by(exp), "b-enc", aliases=["prod"])
+        reg.protect("a-enc", "gated", require_audit="ok")
     writer = admin_token(db_url, blobs, "team-a", scope="write", prefixes=["a-"])
     with serving(db_url, blobs, tmp_path / "serve.log") as server:
         with jaxport.Registry(server.url, token=writer) as remote:
@@ -289,6 +290,9 @@ def test_rescue_through_a_server(db_url, tmp_path):
             (done,) = report.rescued
             assert (done.name, done.rescued, done.aliases_moved) == ("a-enc", 2, ("prod",))
             assert done.variants[0].check == "golden"
+            (gate,) = report.refusals  # the server checked the gates: 409, a GateError here
+            assert gate.alias == "gated" and gate.reason.startswith("GateError: ")
+            assert remote.aliases("a-enc") == {"prod": 2, "gated": 1}
             (event,) = [e for e in remote.events(name="a-enc") if e.kind == "rescue"]
             assert event.actor == "team-a" and event.detail["source"] == "a-enc:1"
             with pytest.raises(jaxport.UnsupportedFeatureError, match="the audit queue"):
