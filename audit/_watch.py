@@ -13,7 +13,8 @@ an ``AuditError`` naming the index (without user info) and what was wrong. A rel
 files' version; it is yanked when every file is, pre- or dev-release as ``packaging`` says.
 
 **The judgement** (``release_verdict``) is the static audit (``_static.static_verdict``) with
-capabilities projected from the installed jax's to the release (``projected_capabilities``):
+the release's own capabilities where its audit environment is ready (the registry asks one
+worker there), else capabilities projected from the installed jax's (``projected_capabilities``):
 what a release number decides without installing it. The same reader (an audit environment
 installs this jaxport), the installed jax's platforms and custom-call targets (a newer jaxlib
 keeps what an older one registers: the full audit measures it), the calling conventions the

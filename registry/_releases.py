@@ -117,7 +117,7 @@ def judge_all(
 
 
 def _static_pass(
-    engine: Engine, base: Capabilities, release: IndexRelease, now: float
+    engine: Engine, base: Capabilities, release: IndexRelease, now: float, source: str = ""
 ) -> tuple[ReleaseSummary, list[QueuedJob]]:
     from jaxport.audit._internal import projected_capabilities, release_day, release_verdict
 
@@ -146,8 +146,33 @@ def _static_pass(
         rescue=counts["rescue"], expiring=dict(sorted(expiring.items())),
         refusals=dict(refusals.most_common(_REASONS)), enqueued=0, queue="",
         seconds=time.perf_counter() - start,
+        judged_by=source or _judged_by(base, release.version),
     )  # fmt: skip
     return summary, jobs
+
+
+def _judged_by(base: Capabilities, release: str) -> str:
+    if base.jax_version == release:
+        return f"the installed jax {release}'s capabilities"
+    return f"the installed jax {base.jax_version}'s capabilities projected to {release}"
+
+
+def _base_for(release: str, installed: Capabilities) -> tuple[Capabilities, str]:
+    """The capabilities to judge ``release`` by: those of its audit environment where one is
+    ready under ``$JAXPORT_HOME/envs`` (asked of one worker there), else the installed jax's.
+    An environment whose worker does not answer is passed over (the installed jax's serve)."""
+    from jaxport import AuditError, NotFoundError
+    from jaxport.audit import cached_environment, worker_capabilities
+    from jaxport.registry._config import default_home
+
+    python = cached_environment(release, default_home())
+    if python is None:
+        return installed, ""
+    try:
+        caps = worker_capabilities(python)
+    except (AuditError, NotFoundError):
+        return installed, ""
+    return caps, f"the capabilities of its audit environment (jax {caps.jax_version})"
 
 
 def _jobs(row: Any, release: str) -> list[QueuedJob]:
@@ -206,7 +231,8 @@ def watch(
     for release in new:
         if release.package != "jax" or base is None:
             continue
-        summary, jobs = _static_pass(engine, base, release, now)
+        caps, source = _base_for(release.version, base)
+        summary, jobs = _static_pass(engine, caps, release, now, source)
         if dry_run:
             queue = "dry run: nothing enqueued"
             added = 0

@@ -34,6 +34,9 @@ class ReleaseSummary:
         enqueued: full audit jobs added to the queue (a job already waiting is not counted);
             ``queue``: what happened to the full audits, in words.
         seconds: the static pass's duration.
+        judged_by: whose capabilities the static pass applied: the release's own (its audit
+            environment is ready here, or it is the installed jax), or the installed jax's
+            projected to it (``audit._watch.projected_capabilities``).
     """
 
     version: str
@@ -48,6 +51,7 @@ class ReleaseSummary:
     enqueued: int
     queue: str
     seconds: float
+    judged_by: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

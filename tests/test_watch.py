@@ -222,6 +222,10 @@ def test_watch_judges_each_new_release_once(registry, index):
     assert (summary.version, summary.published, summary.variants) == ("0.12.1", "2026-11-20", 3)
     assert (summary.ok, summary.expires, summary.refused, summary.rescue) == (3, 0, 0, 0)
     assert "jaxport audit run --jax 0.12.1" in summary.queue and summary.enqueued == 0
+    assert (
+        summary.judged_by
+        == f"the installed jax {jax.__version__}'s capabilities projected to 0.12.1"
+    )
 
     index.announce("jax", "0.13.0", "2027-01-20T10:00:00Z")  # past every window
     index.announce("jax", "0.13.1rc1", "2027-02-01T10:00:00Z")
@@ -258,6 +262,19 @@ def test_static_refusals_and_rescue(registry, index):
     assert rows[ok].outlook == "ok" and rows[hlo_only].outlook == "refused"
     assert "HloSharding" in rows[hlo_only].reason
     assert rows[hlo_only].window_ends == "2026-07-29"  # 0.8.3: 2026-01-29 + 6 months
+
+
+def test_a_ready_environment_gives_the_release_its_own_capabilities(registry, index, tmp_path):
+    """A release whose audit environment is ready here is judged by asking a worker there (an
+    environment whose interpreter is this one, standing for jax 0.12.1's)."""
+    from jaxport.registry import default_home
+
+    _push_three(registry)
+    _ready_environment(default_home(), "0.12.1")
+    index.announce("jax", "0.12.1", "2026-11-20T10:00:00Z")
+    (summary,) = registry.watch_jax(index_url=index.url, dry_run=True).releases
+    assert summary.judged_by == f"the capabilities of its audit environment (jax {jax.__version__})"
+    assert (summary.ok, summary.refused) == (3, 0)
 
 
 def test_forecast_from_findings_and_the_newest_release(registry, index):
