@@ -37,6 +37,8 @@ def _release(s: Any) -> Any:
         f"{s.seconds:.2f} s",
         f"  stay ok {s.ok}, expire {s.expires}, refused {s.refused}, need rescue {s.rescue}",
     ]
+    if s.judged_by:
+        lines.append(f"  judged by {s.judged_by}")
     dates = list(s.expiring.items())
     for day, n in dates[:_DATES]:
         lines.append(f"  {n} expire(s): window ended {day}")
