@@ -31,6 +31,18 @@ class _AliasGroup(click.Group):
         return super().parse_args(ctx, [MOVE, *args])
 
 
+class _MoveContext(click.Context):
+    """The move form's context: its usage and hints name ``jaxport alias``, as it is typed."""
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path if self.parent is not None else super().command_path
+
+
+class _MoveCommand(click.Command):
+    context_class = _MoveContext
+
+
 @click.group(cls=_AliasGroup, context_settings=CONTEXT)
 def alias() -> None:
     """Move, remove or list aliases; protect them with gates.
@@ -47,7 +59,7 @@ def alias() -> None:
     """
 
 
-@alias.command(MOVE, hidden=True)
+@alias.command(MOVE, cls=_MoveCommand, hidden=True)
 @click.argument("name")
 @click.argument("alias_name", metavar="ALIAS", required=False)
 @click.argument("version", type=click.IntRange(min=1), required=False)
