@@ -200,6 +200,19 @@ def test_index_url_follows_pip(monkeypatch, tmp_path):
     assert _watch.index_url() == _watch.DEFAULT_INDEX
 
 
+def test_an_index_that_hangs_is_given_up(index, monkeypatch):
+    original = index.page
+
+    def slow(package: str) -> tuple[int, str, bytes]:
+        time.sleep(2)
+        return original(package)
+
+    monkeypatch.setattr(index, "page", slow)
+    monkeypatch.setattr(_watch, "TIMEOUT", 0.3)
+    with pytest.raises(AuditError, match="cannot be read: ReadTimeout"):
+        _watch.read_releases(index.url, "jax")
+
+
 def test_unreachable_or_non_http_index(index):
     with pytest.raises(AuditError, match="http"):
         _watch.read_releases("file:///opt/pypi/simple", "jax")
