@@ -90,14 +90,14 @@ if TYPE_CHECKING:
     from jaxport.registry import GateCheck as GateCheck
     from jaxport.registry import GateResult as GateResult
     from jaxport.registry import GcReport as GcReport
+    from jaxport.registry import Lineage as Lineage
+    from jaxport.registry import LineageNode as LineageNode
     from jaxport.registry import NewToken as NewToken
+    from jaxport.registry import Provenance as Provenance
     from jaxport.registry import PushResult as PushResult
     from jaxport.registry import QueuedJob as QueuedJob
     from jaxport.registry import QueuedRescue as QueuedRescue
     from jaxport.registry import Ref as Ref
-    from jaxport.registry import Lineage as Lineage
-    from jaxport.registry import LineageNode as LineageNode
-    from jaxport.registry import Provenance as Provenance
     from jaxport.registry import Registry as Registry
     from jaxport.registry import Rejection as Rejection
     from jaxport.registry import ReleaseSummary as ReleaseSummary

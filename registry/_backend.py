@@ -376,9 +376,7 @@ class Backend(abc.ABC):
         """A version's golden examples blob (``registry/_golden.py``), None without one."""
 
     @abc.abstractmethod
-    def record_event(
-        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
-    ) -> Event:
+    def record_event(self, kind: str, name: str, version: int, detail: Mapping[str, Any]) -> Event:
         """Appends an event of a write made of other writes (a ``rescue``: its push and
         alias moves recorded theirs), by the current actor; the server takes ``rescue``
         only, for a name its token may write."""

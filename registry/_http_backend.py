@@ -301,9 +301,7 @@ class HttpBackend(Backend):
             return None
         return download(self._http, f"{path}/blob", str(digest), DEFAULT_MAX_READ)
 
-    def record_event(
-        self, kind: str, name: str, version: int, detail: Mapping[str, Any]
-    ) -> Event:
+    def record_event(self, kind: str, name: str, version: int, detail: Mapping[str, Any]) -> Event:
         if kind != "rescue":
             self.lacks(f"recording a {kind!r} event")
         body = {"name": name, "version": version, "detail": dict(detail)}

@@ -14,8 +14,9 @@ its public names: the one private module of ``jaxport.registry`` another package
 - The CLI's reading of its configuration (``RegistryConfig``, ``safe_url``, ``is_server_url``,
   ``sqlite_file``, ``check_sqlite_directory``), ``jaxport db`` (``schema_revision``,
   ``upgrade_database``), digests as the CLI prints them (``DIGEST_PREFIX``,
-  ``SHORT_DIGEST_HEX``), and a version's ``content_key`` (migration 0005). These load on first
-  use (``jaxport._lazy``): importing this module imports no SQLAlchemy for them.
+  ``SHORT_DIGEST_HEX``), a version's ``content_key`` (migration 0005), and retention's
+  durations (``parse_duration``, ``format_duration``, ``DEFAULT_RESTORE_PERIOD``). These load
+  on first use (``jaxport._lazy``): importing this module imports no SQLAlchemy for them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._registry import Registry
+    from jaxport.registry._retention_types import DEFAULT_RESTORE_PERIOD as DEFAULT_RESTORE_PERIOD
+    from jaxport.registry._retention_types import format_duration as format_duration
+    from jaxport.registry._retention_types import parse_duration as parse_duration
     from jaxport.registry._sql import SqlBackend
     from jaxport.registry._types import SHORT_DIGEST_HEX as SHORT_DIGEST_HEX
 

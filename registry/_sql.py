@@ -22,8 +22,6 @@ from jaxport import SchemaVersionError, __version__
 from jaxport.migrations import HEAD
 from jaxport.registry import _db, _queue, _uploads, _workdirs
 from jaxport.registry._aliases import Aliases
-from jaxport.registry._gate_types import AliasGates, GateCheck
-from jaxport.registry._gates import Gates
 from jaxport.registry._backend import Backend, PushOptions, Rules
 from jaxport.registry._blobs import BlobStore, open_blob_store
 from jaxport.registry._config import (
@@ -36,6 +34,8 @@ from jaxport.registry._config import (
 from jaxport.registry._event_log import EventLog
 from jaxport.registry._events import Event
 from jaxport.registry._findings import Findings
+from jaxport.registry._gate_types import AliasGates, GateCheck
+from jaxport.registry._gates import Gates
 from jaxport.registry._lineage import Lineage
 from jaxport.registry._lineage_store import lineage_of
 from jaxport.registry._maintenance import Maintenance

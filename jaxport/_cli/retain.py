@@ -20,7 +20,7 @@ def _duration(ctx: click.Context, param: click.Parameter, text: str | None) -> f
     if text is None:
         return None
     from jaxport._errors import InvalidNameError
-    from jaxport.registry._retention_types import parse_duration
+    from jaxport.registry._internal import parse_duration
 
     try:
         return parse_duration(text)
@@ -89,7 +89,7 @@ def policy_set(
 ) -> None:
     """Set the retention policy of the names starting with PREFIX (aliased versions are
     always kept)."""
-    from jaxport.registry._retention_types import DEFAULT_RESTORE_PERIOD
+    from jaxport.registry._internal import DEFAULT_RESTORE_PERIOD
 
     period = DEFAULT_RESTORE_PERIOD if restore_period is None else restore_period
     with ctx.registry() as reg:
@@ -141,7 +141,7 @@ def restore(ctx: CliContext, reference: str, as_json: bool) -> None:
 
 
 def _policy_text(p: Any) -> str:
-    from jaxport.registry._retention_types import format_duration
+    from jaxport.registry._internal import format_duration
 
     rules = []
     if p.keep_last is not None:
