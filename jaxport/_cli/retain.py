@@ -50,8 +50,31 @@ def retain(
     ctx = click_ctx.find_object(CliContext)
     assert ctx is not None
     with ctx.registry() as reg:
+        _check_a_policy_applies(reg.retention_policies(), prefix)
         plan = reg.retain(prefix, dry_run=dry_run)
     emit(as_json, plan, lambda p: _plan_text(p, verbose))
+
+
+def _check_a_policy_applies(policies: list[Any], prefix: str | None) -> None:
+    """A run that no policy could apply to is a mistake to say, not an empty plan (the
+    queue's periodic run, which calls ``Registry.retain`` itself, stays quiet).
+
+    Raises:
+        NotFoundError: no policy at all, or none for a name starting with ``prefix``.
+    """
+    from jaxport._errors import NotFoundError
+
+    if not policies:
+        raise NotFoundError(
+            "no retention policies, so nothing to apply: set one first "
+            "(jaxport retain policy set PREFIX --keep-last N)"
+        )
+    if prefix is not None and not any(
+        p.prefix.startswith(prefix) or prefix.startswith(p.prefix) for p in policies
+    ):
+        known = ", ".join(repr(p.prefix) for p in policies)
+        raise NotFoundError(f"no retention policy applies to names starting with {prefix!r}; "
+                            f"policies: {known}")  # fmt: skip
 
 
 @retain.group("policy", context_settings=CONTEXT)
@@ -97,7 +120,9 @@ def policy_set(
             prefix, keep_last=keep_last, keep_younger_than=keep_younger,
             keep_ok_per_target=keep_ok, restore_period=period,
         )  # fmt: skip
-    emit(as_json, stored, lambda p: f"policy {p.prefix!r}: {_policy_text(p)}")
+    from jaxport._cli.wrap import fit
+
+    emit(as_json, stored, lambda p: fit(f"policy {p.prefix!r}: {_policy_text(p)}"))
 
 
 @policy.command("ls")
@@ -126,7 +151,8 @@ def policy_rm(ctx: CliContext, prefix: str, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def restore(ctx: CliContext, reference: str, as_json: bool) -> None:
-    """Bring back a version a retention run deleted (within its restore period)."""
+    """Bring back NAME:VERSION, a version a retention run deleted, within its restore period
+    (after it, or once gc purged it, exit 1)."""
     from jaxport.registry import parse_reference
 
     ref = parse_reference(reference)
@@ -155,22 +181,25 @@ def _policy_text(p: Any) -> str:
 
 
 def _policies_text(policies: list[Any]) -> str:
+    from jaxport._cli.wrap import fit_lines
+
     if not policies:
         return "no retention policies (jaxport retain policy set PREFIX ...)"
-    return "\n".join(f"{p.prefix}  {_policy_text(p)}" for p in policies)
+    return fit_lines([f"{p.prefix}  {_policy_text(p)}" for p in policies])
 
 
 def _plan_text(plan: Any, verbose: bool) -> str:
-    from jaxport._cli.output import iso_time
+    from jaxport._cli.render import local_time
+    from jaxport._cli.wrap import fit_lines
 
     verb = "would delete" if plan.dry_run else "deleted"
     names = len({d.name for d in plan.deleted})
     lines = [f"{verb} {len(plan.deleted)} version(s) of {names} name(s)"]
     for d in plan.deleted:
-        until = f", restorable until {iso_time(d.restorable_until)}" if not plan.dry_run else ""
+        until = f"; restorable until {local_time(d.restorable_until)}" if not plan.dry_run else ""
         lines.append(f"  {d.name}:{d.version}  ({d.policy}) {'; '.join(d.rules)}{until}")
     more = "" if verbose else " (-v lists them)"
     lines.append(f"kept {len(plan.kept)} version(s){more}")
     if verbose:
         lines += [f"  {d.name}:{d.version}  ({d.policy}) {'; '.join(d.rules)}" for d in plan.kept]
-    return "\n".join(lines)
+    return fit_lines(lines)
