@@ -135,10 +135,12 @@ def shown_url(url: str) -> str:
     """``url`` without user info, query or fragment (an index URL may carry a password)."""
     try:
         parsed = httpx.URL(url)
-        port = f":{parsed.port}" if parsed.port else ""
-        return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
     except Exception:
         return "<index>"
+    if not (parsed.scheme and parsed.host):  # not a URL: as given, unless it may hold a secret
+        return "<index>" if "@" in url else url[:200]
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
 
 
 def read_releases(
@@ -155,8 +157,16 @@ def read_releases(
         AuditError: the index cannot be reached, or answered anything but a PEP 691 page
             within the limits (module docstring): the message names the index and the fault.
     """
-    if not url.startswith(("http://", "https://")):
-        raise AuditError(f"the package index must be an http(s) URL, got {shown_url(url)!r}")
+    try:
+        parsed: httpx.URL | None = httpx.URL(url)
+    except httpx.InvalidURL:  # e.g. http://[::1
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        shown = shown_url(url)
+        got = "one that does not parse" if shown == "<index>" else repr(shown)
+        raise AuditError(
+            f"the package index must be an http(s) URL such as https://pypi.org/simple/, got {got}"
+        )
     where = f"the package index {shown_url(url)}"
     page = url.rstrip("/") + f"/{package}/"
     own = client is None
@@ -183,7 +193,7 @@ def _fetch(client: httpx.Client, page: str, where: str) -> bytes:
                     f"{kind[:60]!r}, not {_ACCEPT}"
                 )
             return _bounded(answer.iter_bytes(), where)
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
         raise AuditError(f"{where} cannot be read: {type(e).__name__}") from None
 
 

@@ -75,7 +75,8 @@ def check_queue_schema(conn: Connection) -> None:
     if conn.dialect.name != "postgresql":
         raise UnsupportedFeatureError(
             f"the audit queue needs a PostgreSQL registry, this one is {conn.dialect.name}: "
-            "audit in this process instead (`jaxport audit`, without --enqueue)"
+            "run the work in this process instead (`jaxport audit run`, or `jaxport rescue` "
+            "without --enqueue)"
         )
     if procrastinate_version() is None:
         raise UnsupportedFeatureError(

@@ -9,6 +9,7 @@ findings the plan reads are written as stored audits would write them (no audit 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -262,7 +263,8 @@ def test_cli_retain_policies_dry_run_run_and_restore(db_url, tmp_path):
     assert "cli.m:3  (cli.) last 2" in _run(env, "retain", "--dry-run", "-v").stdout
 
     done = json.loads(_run(env, "retain", "--json").stdout)
-    assert not done["dry_run"] and done["deleted"][0]["restorable_until"] > time.time()
+    until = datetime.datetime.fromisoformat(done["deleted"][0]["restorable_until"])
+    assert not done["dry_run"] and until.timestamp() > time.time()  # ISO 8601, as every time
     assert "cli.m:1" not in _run(env, "ls", "cli.m").stdout
     assert json.loads(_run(env, "restore", "cli.m:1", "--json").stdout)["version"] == 1
     assert _run(env, "restore", "cli.m:1", code=1).stderr.startswith("ConflictError: ")

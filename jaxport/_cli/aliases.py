@@ -9,6 +9,8 @@ subcommand is reached through the hidden command: ``jaxport alias _move protect 
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from jaxport._cli.common import CONTEXT, CliContext, emit, pass_ctx
@@ -50,7 +52,7 @@ def alias() -> None:
     \b
     jaxport alias NAME ALIAS VERSION     point NAME@ALIAS at VERSION
     jaxport alias NAME ALIAS --remove    remove NAME@ALIAS
-    jaxport alias NAME                   where each alias points, its gates, every move
+    jaxport alias NAME                   where its aliases point, gates, moves
     jaxport alias protect NAME ALIAS ... gate the moves of NAME@ALIAS (admin)
     jaxport alias unprotect NAME ALIAS   remove its gates (admin)
 
@@ -162,7 +164,16 @@ def protect(
             name, alias_name, require_signature=require_signature, require_audit=require_audit,
             jax=jax_releases, platforms=platforms, require_goldens=require_goldens,
         )  # fmt: skip
-    emit(as_json, gates, lambda g: f"protected {name}@{alias_name}: " + "; ".join(g.describe()))
+        unset = alias_name not in reg.aliases(name)
+    from jaxport._cli.wrap import fit
+
+    def said(g: Any) -> str:
+        text = fit(f"protected {name}@{alias_name}: " + "; ".join(g.describe()))
+        if unset:  # protecting ahead of the first move is allowed; a typo shows here
+            text += f"\n{name}@{alias_name} points at no version yet: its first move is gated"
+        return text
+
+    emit(as_json, gates, said)
 
 
 @alias.command()

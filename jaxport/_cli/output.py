@@ -112,8 +112,8 @@ def iso_time(seconds: float) -> str:
 
 
 def to_json(data: Any) -> Any:
-    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at`` and
-    ``at`` -> ISO.
+    """``data`` (dataclasses, tuples, dicts, scalars) as plain JSON values; ``*_at``, ``at``
+    and ``*_until`` (Unix seconds) -> ISO.
 
     A model's ``ArchiveInfo`` or ``VariantInfo`` (``kind == "model"``) leaves out the
     ``FUNCTION_ONLY`` fields, which a model leaves empty (its methods have their own).
@@ -131,7 +131,7 @@ def to_json(data: Any) -> Any:
 
 
 def _field(key: str, value: Any) -> Any:
-    moment = key == "at" or key.endswith("_at")
+    moment = key == "at" or key.endswith(("_at", "_until"))
     if moment and isinstance(value, int | float) and not isinstance(value, bool):
         return iso_time(value)
     return to_json(value)

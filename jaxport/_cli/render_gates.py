@@ -9,7 +9,9 @@ __all__ = ["gates_text", "with_gates"]
 
 def gates_text(checks: list[Any]) -> str:
     """Each protected alias's gates and their state for the version it points at: one line
-    per alias, then one per gate (``pass``/``FAIL`` and why)."""
+    per alias, then one per gate (``pass``/``FAIL`` and why), each within 80 columns."""
+    from jaxport._cli.wrap import fit_lines
+
     lines = []
     for c in checks:
         where = "points nowhere" if c.version is None else f"-> {c.version}"
@@ -18,7 +20,7 @@ def gates_text(checks: list[Any]) -> str:
         for r in c.results:
             target = f" {r.target}" if r.target else ""
             lines.append(f"  {'pass' if r.passed else 'FAIL'}  {r.gate}{target}: {r.reason}")
-    return "\n".join(lines)
+    return fit_lines(lines)
 
 
 def with_gates(rendered: Any, checks: list[Any]) -> Any:

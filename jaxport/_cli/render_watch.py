@@ -54,12 +54,13 @@ def forecast_table(rows: list[Any]) -> Table:
     """``audit forecast``: one row per variant, in registry order. "runs on" the releases
     full audits found it ok under (the newest, and how many more), "window ends" jax's
     promise for it, the last column what the newest release the watcher saw says. Fits 80
-    columns (every release and the reasons are in ``--json``)."""
+    columns: the variant's digest goes under its name, so "runs on" keeps its room (every
+    release and the reasons are in ``--json``)."""
     newest = next((r.newest_release for r in rows if r.newest_release), None)
     table = Table(
-        Column("variant", no_wrap=True),
+        Column("variant", overflow="fold", min_width=len("sha256:") + 12),
         Column("written", no_wrap=True),
-        Column("runs on"),
+        Column("runs on", no_wrap=True),
         Column("window ends", no_wrap=True),
         Column(f"jax {newest}" if newest else "newest", no_wrap=True),
         title="forecast: " + (f"newest jax seen {newest}" if newest else "no release seen yet "
@@ -67,7 +68,7 @@ def forecast_table(rows: list[Any]) -> Table:
     )  # fmt: skip
     for r in rows:
         table.add_row(
-            f"{r.name}:{r.version} {short_digest(r.digest)}",
+            f"{r.name}:{r.version}\n{short_digest(r.digest)}",
             r.writer,
             _runs_on(r.runs_on),
             r.window_ends or "unknown",

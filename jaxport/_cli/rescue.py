@@ -66,8 +66,9 @@ def fleet_text(report: Any) -> str:
     for r in report.refusals:
         what = f"alias {r.alias}" if r.alias else (r.digest[:12] if r.digest else "")
         lines.append(f"refused {r.name}:{r.version} {what}: {r.reason}")
-    lines.append(report.summary())
-    return "\n".join(lines)
+    from jaxport._cli.wrap import fit_clauses, fit_lines
+
+    return fit_lines(lines + fit_clauses(report.summary()))
 
 
 @click.command("rescue")

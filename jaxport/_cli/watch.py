@@ -14,6 +14,27 @@ from jaxport._cli.output import json_option
 __all__ = ["watch"]
 
 
+def _webhook_urls(
+    ctx: click.Context, param: click.Parameter, urls: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Each ``--webhook`` is an http(s) URL with a host, checked before the index is read: a
+    release recorded as seen is never announced again, so a typo must not cost its event.
+    (The value is not echoed: a webhook URL may carry a secret.)"""
+    from urllib.parse import urlsplit
+
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            fine = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:  # e.g. http://[::1
+            fine = False
+        if not fine:
+            raise click.BadParameter(
+                "expected an http(s) URL such as https://hooks.example.com/jaxport"
+            )
+    return urls
+
+
 @click.command("watch")
 @click.option(
     "--index-url",
@@ -29,6 +50,7 @@ __all__ = ["watch"]
     "webhooks",
     multiple=True,
     metavar="URL",
+    callback=_webhook_urls,
     help="Also POST each new release's event here (repeat), as `jaxport serve --webhook` "
     "does; a registry server sends its own.",
 )
