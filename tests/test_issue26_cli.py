@@ -1,0 +1,222 @@
+"""Issue 26's commands as a newcomer meets them: the installed ``jaxport`` in a subprocess, at
+``COLUMNS=80``, with wrong inputs on purpose. Every list fits 80 columns; every wrong input is
+one line on stderr (``Type: message``, or a usage error), exit 1 or 2, never a traceback.
+
+Each test pins one fix of the review of issue 26's CLI (README "Protected aliases", "Watching
+jax releases", "Fleet rescue", "Retention").
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.export
+import jax.numpy as jnp
+import pytest
+from _server import admin_token, serving
+
+import jaxport
+
+JAXPORT = str(Path(sys.executable).with_name("jaxport"))
+WIDTH = 80
+#: A port nothing listens on: an index there is unreachable.
+NOWHERE = "http://127.0.0.1:9/simple/"
+
+
+def _run(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([JAXPORT, *args], env=env, capture_output=True, text=True, timeout=300)
+    out, err = proc.stdout, proc.stderr
+    assert "Traceback" not in out + err and "sqlalchemy" not in err.lower(), (args, out, err)
+    assert proc.returncode == code, (args, proc.returncode, out, err)
+    return proc
+
+
+def _fits(text: str) -> str:
+    assert text.strip(), text
+    assert max(len(line) for line in text.splitlines()) <= WIDTH, text
+    return text
+
+
+def _one_line(err: str, starts: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1 and err.startswith(starts), err
+    return err
+
+
+def _usage(err: str, says: str) -> None:
+    assert err.startswith("Usage: jaxport") and says in err, err
+
+
+def _env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JAXPORT_", "PIP_"))}
+    return {**base, "COLUMNS": str(WIDTH), "JAX_PLATFORMS": "cpu",
+            "JAXPORT_HOME": str(tmp_path / "home"), "JAXPORT_REGISTRY": db_url,
+            "JAXPORT_BLOBS": str(tmp_path / "blobs")}  # fmt: skip
+
+
+@pytest.fixture
+def env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    """A user of a registry on each backend, at 80 columns."""
+    return _env(db_url, tmp_path)
+
+
+def _push(env: dict[str, str], name: str, *aliases: str, fun=jnp.tanh) -> None:
+    exp = jax.export.export(jax.jit(fun))(jax.ShapeDtypeStruct((3,), jnp.float32))
+    with jaxport.Registry(env["JAXPORT_REGISTRY"], blobs=env["JAXPORT_BLOBS"]) as reg:
+        reg.push(exp, name, aliases=list(aliases))
+
+
+# -- jaxport alias ---------------------------------------------------------------------------
+
+
+def test_alias_help_fits_80_columns(tmp_path):
+    _fits(_run(_env(f"sqlite:///{tmp_path / 'reg.db'}", tmp_path), "alias", "-h").stdout)
+
+
+def test_protect_fits_and_says_when_the_alias_points_nowhere(env, tmp_path):
+    _push(env, "vision-encoder", "prod")
+    gates = ("--require-audit", "ok", "--jax", "0.11.2,0.12.0.1", "--platforms", "cuda,tpu",
+             "--require-goldens")  # fmt: skip
+    said = _fits(_run(env, "alias", "protect", "vision-encoder", "prod", *gates).stdout)
+    assert said.startswith("protected vision-encoder@prod: audit ok on cuda, tpu") and (
+        "no version yet" not in said
+    )
+    typo = _run(env, "alias", "protect", "vision-encoder", "prdo", "--require-goldens").stdout
+    assert "vision-encoder@prdo points at no version yet: its first move is gated" in typo
+    assert json.loads(_run(env, "alias", "vision-encoder", "--json").stdout)["aliases"] == {
+        "prod": 1
+    }
+    shown = _fits(_run(env, "show", "vision-encoder").stdout)
+    assert "@prod -> 1  FAILS: audit ok on cuda, tpu under" in shown
+    assert "@prdo points nowhere: golden examples" in shown
+    refused = _run(env, "alias", "protect", "no-such", "prod", "--require-goldens", code=1)
+    _one_line(refused.stderr, "NotFoundError: no artifact named 'no-such'")
+
+
+# -- jaxport watch ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://[::1", "got one that does not parse"),
+        ("garbage", "got 'garbage'"),
+        ("ftp://user:secret@mirror/simple/", "got 'ftp://mirror/simple/'"),
+        ("http://", "got 'http://'"),
+    ],
+)
+def test_watch_refuses_an_index_url_that_is_no_http_url_in_one_line(tmp_path, url, shown):
+    env = _env(f"sqlite:///{tmp_path / 'reg.db'}", tmp_path)
+    _push(env, "m")
+    err = _run(env, "watch", "--index-url", url, "--dry-run", code=1).stderr
+    _one_line(err, "AuditError: the package index must be an http(s) URL")
+    assert shown in err and "secret" not in err
+    unreachable = _run(env, "watch", "--index-url", NOWHERE, code=1).stderr
+    _one_line(unreachable, "AuditError: the package index http://127.0.0.1:9/simple/ cannot be")
+
+
+def test_watch_checks_each_webhook_before_reading_the_index(env):
+    for hook in ("hooks.example.com/jaxport", "http://[::1", "ftp://hooks/x"):
+        # Were the webhook checked after the index, this would be the index's AuditError.
+        err = _run(env, "watch", "--index-url", NOWHERE, "--webhook", hook, code=2).stderr
+        _usage(err, "Invalid value for '--webhook': expected an http(s) URL")
+        assert "[::1" not in err and "ftp" not in err  # a webhook URL may hold a secret
+
+
+# -- jaxport audit forecast ------------------------------------------------------------------
+
+
+def test_forecast_keeps_every_column_within_80(env):
+    _push(env, "vision-encoder-int8-distilled")
+    _push(env, "a-much-longer-name-than-any-column-has-room-for-in-eighty", fun=jnp.sin)
+    text = _fits(_run(env, "audit", "forecast").stdout)
+    for header in ("variant", "written", "runs on", "window ends"):
+        assert f" {header} " in text, text
+    assert "vision-encoder-int8" in text and text.count("sha256:") == 2
+    assert "…" not in text  # nothing cut: a long name folds
+
+
+# -- jaxport retain / restore ----------------------------------------------------------------
+
+
+def test_retain_without_a_policy_says_so_in_one_line(env):
+    _push(env, "vision-encoder")
+    for args in (["retain"], ["retain", "--dry-run"], ["retain", "--prefix", "vision-"]):
+        err = _run(env, *args, code=1).stderr
+        _one_line(err, "NotFoundError: no retention policies, so nothing to apply: set one")
+    error = json.loads(_run(env, "retain", "--json", code=1).stderr)["error"]
+    assert error["type"] == "NotFoundError"
+    _run(env, "retain", "policy", "set", "vision-", "--keep-last", "5", "--keep-younger", "30d")
+    err = _run(env, "retain", "--prefix", "other-", "--dry-run", code=1).stderr
+    _one_line(err, "NotFoundError: no retention policy applies to names starting with 'other-'")
+    assert "policies: 'vision-'" in err
+    for prefix in ("vision-enc", "v"):  # within the policy, or around it: the run goes on
+        assert _run(env, "retain", "--prefix", prefix, "--dry-run").stdout.startswith(
+            "would delete 0 version(s)"
+        )
+
+
+def test_retain_lists_fit_80_columns_and_json_times_are_iso(env):
+    for fun in (jnp.sin, jnp.cos, jnp.tanh):
+        _push(env, "vision-encoder", fun=fun)
+    said = _run(env, "retain", "policy", "set", "vision-", "--keep-last", "1").stdout
+    assert _fits(said) == (
+        "policy 'vision-': keep last 1, keep newest ok per target, keep aliased;\n"
+        "    restorable for 14d\n"
+    )
+    _fits(_run(env, "retain", "policy", "ls").stdout)
+    dry = _fits(_run(env, "retain", "--dry-run").stdout)
+    assert dry.startswith("would delete 2 version(s) of 1 name(s)\n  vision-encoder:1  (vision-)")
+    assert "no alias; newest ok for no\n      supported target\n" in dry  # a hanging indent
+    done = json.loads(_run(env, "retain", "--json").stdout)
+    until = datetime.datetime.fromisoformat(done["deleted"][0]["restorable_until"])
+    assert until.utcoffset() == datetime.timedelta(0)
+    gone = _run(env, "show", "vision-encoder:1", code=1).stderr
+    _one_line(gone, "NotFoundError: vision-encoder has no version 1")
+    live = _run(env, "restore", "vision-encoder:3", code=1).stderr
+    _one_line(live, "ConflictError: vision-encoder:3 is not deleted")
+    for bad in ("vision-encoder", "vision-encoder@prod", "sha256:abcdef"):
+        _usage(_run(env, "restore", bad, code=2).stderr, "expected NAME:VERSION")
+
+
+# -- jaxport rescue --expiring-before --------------------------------------------------------
+
+
+def test_fleet_rescue_lists_fit_80_columns(env, db_url):
+    _push(env, "vision-encoder-int8-distilled", "prod")
+    _push(env, "vision-encoder", fun=jnp.sin)
+    # Every window ends before 2099, and so would a re-export's: each variant is refused.
+    text = _fits(_run(env, "rescue", "--expiring-before", "2099-01-01", "--dry-run", code=1).stdout)
+    assert text.count("refused ") == 2 and "\n    " in text  # long refusals hang
+    assert "2 variant(s) expiring before 2099-01-01 or HloSharding-only;\n  would rescue 0" in text
+    for date in ("2026-13-45", "2026-02-30", "tomorrow"):
+        err = _run(env, "rescue", "--expiring-before", date, "--dry-run", code=1).stderr
+        _one_line(err, f"InvalidNameError: not a date YYYY-MM-DD: '{date}'")
+    if db_url.startswith("sqlite"):
+        err = _run(env, "rescue", "--expiring-before", "2099-01-01", "--enqueue", code=1).stderr
+        _one_line(err, "UnsupportedFeatureError: the audit queue needs a PostgreSQL registry")
+        assert "`jaxport rescue` without --enqueue" in err
+
+
+# -- through a registry server ---------------------------------------------------------------
+
+
+def test_the_same_through_a_server(tmp_path):
+    db_url = f"sqlite:///{tmp_path / 'reg.db'}"  # the server's backends: test_gates, test_retention
+    env = _env(db_url, tmp_path)
+    _push(env, "vision-encoder", "prod")
+    token = admin_token(db_url, env["JAXPORT_BLOBS"])
+    with serving(db_url, env["JAXPORT_BLOBS"], tmp_path / "server.log") as server:
+        remote = {**env, "JAXPORT_REGISTRY": server.url, "JAXPORT_TOKEN": token}
+        err = _run(remote, "retain", "--dry-run", code=1).stderr
+        _one_line(err, "NotFoundError: no retention policies, so nothing to apply")
+        typo = _run(remote, "alias", "protect", "vision-encoder", "prdo", "--require-goldens")
+        assert "points at no version yet" in _fits(typo.stdout)
+        _fits(_run(remote, "audit", "forecast").stdout)
+        hook = _run(remote, "watch", "--webhook", "nope", code=2).stderr
+        _usage(hook, "Invalid value for '--webhook'")
