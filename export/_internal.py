@@ -10,6 +10,10 @@ no jax.
   ``assemble_chunks``, ``model_from_parts`` and their info readers.
 - The facts of the running jax (``jax_versions``, ``local_platform``, ``release_key``, ...;
   ``_jax`` is the one module that imports jax's internals) and of custom-call targets.
+- A model archive written again with other modules, its tensors' stored sections copied
+  (``read_skeleton``, ``rewritten_chunks``: a fleet rescue's child).
+- A function archive a module at a time (``module_of``: the server's answer for one module;
+  ``read_prefix`` and ``exported_from_header``: a client's Exported, its VJPs fetched when asked).
 - Verdict caches (the sandbox's verdicts on modules, kept by the registry), the native
   converter, the newer-format notes, the container's framing constants.
 """
@@ -46,6 +50,12 @@ if TYPE_CHECKING:
     )
     from jaxport.export._custom_calls import running_stable_targets as running_stable_targets
     from jaxport.export._dtypes import numpy_dtype as numpy_dtype
+    from jaxport.export._fetched_modules import exported_from_header as exported_from_header
+    from jaxport.export._fetched_modules import module_lengths as module_lengths
+    from jaxport.export._fetched_modules import module_of as module_of
+    from jaxport.export._fetched_modules import read_prefix as read_prefix
+    from jaxport.export._model_rewrite import read_skeleton as read_skeleton
+    from jaxport.export._model_rewrite import rewritten_chunks as rewritten_chunks
     from jaxport.export._modules import reserialized as reserialized
     from jaxport.export._native import CONVERTED_KEY as CONVERTED_KEY
     from jaxport.export._native import converter_status as converter_status

@@ -3,27 +3,32 @@ shardings, re-exported under a jax release that reads it and pushed as a new ver
 
 ``select`` decides from the index alone (no archive read): of each name (under a prefix), its
 newest version and every aliased one (an older, unaliased version is history: rescuing it would
-make it the newest); of those, each function variant whose window (``jaxport._window``) ends
-before the date, and each whose shardings are for several devices in the HloSharding form only
-(written by jax < 0.9, ``audit/_static.py`` step 5). A candidate the chosen release cannot help
-is a refusal with its reason: a model (rescue re-exports functions), a producer newer than the
-release, a release whose own re-export would expire before the date, HloSharding-only shardings
-under a jax >= 0.11.1 (which ignores that form).
+make it the newest); of those, each variant (a function's or a model's) whose window
+(``jaxport._window``) ends before the date, and each whose shardings are for several devices in
+the HloSharding form only (written by jax < 0.9, ``audit/_static.py`` step 5). A candidate the
+chosen release cannot help is a refusal with its reason: a producer newer than the release, a
+release whose own re-export would expire before the date, HloSharding-only shardings under a
+jax >= 0.11.1 (which ignores that form).
 
 ``rescue_version`` re-exports the candidates of one version in a child of the release's managed
-environment (``registry/_reexport.py``), checks each (the version's goldens, else the re-export
-against the source on deterministic inputs), and pushes the version again with the re-exports
-in place of the candidates (its other variants carried over, byte for byte; its goldens, or the
-own check's examples, as the new version's), derived from the source (``derivation="rescue"``).
-Then the aliases that pointed at the source move, each only where its gates pass (a refused
-move is a refusal). One ``rescue`` event per rescued version records all of it.
+environment (``registry/_reexport.py``; a model's, ``registry/_reexport_model.py``: its methods'
+modules written again, its tensors' stored bytes copied unchanged, so the new archive's tensor
+parts are the source's blobs), checks each (the version's goldens, else the re-export against
+the source on deterministic inputs: a model's, each method's arguments), and pushes the version
+again with the re-exports in place of the candidates (its other variants carried over, byte for
+byte; its goldens, or the own check's examples, as the new version's), derived from the source
+(``derivation="rescue"``). Then the aliases that pointed at the source move, each only where
+its gates pass (a refused move is a refusal). One ``rescue`` event per rescued version records
+all of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jaxport import GateError, JaxportError, PermissionDeniedError, SignatureError
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from jaxport.registry._registry import Registry
 
 __all__ = [
+    "MODEL",
     "RESCUE_DERIVATION",
     "RESCUE_JAX",
     "FleetRescueReport",
@@ -50,6 +56,8 @@ __all__ = [
 RESCUE_JAX = "0.10.2"
 #: The ``derivation`` of a rescued version, and the kind of its event.
 RESCUE_DERIVATION = "rescue"
+#: ``VariantInfo.kind`` of a model archive (``registry/_model_parts.MODEL``).
+MODEL = "model"
 #: The first jax whose Exported has named shardings; the first that ignores the HloSharding form.
 _NAMED_SINCE, _HLO_IGNORED_SINCE = "0.9.0", "0.11.1"
 
@@ -211,8 +219,6 @@ def hlo_only(v: VariantInfo) -> bool:
 
 def _cannot_help(v: VariantInfo, c: RescueCandidate, before: datetime.date) -> str | None:
     """Why re-exporting ``v`` with ``c.release`` is refused before it starts, else None."""
-    if v.kind != "function":
-        return "a model: fleet rescue re-exports functions only (export the model again)"
     if v.jax_version[:1].isdigit() and _key(v.jax_version) > _key(c.release):
         return (
             f"written by jax {v.jax_version}, newer than the rescue's jax {c.release}: rescue "
@@ -253,38 +259,13 @@ def rescue_version(
             the next job of the same version re-exports another of this one's, still
             carried over); the new version still derives from ``ref``.
     """
-    from jaxport.registry._golden import examples_from_blob
-
-    wanted = {c.digest: c for c in candidates}
-    golden = registry._backend.examples_of(ref.name, ref.version)
-    sources: list[bytes] = []
-    done: list[RescuedVariant] = []
-    refusals: list[RescueRefusal] = []
-    recorded: bytes | None = None
     carried = base or ref
-    allowed = sorted({t for v in carried.variants for t in v.custom_call_targets})
-    for v in carried.variants:
-        data = registry._backend.archive(str(carried), v)
-        c = wanted.get(v.digest)
-        if c is None:
-            sources.append(data)
-            continue
-        try:
-            result = _reexport(data, v, python(c.release), golden, allowed, timeout)
-        except JaxportError as e:
-            refusals.append(_refusal(ref, v, f"{type(e).__name__}: {e}"))
-            continue
-        if not result.passed:
-            refusals.append(_refusal(ref, v, f"check {result.check}: {result.reason}"))
-            continue
-        sources.append(result.archive)
-        recorded = recorded or result.examples
-        done.append(_rescued(v, result))
-    if refusals:
-        return None, refusals
-    examples_blob = golden if golden is not None else recorded
-    examples = None if examples_blob is None else examples_from_blob("function", examples_blob)
-    pushed = _push(registry, ref, sources, examples, allowed)
+    with tempfile.TemporaryDirectory(prefix="jaxport-rescue-") as tmp:
+        found = _reexport_all(registry, ref, carried, candidates, python, timeout, Path(tmp))
+        sources, done, refusals, examples, allowed = found
+        if refusals:
+            return None, refusals
+        pushed = _push(registry, ref, sources, examples, allowed)
     moved, refused = _move_aliases(registry, ref, pushed.version, {ref.version, carried.version})
     rescued = RescuedVersion(ref.name, ref.version, pushed.version, pushed.created, tuple(done),
                              tuple(moved))  # fmt: skip
@@ -294,16 +275,73 @@ def rescue_version(
     return dataclasses.replace(rescued, event_id=event.id), refused
 
 
+def _reexport_all(
+    registry: Registry,
+    ref: Ref,
+    carried: Ref,
+    candidates: Sequence[RescueCandidate],
+    python: Callable[[str], str],
+    timeout: float,
+    tmp: Path,
+) -> tuple[list[bytes | Path], list[RescuedVariant], list[RescueRefusal], Any, list[str]]:
+    """The variants of ``carried`` for the new version (the candidates re-exported, the others
+    as stored; a model's as a file in ``tmp``, written part by part), what was done, the
+    refusals, the new version's examples and the custom calls admitted."""
+    from jaxport.registry._golden import examples_from_blob
+
+    wanted = {c.digest: c for c in candidates}
+    golden = registry._backend.examples_of(ref.name, ref.version)
+    sources: list[bytes | Path] = []
+    done: list[RescuedVariant] = []
+    refusals: list[RescueRefusal] = []
+    recorded: bytes | None = None
+    allowed = sorted({t for v in carried.variants for t in v.custom_call_targets})
+    for i, v in enumerate(carried.variants):
+        data: bytes | Path
+        if v.kind == MODEL:
+            data = tmp / f"{i}.jaxport"
+            registry._backend.write_file(str(carried), v, data)
+        else:
+            data = registry._backend.archive(str(carried), v)
+        c = wanted.get(v.digest)
+        if c is None:
+            sources.append(data)
+            continue
+        try:
+            result = _reexport(data, v, python(c.release), golden, allowed, timeout, tmp)
+        except JaxportError as e:
+            refusals.append(_refusal(ref, v, f"{type(e).__name__}: {e}"))
+            continue
+        if not result.passed:
+            refusals.append(_refusal(ref, v, f"check {result.check}: {result.reason}"))
+            continue
+        sources.append(result.archive)
+        recorded = recorded or result.examples
+        done.append(_rescued(v, result))
+    kind = MODEL if any(v.kind == MODEL for v in carried.variants) else "function"
+    blob = golden if golden is not None else recorded
+    examples = None if blob is None else examples_from_blob(kind, blob)
+    return sources, done, refusals, examples, allowed
+
+
 def _reexport(
-    data: bytes,
+    data: bytes | Path,
     v: VariantInfo,
     python: str,
     golden: bytes | None,
     allowed: Sequence[str],
     timeout: float,
+    tmp: Path,
 ) -> Any:
+    """``reexport`` of a function's bytes, ``reexport_model`` of a model's file."""
     from jaxport.registry._reexport import reexport
+    from jaxport.registry._reexport_model import reexport_model
 
+    if isinstance(data, Path):
+        return reexport_model(
+            data, directory=tmp, source_digest=v.digest, python=python, golden=golden,
+            allow_custom_calls=allowed, timeout=timeout,
+        )  # fmt: skip
     return reexport(
         data, source_digest=v.digest, python=python, golden=golden, allow_custom_calls=allowed,
         timeout=timeout,
@@ -317,13 +355,13 @@ def _refusal(ref: Ref, v: VariantInfo, reason: str) -> RescueRefusal:
 def _rescued(v: VariantInfo, result: Any) -> RescuedVariant:
     import hashlib
 
-    digest = hashlib.sha256(result.archive).hexdigest()
+    digest = getattr(result, "digest", None) or hashlib.sha256(result.archive).hexdigest()
     return RescuedVariant(v.digest, digest, result.jax_version, result.check, result.compared,
                           result.module, result.shardings)  # fmt: skip
 
 
 def _push(
-    registry: Registry, ref: Ref, sources: list[bytes], examples: Any, allowed: list[str]
+    registry: Registry, ref: Ref, sources: list[bytes | Path], examples: Any, allowed: list[str]
 ) -> Any:
     """The version pushed again, derived from ``ref`` (lineage: ``derivation="rescue"``)."""
     return registry.push(

@@ -83,6 +83,54 @@ def _sharded():
     return jax.export.export(f)(jax.ShapeDtypeStruct((4, 3), jnp.float32))
 
 
+def _model(params=None, **methods):
+    """A model of two methods (``apply``, ``grad``) on ``params`` (a float32 ``w`` of 3 and a
+    zero ``b`` of 4096, zstd-compressible), or of ``methods``."""
+    if params is None:
+        params = {"w": np.arange(1, 4, dtype=np.float32), "b": np.zeros((4096,), np.float32)}
+    fns = methods or {
+        "apply": lambda p, x: jnp.sin(x) * p["w"] + p["b"][:3],
+        "grad": lambda p, x: jnp.cos(x * p["w"]),
+    }
+    return jaxport.Model(params, fns, {name: [_SPEC] for name in fns})
+
+
+def _model_archive(model=None, compress=True, writer="0.8.0") -> bytes:
+    """``model`` (default ``_model()``) as an archive whose header says jax ``writer`` wrote
+    it, its ``b`` compressed (a version-3 archive, tensor sections raw and zstd)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_compat, "jax_versions", lambda: (writer, writer))
+        return (model or _model()).dumps(compress=compress)
+
+
+def _model_golden(model, scale=1.0):
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    return {
+        name: [jaxport.Example((x,), {}, np.asarray(method(x)) * scale)]
+        for name, method in model.methods.items()
+    }
+
+
+def _parts(reg, digest):
+    """``(position, digest)`` of the variant ``digest``'s parts, as the database holds them."""
+    import sqlalchemy as sa
+
+    from jaxport.registry._models import VariantPartRow, VariantRow
+
+    query = (
+        sa.select(VariantPartRow.position, VariantPartRow.digest)
+        .join(VariantRow, VariantRow.id == VariantPartRow.variant_id)
+        .where(VariantRow.digest == digest)
+        .order_by(VariantPartRow.position)
+    )
+    with reg._backend.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(query)]
+
+
+def _blob_files(tmp_path):
+    return {p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()}
+
+
 def _kinds(reg, name):
     return [e.kind for e in reg.events(name=name)]
 
@@ -139,13 +187,10 @@ def test_refused_before_anything_runs(registry):
     assert c.why == "HloSharding-only"
     ignored = registry.rescue("2026-01-01", prefix="mesh", jax="0.11.2", dry_run=True)
     assert "jax 0.11.2 ignores that form" in ignored.refusals[0].reason
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_compat, "jax_versions", lambda: ("0.8.0", "0.8.0"))
-        params = {"w": np.ones((3,), np.float32)}
-        model = jaxport.Model(params, lambda p, x: x * p["w"], [_SPEC]).dumps()
-    registry.push(model, "mdl")
-    (refused,) = registry.rescue(DATE, prefix="mdl", dry_run=True).refusals
-    assert refused.reason.startswith("a model: fleet rescue re-exports functions only")
+    registry.push(_model_archive(), "mdl")  # a model is a candidate like a function
+    model_run = registry.rescue(DATE, prefix="mdl", dry_run=True)
+    assert [(c.name, c.why) for c in model_run.candidates] == [("mdl", "expires 2026-04-15")]
+    assert model_run.refusals == ()
     with pytest.raises(jaxport.InvalidNameError):
         registry.rescue("next week")
     with pytest.raises(jaxport.InvalidNameError):
@@ -269,6 +314,113 @@ def test_the_managed_environment_is_made_and_used(tmp_path):
     (done,) = json.loads(out.stdout)["rescue"]["rescued"]
     assert done["variants"][0]["jax_version"] == release
     assert (tmp_path / "home" / "envs" / f"jax-{release}" / "bin" / "python").exists()
+
+
+# -- models: methods written again, tensors' parts shared ---------------------------------------
+
+
+def test_a_model_is_rescued_with_its_tensor_parts_shared(registry, tmp_path):
+    model = _model()
+    model = jaxport.Model.from_exported(
+        {"w": np.arange(1, 4, dtype=np.float32), "b": np.zeros((4096,), np.float32)},
+        model.exported, vjp_order={"apply": 1, "grad": 0},
+    )  # fmt: skip
+    source = registry.push(_model_archive(model), "mdl", aliases=["prod"],
+                           examples=_model_golden(model))  # fmt: skip
+    before = _blob_files(tmp_path)
+
+    report = registry.rescue(DATE, python=PYTHON)
+    assert report.refusals == ()
+    (done,) = report.rescued
+    (variant,) = done.variants
+    assert (variant.check, variant.compared, variant.jax_version) == ("golden", 2, jax.__version__)
+    rescued = registry.get(f"mdl:{done.rescued}")
+    (v,) = rescued.variants
+    assert (v.kind, v.jax_version, v.digest) == ("model", jax.__version__, variant.digest)
+    assert v.metadata["jaxport.rescued_from"] == source.digests[0]
+    # every tensor's part is the source's blob (its stored bytes, the compressed one too):
+    # the rescue stored one new blob, the skeleton; the goldens are the same blob
+    old_parts, new_parts = _parts(registry, source.digests[0]), _parts(registry, v.digest)
+    assert len(new_parts) == 3 and new_parts[1:] == old_parts[1:]
+    assert new_parts[0] != old_parts[0]
+    assert _blob_files(tmp_path) - before == {new_parts[0][1]}
+    assert jaxport.inspect(registry.pull_bytes(f"mdl:{done.rescued}")).format_version == 3
+
+    lineage = registry.lineage(f"mdl:{done.rescued}")
+    assert (str(lineage.derived_from), lineage.derivation) == ("mdl:1", "rescue")
+    assert registry.aliases("mdl") == {"prod": done.rescued} and done.aliases_moved == ("prod",)
+    pulled = registry.pull_model(f"mdl:{done.rescued}")
+    assert dict(pulled.vjp_orders) == {"apply": 1, "grad": 0}
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    for name in ("apply", "grad"):
+        np.testing.assert_array_equal(pulled.methods[name](x), model.methods[name](x))
+    assert pulled.exported["apply"].vjp() is not None
+    (finding,) = registry.audit(f"mdl:{done.rescued}", platform="cpu")
+    assert finding.status == "ok" and "matches 2 example" in finding.reason
+    assert registry.rescue(DATE, python=PYTHON).candidates == ()  # the source is history now
+
+
+def test_a_model_without_goldens_is_checked_against_the_source(registry):
+    registry.push(_model_archive(compress=False), "mdl")
+    (done,) = registry.rescue(DATE, python=PYTHON).rescued
+    assert [(v.check, v.compared) for v in done.variants] == [("own", 2)]  # one per method
+    (finding,) = registry.audit(f"mdl:{done.rescued}", platform="cpu")
+    assert finding.status == "ok" and "matches 2 example" in finding.reason
+
+
+def test_a_model_failing_its_goldens_is_refused(registry):
+    model = _model()
+    registry.push(_model_archive(model), "mdl", aliases=["prod"],
+                  examples=_model_golden(model, scale=3.0))  # fmt: skip
+    report = registry.rescue(DATE, python=PYTHON)
+    assert report.rescued == ()
+    (refusal,) = report.refusals
+    assert refusal.reason.startswith("check mismatch: ")
+    assert [r.version for r in registry.list("mdl")] == [1] and registry.aliases("mdl") == {
+        "prod": 1
+    }
+
+
+def test_a_hlo_sharding_only_model_gets_named_shardings(registry):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    s = NamedSharding(Mesh(np.array(jax.devices()[:2]), ("x",)), PartitionSpec("x"))
+    w = np.arange(8, dtype=np.float32).reshape(4, 2)
+    spec = jax.ShapeDtypeStruct((4, 2), jnp.float32, sharding=s)
+    sharded = jaxport.Model({"w": jax.device_put(w, s)}, lambda p, x: jnp.sin(x) * p["w"], [spec])
+    hlo = {name: _hlo_only(exp) for name, exp in sharded.exported.items()}
+    registry.push(_model_archive(jaxport.Model.from_exported({"w": w}, hlo)), "mesh")
+    (done,) = registry.rescue("2026-01-01", python=PYTHON).rescued
+    (variant,) = done.variants
+    assert variant.shardings.startswith("named form derived") and variant.check == "own"
+    (exp,) = registry.pull_model(f"mesh:{done.rescued}").exported.values()
+    assert all(n is not None for n in exp._in_named_shardings)
+    (finding,) = registry.audit(f"mesh:{done.rescued}", platform="cpu")  # on 2 devices
+    assert finding.status == "ok" and "matches 1 example" in finding.reason
+
+
+def test_a_model_through_a_server_sends_only_its_skeleton(db_url, tmp_path):
+    from _server import admin_token, serving
+
+    blobs = str(tmp_path / "blobs")
+    model = _model()
+    with jaxport.Registry(db_url, blobs=blobs, upgrade=True) as reg:
+        source = reg.push(_model_archive(model), "mdl", aliases=["prod"],
+                          examples=_model_golden(model))  # fmt: skip
+    before = _blob_files(tmp_path)
+    writer = admin_token(db_url, blobs, "team", scope="write")
+    with (
+        serving(db_url, blobs, tmp_path / "serve.log") as server,
+        jaxport.Registry(server.url, token=writer) as remote,
+    ):
+        (done,) = remote.rescue(DATE, python=PYTHON).rescued
+        assert done.variants[0].check == "golden" and done.aliases_moved == ("prod",)
+    with jaxport.Registry(db_url, blobs=blobs) as reg:
+        (v,) = reg.get(f"mdl:{done.rescued}").variants
+        old_parts, new_parts = _parts(reg, source.digests[0]), _parts(reg, v.digest)
+        assert new_parts[1:] == old_parts[1:]
+        assert _blob_files(tmp_path) - before == {new_parts[0][1]}
+        assert reg.lineage(f"mdl:{done.rescued}").derivation == "rescue"
 
 
 # -- through a registry server -------------------------------------------------------------
