@@ -9,7 +9,8 @@ store in this process (signing, signature policies, the audit queue, audits in a
 environment, upgrade reports) is refused by ``Backend.lacks``.
 
 A model is read lazily (its skeleton now, each tensor when first used) and ``pull_file``
-streams to disk (``registry/_remote_reads.py``).
+streams to disk (``registry/_remote_reads.py``); a function archive's VJP modules are fetched
+when ``.vjp()`` asks (``registry/_remote_function.py``).
 
 Importing this module, and every call but those that build an ``Exported`` or a ``Model``
 (``function``, ``model``) or make golden examples, loads neither jax nor SQLAlchemy: a thin
@@ -202,14 +203,27 @@ class HttpBackend(Backend):
     def function(
         self, reference: str, chosen: VariantInfo, allow_custom_calls: Sequence[str]
     ) -> Exported:
-        """The archive downloaded whole and verified (its modules share one section, whose
-        digest is checked before any is read), then read as ``jaxport.loads`` reads bytes:
-        the VJPs' modules decompressed and vetted when ``.vjp()`` asks."""
+        """The header read by ranges and checked, the primal module fetched now and each VJP
+        module when ``.vjp()`` first asks (``GET /blobs/{digest}/modules/{index}``: the server
+        checks the section's digest, the module is checked against the sha256 it sends, then
+        vetted as ``jaxport.loads`` vets it; ``registry/_remote_function.py``). Where the
+        server's store signs URLs, the archive is read whole from the store instead (its
+        modules share one section: the bytes stay off the server), and whole through the
+        server where it lacks the module route or the primal module is over half the archive
+        (constants it shares with the VJPs are stored once); the VJPs are then decompressed
+        and vetted when ``.vjp()`` asks."""
         from jaxport.export import loads
+        from jaxport.registry._remote_function import lazy_function
 
-        exported: Exported = loads(
-            self.archive(reference, chosen), allow_custom_calls=tuple(allow_custom_calls)
-        )
+        data = fetch_archive(self._http, chosen.digest, chosen.size_bytes)
+        if data is None:
+            lazy = lazy_function(self._http, chosen, allow_custom_calls)
+            if lazy is not None:
+                return lazy
+            data = download(
+                self._http, f"/blobs/{_seg(chosen.digest)}", chosen.digest, chosen.size_bytes
+            )
+        exported: Exported = loads(data, allow_custom_calls=tuple(allow_custom_calls))
         return exported
 
     def model(self, chosen: VariantInfo, allow_custom_calls: Sequence[str]) -> Model:

@@ -19,9 +19,10 @@ arrives (the skeleton), a tensor against its sha256 by the model before any arra
 (``jaxport.export._internal.model_from_parts``), a whole archive against the variant's digest
 before the
 file is renamed into place. ``RemoteArchive.bytes_fetched`` counts the body bytes received.
-A function archive is read whole: its modules (the primal and its VJPs) share section 0,
-whose one digest must be checked before any module is given out; its VJPs are decompressed
-and vetted when ``.vjp()`` asks, as for a local file (``jaxport.loads``).
+A function archive is read a module at a time where the server has the module route
+(``registry/_remote_function.py``: the server checks section 0's digest and sends one module
+with its sha256), else whole: its modules share section 0, whose one digest must be checked
+before any module is given out.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from jaxport.registry import Registry
 from jaxport.registry._internal import sql_backend, sweep_commit_dirs
 from jaxport.server import (
     _api_gates,
+    _api_modules,
     _api_read,
     _api_rescue,
     _api_retention,
@@ -102,6 +103,7 @@ def create_app(
     if hooks is not None:
         sql_backend(registry).event_log.listeners.append(hooks.deliver)
     app.include_router(_api_read.router, prefix=API)
+    app.include_router(_api_modules.router, prefix=API)  # a function archive's modules
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_api_gates.router, prefix=API)
     app.include_router(_api_retention.router, prefix=API)

@@ -273,3 +273,163 @@ def test_compressed_tensors_are_read_lazily_too(server):
     assert pulled.bytes_read == SIDE * SIDE * 4
     assert _sent(server) - before < SIDE * SIDE  # compressed: far less than the 1 MiB
     reg.close()
+
+
+# -- a function archive's VJP modules, fetched when .vjp() asks (GET .../modules/{index}) ------
+
+
+def _vjp_heavy(seed: int) -> tuple[jax.export.Exported, np.ndarray]:
+    """``sin`` whose custom VJP multiplies the cotangent by a 1 MiB random matrix ``c``: the
+    primal module is small, the VJP module carries the constant (a preconditioned gradient)."""
+    c = np.random.default_rng(seed).standard_normal((SIDE, SIDE)).astype(np.float32)
+
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x)
+
+    def fwd(x):
+        return jnp.sin(x), x
+
+    def bwd(x, g):
+        return ((g * jnp.cos(x)) @ c,)
+
+    f.defvjp(fwd, bwd)
+    exp = jax.export.export(jax.jit(f))(jax.ShapeDtypeStruct((2, SIDE), F32))
+    return exp, c
+
+
+def _module_route(server, digest: str, index: int, token: str) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{server.url}/api/v1/blobs/{digest}/modules/{index}"
+    return httpx.get(url, headers=headers, timeout=60)
+
+
+def test_a_function_s_vjp_module_is_fetched_when_vjp_asks(server):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp, _ = _vjp_heavy(3)
+    archive = jaxport.dumps(exp, vjp_order=1)
+    reg.push(exp, "lazy-vjp-heavy", vjp_order=1)
+    x = np.linspace(-1, 1, 2 * SIDE, dtype=np.float32).reshape(2, SIDE)
+    g = np.ones((2, SIDE), np.float32)
+    local = jaxport.loads(archive)
+    before = _sent(server)
+    pulled = reg.pull("lazy-vjp-heavy", platform="cpu")
+    np.testing.assert_allclose(pulled.call(x), np.sin(x), rtol=1e-6)
+    moved = _sent(server) - before
+    assert moved < 0.1 * len(archive), (moved, len(archive))  # header + primal module
+    (grad,) = pulled.vjp().call(x, g)
+    (expected,) = local.vjp().call(x, g)
+    np.testing.assert_array_equal(grad, expected)
+    after = _sent(server) - before
+    assert after > SIDE * SIDE * 4  # the VJP module, its constant, came now
+    assert after < 1.5 * (SIDE * SIDE * 4) + len(archive) * 0.1, (after, len(archive))
+    reg.close()
+
+
+def test_the_module_route_answers_checked_bytes(server):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp = jax.export.export(jax.jit(lambda x: jnp.cos(x) * 3))(jax.ShapeDtypeStruct((4,), F32))
+    reg.push(exp, "lazy-route", vjp_order=1)
+    digest = reg.resolve("lazy-route", platform="cpu").chosen.digest
+    for index in (0, 1):
+        answer = _module_route(server, digest, index, server.admin)
+        assert answer.status_code == 200
+        said = answer.headers["X-Jaxport-Module-Sha256"]
+        assert said == hashlib.sha256(answer.content).hexdigest()
+        assert int(answer.headers["Content-Length"]) == len(answer.content)
+    assert _module_route(server, digest, 0, server.admin).content == exp.mlir_module_serialized
+    missing = _module_route(server, digest, 2, server.admin)
+    assert missing.status_code == 404
+    assert "modules 0 to 1" in missing.json()["error"]["message"]
+    reg.push(_two_methods(4), "lazy-route-model")
+    model_digest = reg.resolve("lazy-route-model", platform="cpu").chosen.digest
+    wrong = _module_route(server, model_digest, 0, server.admin)
+    assert (wrong.status_code, wrong.json()["error"]["type"]) == (409, "WrongKindError")
+    other = reg.tokens.create("lazy-other-team", "read", prefixes=["other-team-"]).secret
+    refused = _module_route(server, digest, 1, other)
+    assert refused.status_code in (403, 404), refused.status_code
+    assert "x-jaxport-module-sha256" not in refused.headers
+    with (
+        jaxport.Registry(server.url, token=other) as theirs,
+        pytest.raises((jaxport.NotFoundError, jaxport.PermissionDeniedError)),
+    ):
+        theirs.pull("lazy-route", platform="cpu")
+    reg.close()
+
+
+def _corrupt_section(server, digest: str) -> None:
+    """Flips a byte of the archive's last byte (in section 0: the modules)."""
+    path = LocalBlobStore(server.blobs).path(digest)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_section_is_refused_at_the_first_read_that_needs_it(server):
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp, _ = _vjp_heavy(5)
+    reg.push(exp, "lazy-vjp-corrupt", vjp_order=1)
+    digest = reg.resolve("lazy-vjp-corrupt", platform="cpu").chosen.digest
+    pulled = reg.pull("lazy-vjp-corrupt", platform="cpu")  # the primal read, intact
+    _corrupt_section(server, digest)
+    with pytest.raises(jaxport.IntegrityError):  # the VJP module's section: checked first
+        pulled.vjp()
+    with pytest.raises(jaxport.IntegrityError):  # and the primal's, at the next pull
+        reg.pull("lazy-vjp-corrupt", platform="cpu")
+    assert _module_route(server, digest, 0, server.admin).json()["error"]["type"] == (
+        "IntegrityError"
+    )
+    reg.close()
+
+
+def test_a_server_without_the_module_route_sends_the_archive_whole(server, monkeypatch):
+    """An older server's answer (its framework's 404 for an unknown path, a plain
+    ``RegistryError``) makes the client read the archive whole, as before the route."""
+    from jaxport.registry import _remote_function
+
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp, _ = _vjp_heavy(6)
+    archive = jaxport.dumps(exp, vjp_order=1)
+    reg.push(exp, "lazy-vjp-old-server", vjp_order=1)
+    real = _remote_function.RemoteModules.fetch
+    asked: list[int] = []
+
+    def older(self, index, length):
+        asked.append(index)
+        with self._http.stream(f"/blobs/{self.archive.digest}/no-such-route/{index}"):
+            pass  # raises: a 404 of the framework
+        return real(self, index, length)
+
+    monkeypatch.setattr(_remote_function.RemoteModules, "fetch", older)
+    x = np.linspace(-1, 1, 2 * SIDE, dtype=np.float32).reshape(2, SIDE)
+    before = _sent(server)
+    pulled = reg.pull("lazy-vjp-old-server", platform="cpu")
+    assert asked == [0]
+    assert _sent(server) - before >= len(archive)  # the whole archive
+    np.testing.assert_allclose(pulled.call(x), np.sin(x), rtol=1e-6)
+    (grad,) = pulled.vjp().call(x, np.ones((2, SIDE), np.float32))
+    (expected,) = jaxport.loads(archive).vjp().call(x, np.ones((2, SIDE), np.float32))
+    np.testing.assert_array_equal(grad, expected)
+    assert asked == [0]  # no module route asked after the fallback
+    reg.close()
+
+
+def test_a_primal_that_holds_most_of_the_archive_is_read_whole(server):
+    """``x @ w``: both modules hold ``w``, which the archive stores once (one zstd section):
+    the archive is read whole, once, and ``.vjp()`` then moves nothing more."""
+    reg = jaxport.Registry(server.url, token=server.admin)
+    w = np.random.default_rng(7).standard_normal((SIDE, SIDE)).astype(np.float32)
+    exp = jax.export.export(jax.jit(lambda x: x @ w))(jax.ShapeDtypeStruct((2, SIDE), F32))
+    archive = jaxport.dumps(exp, vjp_order=1)
+    reg.push(exp, "lazy-vjp-shared", vjp_order=1)
+    x = np.ones((2, SIDE), np.float32)
+    before = _sent(server)
+    pulled = reg.pull("lazy-vjp-shared", platform="cpu")
+    _assert_matmul(pulled.call(x), x @ w)
+    moved = _sent(server) - before
+    assert len(archive) <= moved < 1.1 * len(archive), (moved, len(archive))
+    (grad,) = pulled.vjp().call(x, x)
+    _assert_matmul(grad, x @ w.T)
+    assert _sent(server) - before < moved + 1000  # the answer of _sent itself, no module
+    reg.close()
