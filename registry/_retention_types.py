@@ -15,6 +15,7 @@ from jaxport.registry._names import check_count, check_name, check_seconds
 
 __all__ = [
     "DEFAULT_RESTORE_PERIOD",
+    "MAX_PERIOD",
     "RetentionDecision",
     "RetentionPlan",
     "RetentionPolicy",
@@ -26,6 +27,9 @@ __all__ = [
 #: How long a version a retention run deleted can be restored, unless its policy says
 #: otherwise: 14 days, in seconds.
 DEFAULT_RESTORE_PERIOD = 14 * 86400.0
+#: The longest age or restore period a policy may give: 100 years, in seconds (a date every
+#: calendar can show; a longer period would make ``restorable_until`` a date no reader shows).
+MAX_PERIOD = 100 * 365 * 86400.0
 
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
@@ -110,8 +114,8 @@ def check_policy(policy: object) -> RetentionPolicy:
 
     Raises:
         InvalidNameError: not a ``RetentionPolicy``; a prefix that is not a valid name; a
-            ``keep_last`` that is not an int >= 1; an age or period that is not a finite
-            number of seconds >= 0; a ``keep_ok_per_target`` that is not a bool.
+            ``keep_last`` that is not an int >= 1; an age or period that is not a number of
+            seconds in 0 .. ``MAX_PERIOD``; a ``keep_ok_per_target`` that is not a bool.
     """
     if not isinstance(policy, RetentionPolicy):
         raise InvalidNameError(f"expected a jaxport.RetentionPolicy, got {type(policy).__name__}")
@@ -119,11 +123,16 @@ def check_policy(policy: object) -> RetentionPolicy:
     if policy.keep_last is not None:
         check_count(policy.keep_last, "keep_last")
     if policy.keep_younger_than is not None:
-        check_seconds(policy.keep_younger_than, "keep_younger_than")
-    check_seconds(policy.restore_period, "restore_period")
+        _check_period(policy.keep_younger_than, "keep_younger_than")
+    _check_period(policy.restore_period, "restore_period")
     if not isinstance(policy.keep_ok_per_target, bool):
         raise InvalidNameError("keep_ok_per_target must be a bool")
     return policy
+
+
+def _check_period(seconds: object, what: str) -> None:
+    if check_seconds(seconds, what) > MAX_PERIOD:
+        raise InvalidNameError(f"{what} is at most 100 years ({MAX_PERIOD:.0f} s), got {seconds}")
 
 
 def parse_duration(text: str) -> float:

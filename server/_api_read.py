@@ -18,6 +18,7 @@ from jaxport.registry import Registry, TokenInfo
 from jaxport.registry._internal import sql_backend, to_wire, visible
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
 from jaxport.server._errors import RESPONSES
+from jaxport.server._event_view import visible_events
 from jaxport.server._ranges import byte_range
 
 __all__ = ["router"]
@@ -152,11 +153,11 @@ def events(
     before: int | None = None,
 ) -> Any:  # fmt: skip
     """``Registry.events``: the event log, newest first (a prefix-limited token sees the
-    events of its names only)."""
+    events of its names only, and no other name in them: ``server/_event_view.py``)."""
     if name is not None:
         check_name(p, name)
     found = _reg(request).events(name=name, limit=limit, before=before)
-    return to_wire([e for e in found if p.prefixes == () or (e.name and p.allows_name(e.name))])
+    return to_wire(visible_events(found, p))
 
 
 _BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -117,17 +118,33 @@ def parse_json(body: bytes) -> Any:
     """``body`` as JSON, within the limits of the module's doc.
 
     Raises:
-        InvalidNameError: not JSON (or not UTF-8), nested deeper than ``MAX_JSON_DEPTH``,
-            more than ``MAX_JSON_VALUES`` values or a string over ``MAX_JSON_STRING``.
+        InvalidNameError: not JSON (or not UTF-8: a lone surrogate escaped, ``"\\ud800"``,
+            too), a number that is not finite (``NaN``, ``1e999``), nested deeper than
+            ``MAX_JSON_DEPTH``, more than ``MAX_JSON_VALUES`` values or a string over
+            ``MAX_JSON_STRING``. What is stored from a body (an event's detail) must make a
+            JSON answer again.
     """
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_not_finite, parse_float=_finite)
     except RecursionError:
         raise InvalidNameError(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except InvalidNameError:  # a number that is not finite
+        raise
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise InvalidNameError(f"the body is not JSON: {type(e).__name__}") from None
     _check_shape(value)
     return value
+
+
+def _not_finite(text: str) -> float:
+    raise InvalidNameError(f"the JSON body holds {text}, not a finite number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise InvalidNameError(f"the JSON body holds {text[:20]}, not a finite number")
+    return number
 
 
 def _check_shape(value: Any) -> None:
@@ -144,6 +161,10 @@ def _check_shape(value: Any) -> None:
                 raise InvalidNameError(
                     f"a string of the JSON body is over {MAX_JSON_STRING:,} characters"
                 )
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidNameError("a string of the JSON body holds a lone surrogate") from None
             continue
         if not isinstance(item, dict | list):
             continue

@@ -28,6 +28,7 @@ from jaxport.registry import (
     TokenInfo,
     VariantInfo,
 )
+from jaxport.server import _event_view
 from jaxport.server._markdown import render_markdown
 
 __all__ = [
@@ -252,10 +253,9 @@ def matrix_rows(
 
 
 def visible_events(events: Sequence[Event], principal: TokenInfo) -> list[Event]:
-    """The events ``principal`` may see: all, or those of its names (as the API's)."""
-    if not principal.prefixes:
-        return list(events)
-    return [e for e in events if e.name is not None and principal.allows_name(e.name)]
+    """The events ``principal`` may see: all, or those of its names (as the API's), other
+    names in them hidden (``server/_event_view.py``)."""
+    return _event_view.visible_events(events, principal)
 
 
 @dataclasses.dataclass(frozen=True)
