@@ -199,6 +199,25 @@ def test_a_token_beyond_its_scope_or_prefixes_is_refused(t, who, method, path, b
     assert t.a_digest[:12] not in r.text
 
 
+@pytest.mark.parametrize("page", ["/names/team-a-m", "/names/team-a-m/2", "/names/team-a-m/matrix"])
+def test_another_teams_pages_are_refused(t, page):
+    r = httpx.get(t.server.url + page, cookies={"jaxport_token": t.tokens["b-read"]})
+    assert r.status_code == 403 and "team-a-m:" not in r.text
+
+
+def test_a_push_through_the_client_meets_the_gates_of_its_aliases(t):
+    """A writer of the team pushing with a protected alias through ``Registry(url)``: the
+    version is stored, the alias stays where it was (``GateError``), and no override is its."""
+    with jaxport.Registry(t.server.url, token=t.tokens["a-write"]) as client:
+        before = client.aliases("team-a-m")["prod"]
+        with pytest.raises(jaxport.GateError, match="goldens"):
+            client.push(_exported(jnp.floor), "team-a-m", aliases=["prod"])
+        assert client.aliases("team-a-m")["prod"] == before
+        with pytest.raises(jaxport.PermissionDeniedError):
+            client.alias("team-a-m", "prod", 1, override=True, reason="mine")
+        assert client.aliases("team-a-m")["prod"] == before
+
+
 def test_a_move_of_a_protected_alias_meets_its_gates_for_a_writer_of_the_team(t):
     moved = t.call("a-write", "PUT", "/aliases/team-a-m/prod", json={"version": 2})  # goldens
     assert moved.status_code == 204, moved.text
