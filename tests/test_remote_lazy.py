@@ -26,6 +26,7 @@ from _server import admin_token, serving
 
 import jaxport
 from jaxport.export import _vetting
+from jaxport.export._internal import PREAMBLE_LENGTH
 from jaxport.registry._blobs import LocalBlobStore
 
 F32 = jnp.float32
@@ -380,6 +381,16 @@ def test_a_corrupt_section_is_refused_at_the_first_read_that_needs_it(server):
     assert _module_route(server, digest, 0, server.admin).json()["error"]["type"] == (
         "IntegrityError"
     )
+    exp, _ = _vjp_heavy(8)  # a header that does not match the digest in the preamble
+    reg.push(exp, "lazy-vjp-bad-header", vjp_order=1)
+    digest = reg.resolve("lazy-vjp-bad-header", platform="cpu").chosen.digest
+    path = LocalBlobStore(server.blobs).path(digest)
+    data = bytearray(path.read_bytes())
+    data[PREAMBLE_LENGTH + 40] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    with pytest.raises(jaxport.IntegrityError):
+        reg.pull("lazy-vjp-bad-header", platform="cpu")
     reg.close()
 
 
@@ -432,4 +443,26 @@ def test_a_primal_that_holds_most_of_the_archive_is_read_whole(server):
     (grad,) = pulled.vjp().call(x, x)
     _assert_matmul(grad, x @ w.T)
     assert _sent(server) - before < moved + 1000  # the answer of _sent itself, no module
+    reg.close()
+
+
+def test_a_module_that_does_not_match_the_sha256_sent_is_refused(server, monkeypatch):
+    """Bytes changed on the way (after the server hashed them) never reach jax."""
+    from jaxport.registry import _remote_function
+
+    reg = jaxport.Registry(server.url, token=server.admin)
+    exp, _ = _vjp_heavy(9)
+    reg.push(exp, "lazy-vjp-tampered", vjp_order=1)
+    pulled = reg.pull("lazy-vjp-tampered", platform="cpu")
+    real = _remote_function.RemoteModules.fetch
+
+    def tampered(self, index, length):
+        data, said = real(self, index, length)
+        return data[:-1] + bytes([data[-1] ^ 1]), said
+
+    monkeypatch.setattr(_remote_function.RemoteModules, "fetch", tampered)
+    orders = _vetted(monkeypatch)
+    with pytest.raises(jaxport.IntegrityError):
+        pulled.vjp()
+    assert orders == []  # refused before it was vetted or parsed
     reg.close()
