@@ -466,3 +466,26 @@ def test_a_module_that_does_not_match_the_sha256_sent_is_refused(server, monkeyp
         pulled.vjp()
     assert orders == []  # refused before it was vetted or parsed
     reg.close()
+
+
+def test_a_signing_store_s_function_archive_stays_off_the_server(s3_served):
+    """Where the store signs URLs, a function archive is read whole from the store (its bytes
+    never through the server); the module route reads the S3 blob as well."""
+    reg = jaxport.Registry(s3_served.url, token=s3_served.admin)
+    exp, _ = _vjp_heavy(10)
+    archive = jaxport.dumps(exp, vjp_order=1)
+    reg.push(exp, "lazy-vjp-s3", vjp_order=1)
+    x = np.ones((2, SIDE), np.float32)
+    before = _sent(s3_served)
+    pulled = reg.pull("lazy-vjp-s3", platform="cpu")
+    (grad,) = pulled.vjp().call(x, x)
+    (expected,) = jaxport.loads(archive).vjp().call(x, x)
+    np.testing.assert_array_equal(grad, expected)
+    assert _sent(s3_served) - before < 0.05 * len(archive)
+    digest = reg.resolve("lazy-vjp-s3", platform="cpu").chosen.digest
+    answer = _module_route(s3_served, digest, 1, s3_served.admin)
+    assert answer.status_code == 200
+    said = answer.headers["X-Jaxport-Module-Sha256"]
+    assert said == hashlib.sha256(answer.content).hexdigest()
+    assert answer.content == bytes(jaxport.loads(archive).vjp().mlir_module_serialized)
+    reg.close()
