@@ -307,8 +307,33 @@ def version_id_of(conn: Connection, model_id: int, name: str, version: int) -> i
             .order_by(VersionRow.version)
         ).scalars()
         listed = ", ".join(map(str, versions)) or "none"
-        raise NotFoundError(f"{name} has no version {version}; versions: {listed}")
+        why = _deleted_note(conn, model_id, name, version)
+        raise NotFoundError(f"{name} has no version {version}{why}; versions: {listed}")
     return int(version_id)
+
+
+def _deleted_note(conn: Connection, model_id: int, name: str, version: int) -> str:
+    """``: a retention run deleted it ...`` where ``name:version`` is soft-deleted (and how to
+    bring it back while it can be), else ``""``."""
+    import datetime
+    import time
+
+    until = conn.execute(
+        select(VersionRow.restorable_until).where(
+            VersionRow.model_id == model_id,
+            VersionRow.version == version,
+            VersionRow.deleted_at.is_not(None),
+        )
+    ).first()
+    if until is None:
+        return ""
+    if until[0] is None or until[0] < time.time():
+        return ": a retention run deleted it and its restore period is over"
+    day = datetime.datetime.fromtimestamp(until[0], tz=datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    return (
+        f": a retention run deleted it, restorable until {day} UTC (use Registry.restore or "
+        f"`jaxport restore {name}:{version}`)"
+    )
 
 
 def alias_version(conn: Connection, model_id: int, name: str, alias: str) -> int:

@@ -177,7 +177,8 @@ def test_retain_lists_fit_80_columns_and_json_times_are_iso(env):
     until = datetime.datetime.fromisoformat(done["deleted"][0]["restorable_until"])
     assert until.utcoffset() == datetime.timedelta(0)
     gone = _run(env, "show", "vision-encoder:1", code=1).stderr
-    _one_line(gone, "NotFoundError: vision-encoder has no version 1")
+    _one_line(gone, "NotFoundError: vision-encoder has no version 1: a retention run deleted it")
+    assert "(use `jaxport restore vision-encoder:1`); versions: 3" in gone
     live = _run(env, "restore", "vision-encoder:3", code=1).stderr
     _one_line(live, "ConflictError: vision-encoder:3 is not deleted")
     for bad in ("vision-encoder", "vision-encoder@prod", "sha256:abcdef"):
@@ -210,6 +211,8 @@ def test_the_same_through_a_server(tmp_path):
     db_url = f"sqlite:///{tmp_path / 'reg.db'}"  # the server's backends: test_gates, test_retention
     env = _env(db_url, tmp_path)
     _push(env, "vision-encoder", "prod")
+    _push(env, "vision-encoder", fun=jnp.sin)
+    _push(env, "vision-encoder", fun=jnp.cos)
     token = admin_token(db_url, env["JAXPORT_BLOBS"])
     with serving(db_url, env["JAXPORT_BLOBS"], tmp_path / "server.log") as server:
         remote = {**env, "JAXPORT_REGISTRY": server.url, "JAXPORT_TOKEN": token}
@@ -220,3 +223,8 @@ def test_the_same_through_a_server(tmp_path):
         _fits(_run(remote, "audit", "forecast").stdout)
         hook = _run(remote, "watch", "--webhook", "nope", code=2).stderr
         _usage(hook, "Invalid value for '--webhook'")
+        _run(remote, "retain", "policy", "set", "vision-", "--keep-last", "1")
+        _fits(_run(remote, "retain").stdout)
+        gone = _run(remote, "show", "vision-encoder:2", code=1).stderr
+        _one_line(gone, "NotFoundError: vision-encoder has no version 2: a retention run")
+        assert "`jaxport restore vision-encoder:2`" in gone

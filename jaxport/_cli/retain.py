@@ -41,7 +41,8 @@ def retain(
 
     A deleted version is hidden from every read; `jaxport restore NAME:VERSION` brings it
     back within its policy's restore period, after which gc removes it and frees its blobs.
-    Policies: `jaxport retain policy set|ls|rm`.
+    Policies: `jaxport retain policy set|ls|rm`; with none (or none for --prefix) it
+    exits 1 saying so.
     """
     if click_ctx.invoked_subcommand is not None:
         if prefix is not None or dry_run or verbose or as_json:
