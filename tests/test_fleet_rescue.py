@@ -399,6 +399,23 @@ def test_a_model_failing_its_goldens_is_refused(registry):
     }
 
 
+def test_a_polymorphic_model_is_checked_by_its_goldens_only(registry):
+    (b,) = jax.export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 3), jnp.float32)
+    model = jaxport.Model({"w": np.ones((3,), np.float32)}, lambda p, x: x * p["w"], [spec])
+    registry.push(_model_archive(model), "poly")
+    report = registry.rescue(DATE, python=PYTHON)
+    (refusal,) = report.refusals
+    assert refusal.reason.startswith("check not-run: method apply: symbolic input shapes")
+    assert report.rescued == () and [r.version for r in registry.list("poly")] == [1]
+    # with goldens, their shapes check it
+    x = np.ones((2, 3), np.float32)
+    golden = {"apply": [jaxport.Example((x,), {}, np.asarray(model.apply(x)))]}
+    registry.push(_model_archive(model), "poly", examples=golden)
+    (done,) = registry.rescue(DATE, python=PYTHON).rescued
+    assert [(v.check, v.compared) for v in done.variants] == [("golden", 1)]
+
+
 def test_a_hlo_sharding_only_model_gets_named_shardings(registry):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
