@@ -1,9 +1,10 @@
 """Issue 26's server routes against valid tokens used where they must not reach: another team's
 tokens (prefix-limited, each scope), a write token of the same team, a prefix-limited admin;
 and odd bodies on every new route. Each attack is a typed 4xx (``server/_errors.py``), never a
-500; no answer names another team's names, versions or digests; the server never reads a
-package index a client names, and no secret (a token, an index password) is in any answer or
-in the server's log.
+500 (the one 500 here: the server's own package index cannot be read, ``AuditError``); no
+answer names another team's names, versions or digests; the server never reads a package
+index a client names, and no secret (a token, an index password) is in any answer or in the
+server's log.
 
 One ``jaxport serve`` per database (SQLite, and PostgreSQL where the fixture gives it) serves
 the module: ``team-a-m`` (1: sin, ``@prod``, protected by a goldens gate; 2: cos with golden
