@@ -98,6 +98,22 @@ def test_protect_fits_and_says_when_the_alias_points_nowhere(env, tmp_path):
     _one_line(refused.stderr, "NotFoundError: no artifact named 'no-such'")
 
 
+def test_override_says_what_it_did_and_the_log_fits(env):
+    _push(env, "vision-encoder", "prod")
+    _push(env, "vision-encoder", fun=jnp.sin)
+    why = ("--override", "--reason", "incident 42: roll back")
+    unused = _run(env, "alias", "vision-encoder", "staging", "2", *why).stdout
+    assert unused == "vision-encoder@staging -> 2 (--override unused: not protected)\n"
+    _run(env, "alias", "protect", "vision-encoder", "prod", "--require-goldens")
+    assert _run(env, "alias", "vision-encoder", "prod", "2", *why).stdout.endswith(
+        " -> 2 (gates overridden)\n"
+    )
+    removal = _run(env, "alias", "vision-encoder", "prod", "--remove", *why, code=2).stderr
+    _usage(removal, "removing an alias is not gated: --override goes with a move")
+    log = _fits(_run(env, "log", "vision-encoder").stdout)
+    assert "(gates overridden)" in log
+
+
 # -- jaxport watch ---------------------------------------------------------------------------
 
 

@@ -105,11 +105,21 @@ def move(
         raise click.UsageError("--override needs --reason TEXT (the event records it)")
     if reason and not override:
         raise click.UsageError("--reason goes with --override")
+    if override and remove:
+        raise click.UsageError("removing an alias is not gated: --override goes with a move")
     with ctx.registry() as reg:
         reg.alias(name, alias_name, version, override=override, reason=reason)
+        check = reg.check_gates(name, alias_name, version) if override and version else None
+    note = ""
+    if override:  # say what the override did: a move past failed gates, or nothing
+        unused = "not protected" if check is None else "its gates pass"
+        note = (
+            " (gates overridden)"
+            if check and not check.passed
+            else f" (--override unused: {unused})"
+        )
     moved = {"name": name, "alias": alias_name, "version": version, "override": override}
-    emit(as_json, moved, lambda m: f"{name}@{alias_name} -> {version or 'removed'}"
-         + (" (gates overridden)" if override else ""))  # fmt: skip
+    emit(as_json, moved, lambda m: f"{name}@{alias_name} -> {version or 'removed'}{note}")
 
 
 @alias.command()

@@ -376,8 +376,11 @@ def log_cmd(
 
         emit_json({"events": to_json(events)})
         return
-    for e in events:
-        click.echo(f"{e.id:>6} {_when(e.at)} {e.actor:<16} {e.kind:<12} {_what(e)}")
+    from jaxport._cli.wrap import fit
+
+    for e in events:  # a long detail goes on under itself, within 80 columns
+        head = f"{e.id:>6} {_when(e.at)} {e.actor:<16} {e.kind:<12} "
+        click.echo(fit(head + _what(e), hang=len(head.lstrip())))
 
 
 def _when(seconds: float) -> str:
