@@ -135,9 +135,11 @@ def rescue_cmd(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Convert a jax-native Exported.serialize() FILE that this jax refuses (older than its
-    6-month window, or written by a jax it cannot read) into a jaxport archive, reading it
-    with jax RELEASE.
+    """Rescue what jax refuses: a jax-native FILE, or the registry's expiring variants.
+
+    FILE: an Exported.serialize() file that this jax refuses (older than its 6-month window,
+    or written by a jax it cannot read), converted into a jaxport archive, read with jax
+    RELEASE.
 
     The function is also run there once on deterministic inputs, and its inputs and outputs
     are stored as a golden example (check: recorded; not-run with the reason where it cannot
