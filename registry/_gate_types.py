@@ -26,8 +26,9 @@ __all__ = [
 
 #: The statuses an audit gate may require.
 GATE_STATUSES = ("ok",)
-#: A jax release as a gate names it: ``0.11.2``, ``0.12.0.1``, ``0.7.0rc1``.
-_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?")
+#: A jax release as a gate names it: ``0.11.2``, ``0.12.0.1``, ``0.7.0rc1`` (at least three
+#: numbers: findings name a release in full, so ``0.11`` would match none of them).
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+){2,}([a-z]+[0-9]*)?")
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
 
@@ -153,7 +154,9 @@ def check_gate_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 f"unknown platform {p!r:.40}: use one of {', '.join(KNOWN_PLATFORMS)}"
             )
     if (releases or platforms) and status is None:
-        raise InvalidNameError("jax releases and platforms are targets of require_audit: give it")
+        raise InvalidNameError(
+            "jax releases and platforms are targets of require_audit: give require_audit='ok' too"
+        )
     goldens = spec.get("require_goldens", False)
     if not isinstance(goldens, bool):
         raise InvalidNameError("require_goldens must be True or False")

@@ -96,6 +96,11 @@ def test_protect_fits_and_says_when_the_alias_points_nowhere(env, tmp_path):
     assert "@prdo points nowhere: golden examples" in shown
     refused = _run(env, "alias", "protect", "no-such", "prod", "--require-goldens", code=1)
     _one_line(refused.stderr, "NotFoundError: no artifact named 'no-such'")
+    short = _run(env, "alias", "protect", "vision-encoder", "prod", "--require-audit", "ok",
+                 "--jax", "0.11", code=1).stderr  # fmt: skip
+    _one_line(short, "InvalidNameError: '0.11' is not a jax release (e.g. 0.11.2)")
+    alone = _run(env, "alias", "protect", "vision-encoder", "prod", "--platforms", "cuda", code=2)
+    _usage(alone.stderr, "--jax and --platforms are targets of --require-audit ok")
 
 
 def test_override_says_what_it_did_and_the_log_fits(env):

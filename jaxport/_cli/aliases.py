@@ -169,6 +169,8 @@ def protect(
     Gates are read from what the registry stores (findings of `jaxport audit`, signatures of
     `jaxport sign`, golden examples); nothing is compiled. Protecting again replaces them.
     """
+    if (jax_releases.strip(", ") or platforms.strip(", ")) and not require_audit:
+        raise click.UsageError("--jax and --platforms are targets of --require-audit ok: give it")
     with ctx.registry() as reg:
         gates = reg.protect(
             name, alias_name, require_signature=require_signature, require_audit=require_audit,
