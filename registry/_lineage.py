@@ -356,7 +356,10 @@ def _git(directory: str, *args: str) -> str | None:
     environ = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
     try:
         done = subprocess.run(
-            ["git", *args], cwd=directory, capture_output=True, timeout=GIT_TIMEOUT,
+            # A work tree's own config may name programs git runs on ``status``
+            # (core.fsmonitor, a hook-like vector of an untrusted clone): off for this call.
+            ["git", "-c", "core.fsmonitor=false", *args], cwd=directory, capture_output=True,
+            timeout=GIT_TIMEOUT,
             env=environ, stdin=subprocess.DEVNULL, check=False,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):

@@ -61,7 +61,7 @@ class RegistryWatch:
 
         Raises:
             AuditError: the index cannot be reached or answered outside PEP 691 or its limits.
-            InvalidNameError: a ``timeout`` that is not > 0.
+            InvalidNameError: a ``timeout`` that is not > 0, or an empty ``index_url``.
             UnsupportedFeatureError: ``index_url`` through a registry server.
             PermissionDeniedError: through a server, a token that is not an unprefixed admin.
             RegistryError: the database failed.
@@ -70,6 +70,8 @@ class RegistryWatch:
             self._backend.check_writable()
         if index_url is not None and not isinstance(index_url, str):
             raise InvalidNameError(f"index_url must be a str, got {type(index_url).__name__}")
+        if index_url is not None and not index_url.strip():
+            raise InvalidNameError("index_url is empty: give an index's URL, or None for pip's")
         options = {
             "index": index_url,
             "dry_run": bool(dry_run),

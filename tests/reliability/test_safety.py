@@ -251,6 +251,18 @@ NAME_CALLS: dict[str, Call] = {
     "alias_history(alias)": lambda r, s: r.alias_history("ok", s),
     "audit_results(name)": lambda r, s: r.audit_results(name=s),
     "events(name)": lambda r, s: r.events(name=s),
+    "check_gates(name)": lambda r, s: r.check_gates(s, "prod", 1),
+    "check_gates(alias)": lambda r, s: r.check_gates("ok", s, 1),
+    "gates": lambda r, s: r.gates(s),
+    "protect(name)": lambda r, s: r.protect(s, "prod", require_goldens=True),
+    "protect(alias)": lambda r, s: r.protect("ok", s, require_goldens=True),
+    "unprotect(name)": lambda r, s: r.unprotect(s, "prod"),
+    "unprotect(alias)": lambda r, s: r.unprotect("ok", s),
+    "set_retention_policy": lambda r, s: r.set_retention_policy(s, keep_last=1),
+    "remove_retention_policy": lambda r, s: r.remove_retention_policy(s),
+    "restore(name)": lambda r, s: r.restore(s, 1),
+    "rescue(expiring_before)": lambda r, s: r.rescue(s, dry_run=True),
+    "watch_jax(index_url)": lambda r, s: r.watch_jax(index_url=s, dry_run=True, enqueue=False),
 }
 REFERENCE_CALLS: dict[str, Call] = {
     "resolve": lambda r, s: r.resolve(s),
@@ -269,6 +281,8 @@ REFERENCE_CALLS: dict[str, Call] = {
     "verify_signatures": lambda r, s: r.verify_signatures(s, [_signing_key()[1]]),
     "sign": lambda r, s: r.sign(s, private_key=_signing_key()[0]),
     "enqueue_audits": lambda r, s: r.enqueue_audits(s),
+    "lineage": lambda r, s: r.lineage(s),
+    "forecast": lambda r, s: r.forecast(s),
 }
 
 
@@ -306,6 +320,7 @@ VERSION_CALLS: dict[str, Call] = {
     "pull(version)": lambda r, s: r.pull("ok", version=s),
     "pull_model(version)": lambda r, s: r.pull_model("ok", version=s),
     "list(after version)": lambda r, s: r.list(after=("ok", s)),
+    "restore(version)": lambda r, s: r.restore("ok", s),
 }
 PLATFORM_CALLS: dict[str, Call] = {
     "resolve(platform)": lambda r, s: r.resolve("ok", platform=s),
@@ -325,6 +340,8 @@ FREE_TEXT_CALLS: dict[str, Call] = {
     "audit_results(jax_version)": lambda r, s: r.audit_results(jax_version=s),
     "upgrade_report(target)": lambda r, s: r.upgrade_report(s),
     "windows(expiring_before)": lambda r, s: r.windows(expiring_before=s),
+    "retain(prefix)": lambda r, s: r.retain(s, dry_run=True),
+    "rescue(prefix)": lambda r, s: r.rescue("2100-01-01", prefix=s, dry_run=True),
 }
 DIGEST_CALLS: dict[str, Call] = {
     "read_blob": lambda r, s: r.read_blob(s),
@@ -336,7 +353,9 @@ DIGEST_CALLS: dict[str, Call] = {
 #: error; a malformed one must raise; none may touch a file.
 DIGEST_QUERY_CALLS: dict[str, Call] = {"missing_blobs": lambda r, s: r.missing_blobs([s])}
 #: Every public method of Registry that takes no input an attacker controls as a string.
-NO_STRING_INPUT = {"check_audit_queue", "close", "gc", "names", "verify"}
+NO_STRING_INPUT = {
+    "check_audit_queue", "close", "gc", "names", "retention_policies", "verify",
+}  # fmt: skip
 
 
 def test_every_public_registry_method_is_exercised():
@@ -598,6 +617,15 @@ SUBPROCESS_SITES = {
     ("jaxport.audit._envs", "_run"): (
         "making a --jax environment: [uv|python, venv|pip ..., jax==RELEASE, jaxlib==RELEASE,"
         " this jaxport], no shell; RELEASE checked to be digits and dots first"
+    ),
+    ("jaxport.registry._lineage", "_git"): (
+        "provenance at push: [git, -c, core.fsmonitor=false, status, --porcelain=v2, ...] in the"
+        " pushing process's working directory, no shell, a 2 s time limit; only where a .git"
+        " is found; its output parsed for the commit and whether tracked files changed"
+    ),
+    ("jaxport.audit._watch", "_pip_config_index"): (
+        "the index pip is configured with: [python, -m, pip, config, list] through"
+        " jaxport._children.run, no shell, a time limit; its output parsed for index-url"
     ),
 }
 
