@@ -1,8 +1,9 @@
 """MLflow's side of ``bench_registry.py``: its Model Registry's peer operations on registries
-of several sizes, run in an interpreter that has MLflow (an environment of its own; jaxport is
-not imported here, and MLflow is not a dependency of jaxport's).
+of several sizes. ``bench_registry.py`` imports it and takes each sample of an operation on
+jaxport and on MLflow back to back (``Sized.reads``, ``push``, ``push_and_move``,
+``measure``); run alone, it measures MLflow by itself:
 
-    /path/to/mlflow-venv/bin/python benchmarks/bench_mlflow_peer.py REPEAT VERSIONS URL ...
+    python benchmarks/bench_mlflow_peer.py REPEAT VERSIONS URL ...
 
 Each ``URL`` is an empty database (``sqlite:///PATH`` or ``postgresql+psycopg://...``: MLflow 3
 accepts psycopg 3, the driver jaxport uses). MLflow creates its tables there; each registry is
@@ -12,11 +13,11 @@ mixed as jaxport's variants are), rows bulk-inserted into MLflow's own tables
 (``registered_models``, ``model_versions``, ``model_version_tags``, ``registered_model_aliases``)
 with SQLAlchemy, since 100,000 ``create_model_version`` calls take too long; ``MlflowClient``
 then checks that it sees them. Every operation is timed through ``MlflowClient`` (the public
-API, in-process: no tracking server), on each size in turn, each with the statements MLflow's
-store sends (``before_cursor_execute`` on its engine; ``BEGIN`` left out, as jaxport's are).
-The last line of output is JSON: ``{"version": ..., "sizes": {VERSIONS: {operation: [p50 ms,
-p99 ms, statements]}}}``, keyed by jaxport's operation names (``bench_registry.PEERS`` says
-which call each one is).
+API, in-process: no tracking server), with the statements MLflow's store sends
+(``before_cursor_execute`` on its engine; ``BEGIN`` left out, as jaxport's are). On SQLite,
+``sqlite_pragmas`` gives MLflow's engine jaxport's settings (WAL, ``synchronous``). Run alone,
+the last line of output is JSON: ``{"version": ..., "sizes": {VERSIONS: {operation: [p50 ms,
+p99 ms, statements]}}}``, keyed by jaxport's operation names (``bench_registry.PEERS``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,29 @@ def check_prefill(client: MlflowClient, n_versions: int) -> None:
     assert client.get_registered_model(last).aliases == {"prod": 10}
 
 
+def sqlite_pragmas(engine: sa.Engine, synchronous: str) -> None:
+    """Every new connection of ``engine`` gets jaxport's SQLite settings (``registry/_db.py``:
+    WAL journal, 30 s busy timeout) and ``PRAGMA synchronous=<synchronous>`` (``NORMAL`` is
+    jaxport's; ``FULL`` syncs the WAL at every commit); the pool is emptied so that
+    connections MLflow opened before (creating its tables) are not used again."""
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.close()
+
+    sa.event.listen(engine, "connect", on_connect)
+    engine.dispose()
+
+
+def synchronous_of(engine: sa.Engine) -> int:
+    """``PRAGMA synchronous`` as a connection of ``engine`` sees it (1 NORMAL, 2 FULL)."""
+    with engine.connect() as conn:
+        return int(conn.exec_driver_sql("PRAGMA synchronous").scalar_one())
+
+
 class Statements:
     """Counts the statements an engine sends (``BEGIN`` left out)."""
 
@@ -109,15 +133,17 @@ class Statements:
 class Sized:
     """The measurements on one MLflow registry of ``n_versions`` versions."""
 
-    def __init__(self, url: str, n_versions: int, repeat: int):
+    def __init__(self, url: str, n_versions: int, repeat: int, synchronous: str | None = None):
         client = MlflowClient(tracking_uri=url, registry_uri=url)
         engine = client._get_registry_client().store.engine
+        if synchronous is not None and engine.dialect.name == "sqlite":
+            sqlite_pragmas(engine, synchronous)
         t = time.perf_counter()
         prefill(engine, n_versions)
         check_prefill(client, n_versions)
         print(f"MLflow: prefilled {n_versions:,} versions in {time.perf_counter() - t:.1f} s")
         client.create_registered_model("target")
-        self.client, self.statements = client, Statements(engine)
+        self.client, self.engine, self.statements = client, engine, Statements(engine)
         self.samples: dict[str, list[float]] = {}
         self.counts: dict[str, int] = {}
         n_names = n_versions // 10
@@ -179,7 +205,7 @@ class Sized:
 
 def bench(urls: dict[int, str], repeat: int) -> dict[int, dict[str, list[float]]]:
     """Each size's ``Sized.results``: every registry is filled first, then each operation
-    runs on each size in turn (as ``bench_registry.bench_jaxport`` runs jaxport's)."""
+    runs on each size in turn (MLflow alone)."""
     runs = {n: Sized(url, n, repeat) for n, url in urls.items()}
     for i in range(repeat):
         for run in runs.values():

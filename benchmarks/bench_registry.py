@@ -1,35 +1,36 @@
-"""Registry benchmark: jaxport's operations at several registry sizes, the SQL statements each
-sends, how each grows with the registry, and MLflow's Model Registry beside them, in one run.
+"""Registry benchmark: jaxport's operations beside MLflow's Model Registry on registries of
+several sizes, the two measured like with like: interleaved, at equal durability, over several
+runs.
 
-    python benchmarks/bench_registry.py [--versions 1000,10000,100000] [--repeat 50]
-        [--url postgresql+psycopg://host/db]   # default: SQLite in a temporary directory
-        [--mlflow-python PATH]   # an interpreter with mlflow installed (default: this one)
+    python benchmarks/bench_registry.py [--versions 1000,10000] [--with-100k] [--repeat 30]
+        [--runs 5] [--url postgresql+psycopg://host/db]   # default: SQLite, temporary files
+        [--synchronous NORMAL,FULL]   # SQLite: the levels to run, each on both sides
 
-Both registries are filled to each size the same way: 10 versions per name (``m0`` ...), alias
-``prod`` on each name's version 10, platforms and device counts mixed; rows bulk-inserted (all
-of jaxport's variants pointing at one real archive; MLflow's rows into its own tables, by
-``bench_mlflow_peer.py`` in MLflow's interpreter, since MLflow is no dependency of jaxport's
-and lives in an environment of its own: ``pip install ".[bench-mlflow]"`` there). Then the
-same operations are timed on each, ``--repeat`` times: pushes to a name ``target`` (so it has
-``--repeat`` versions), alias moves, get, resolve (the newest version, and by alias; of
-``target`` and of a random name), a page of ``list`` and of ``search`` with and without
-matches, and jaxport's ``pull`` (MLflow has no peer: its registry stores a source URI, not
-the artifact). ``PEERS`` names MLflow's call for each operation. MLflow's push
-(``create_model_version``) records a source string; jaxport's serializes the artifact and
-writes its blob with fsync. Every operation runs in-process through the public API (jaxport's
-``Registry``, MLflow's ``MlflowClient``), with the statements it sends (``before_cursor_execute``
-on each engine; ``BEGIN`` left out, as ``tests/test_sql_counts.py`` counts). Every size is
-filled first; then each sample of an operation is taken on each size in turn, so that the
-machine's other work weighs on every size alike (jaxport's sizes in this process, then
-MLflow's in its own).
+MLflow (``pip install ".[bench-mlflow]"``) runs in this process: ``bench_mlflow_peer.py`` has
+its side. Both registries are filled to each size the same way: 10 versions per name (``m0``
+...), alias ``prod`` on each name's version 10, platforms mixed; rows bulk-inserted (all of
+jaxport's variants pointing at one real archive; MLflow's rows into its own tables). Then the
+same operations are timed on each, ``--repeat`` times: pushes to a name ``target``, alias
+moves, get, resolve (the newest version, and by alias; of ``target`` and of a random name), a
+page of ``list`` and of ``search`` with and without matches, and jaxport's ``pull`` (MLflow
+has no peer: its registry stores a source URI). ``PEERS`` names MLflow's call for each
+operation. MLflow's push records a source string; jaxport's serializes the artifact and writes
+its blob with fsync. Every operation runs through the public API (``Registry``,
+``MlflowClient``: no tracking server), with the statements it sends (``BEGIN`` left out).
 
-With ``--url``, PostgreSQL: each size gets a schema of its own for jaxport and a database of
-its own for MLflow, dropped afterwards. Prints one table: p50 and p99 in ms, statements, the
-growth of the p50 from the smallest size to the largest (1.00x: flat), MLflow's p50 and
-statements, and jaxport / MLflow at each size; then where a push's time goes (``Waits``), the
-targets of issue #18 met or missed, the load average and what an fsync and a PostgreSQL commit
-cost at the start and at the end. The machine is noisy: a ratio measured in one run holds, a
-time alone does not.
+Like with like:
+
+- Interleaved: each sample is taken on jaxport and on MLflow back to back, who goes first
+  alternating round by round, on each size in turn; a slow moment falls on both alike.
+- Equal durability: on SQLite both engines get WAL, a 30 s busy timeout and the same
+  ``PRAGMA synchronous`` (jaxport's own is ``NORMAL``; each level of ``--synchronous`` is a
+  separate table; the run checks both connections report the level). On PostgreSQL both use
+  the server's defaults, jaxport in a schema of its own per size, MLflow in a database of its
+  own per size (``bench_mlflow_<random>``), dropped afterwards.
+- A spread: ``--runs`` runs, each on fresh registries; each run's ratio jaxport p50 / MLflow
+  p50, reported min - median - max, beside the median of the runs' p50s. The fsync latency
+  of the disk (and, on PostgreSQL, of a one-row commit) and the load average are printed at
+  the start and at the end.
 """
 
 from __future__ import annotations
@@ -38,11 +39,8 @@ import argparse
 import contextlib
 import datetime
 import functools
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -69,7 +67,6 @@ from jaxport.registry._models import (
 
 _PLATFORMS = [("cpu",), ("cuda",), ("tpu",), ("cpu", "cuda", "tpu")]
 _FIRST_ID = 1000
-_PEER = Path(__file__).with_name("bench_mlflow_peer.py")
 
 #: MLflow's call (``MlflowClient``) for each of jaxport's operations.
 PEERS = {
@@ -90,9 +87,6 @@ PEERS = {
     "search: nothing matches (fun_name)": "search_model_versions(name = 'none', max_results=50)",
     "search: nothing matches (jax_version)": "search_model_versions(tag = value, max_results=50)",
 }
-
-#: Issue #18's targets at the largest size (p50 in ms).
-PUSH_TARGET_MS, RESOLVE_TARGET_MS, GROWTH_TARGET = 10.0, 2.0, 1.5
 
 
 def percentiles_ms(samples: list[float]) -> tuple[float, float]:
@@ -194,56 +188,6 @@ class Statements:
             self.count += 1
 
 
-class Waits:
-    """Seconds spent in ``os.fsync``, in the statements of ``engines`` (sent until answered)
-    and in their commits, while the block runs: where a push's time goes (the rest is Python).
-    One total for all the engines (operations run one at a time)."""
-
-    def __init__(self, engines: list[sa.Engine]):
-        self.fsync = self.statements = self.commits = 0.0
-        self._engines, self._sent = engines, 0.0
-
-    def totals(self) -> tuple[float, float, float]:
-        return self.fsync, self.statements, self.commits
-
-    def __enter__(self) -> Waits:
-        fsync = os.fsync
-
-        def timed_fsync(fd: Any) -> None:
-            t = time.perf_counter()
-            fsync(fd)
-            self.fsync += time.perf_counter() - t
-
-        def timed(commit: Callable[[Any], None]) -> Callable[[Any], None]:
-            def timed_commit(dbapi_connection: Any) -> None:
-                t = time.perf_counter()
-                commit(dbapi_connection)
-                self.commits += time.perf_counter() - t
-
-            return timed_commit
-
-        self._restore = fsync, [e.dialect.do_commit for e in self._engines]
-        os.fsync = timed_fsync
-        for engine in self._engines:
-            engine.dialect.do_commit = timed(engine.dialect.do_commit)  # type: ignore[method-assign]
-            event.listen(engine, "before_cursor_execute", self._before)
-            event.listen(engine, "after_cursor_execute", self._after)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.fsync, commits = self._restore
-        for engine, commit in zip(self._engines, commits, strict=True):
-            engine.dialect.do_commit = commit  # type: ignore[method-assign]
-            event.remove(engine, "before_cursor_execute", self._before)
-            event.remove(engine, "after_cursor_execute", self._after)
-
-    def _before(self, *args: Any) -> None:
-        self._sent = time.perf_counter()
-
-    def _after(self, *args: Any) -> None:
-        self.statements += time.perf_counter() - self._sent
-
-
 @contextlib.contextmanager
 def _databases(url: str | None, tmp: Path, n_versions: int) -> Iterator[tuple[str, str]]:
     """Fresh databases for one size, jaxport's and MLflow's: SQLite files in ``tmp``, or on
@@ -272,7 +216,6 @@ def _databases(url: str | None, tmp: Path, n_versions: int) -> Iterator[tuple[st
 
 
 Results = dict[str, tuple[float, float, int]]  # operation: (p50 ms, p99 ms, statements)
-PUSH_PARTS = ("push", "fsync", "statements", "commits", "the rest")
 
 
 class Sized:
@@ -282,7 +225,6 @@ class Sized:
         self.reg, self.statements = reg, Statements(reg._backend.engine)
         self.samples: dict[str, list[float]] = {}
         self.counts: dict[str, int] = {}
-        self.parts: list[tuple[float, ...]] = []
         n_names = n_versions // 10
 
         def name(i: int) -> str:
@@ -328,66 +270,88 @@ class Sized:
         self.counts[op] = self.statements.count - before
         return elapsed
 
-    def results(self) -> tuple[Results, dict[str, float]]:
-        """``{operation: (p50 ms, p99 ms, statements)}``, and the p50 of each part of a push
-        (``PUSH_PARTS``: all of it, then its waits; in ms)."""
-        ops = {op: (*percentiles_ms(s), self.counts[op]) for op, s in self.samples.items()}
-        parts = {p: statistics.median(x[i] for x in self.parts) for i, p in enumerate(PUSH_PARTS)}
-        return ops, {p: seconds * 1e3 for p, seconds in parts.items()}
+    def results(self) -> Results:
+        """``{operation: (p50 ms, p99 ms, statements)}``."""
+        return {op: (*percentiles_ms(s), self.counts[op]) for op, s in self.samples.items()}
 
 
-def bench_jaxport(
-    urls: dict[int, str], blobs: Path, repeat: int
-) -> dict[int, tuple[Results, dict[str, float]]]:
-    """Each size's ``Sized.results``: every registry is filled first, then each operation
-    runs on each size in turn, so that the machine's other work weighs on every size alike."""
+def sqlite_synchronous(engine: sa.Engine, level: str) -> None:
+    """``PRAGMA synchronous=<level>`` on every new connection of jaxport's ``engine``, after
+    jaxport's own settings (its ``connect`` listener runs first); the pool is emptied."""
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA synchronous={level}")
+        cursor.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()
+
+
+def bench_pair(
+    urls: dict[int, tuple[str, str]], blobs: Path, repeat: int, synchronous: str | None
+) -> tuple[dict[int, Results], dict[int, Any]]:
+    """One run: jaxport's and MLflow's ``results`` at each size. Every registry is filled
+    first; then each sample of an operation is taken on each size, jaxport's and MLflow's in
+    turn (A, B, B, A, ...: who goes first alternates round by round), so that the machine's
+    other work weighs on both alike. ``synchronous`` (SQLite): both engines' ``PRAGMA
+    synchronous`` (MLflow's also gets jaxport's WAL journal and busy timeout)."""
+    import bench_mlflow_peer as peer  # MLflow's side; it imports mlflow
+
     with contextlib.ExitStack() as stack:
-        runs: dict[int, Sized] = {}
-        for n, url in urls.items():
+        ours: dict[int, Sized] = {}
+        theirs: dict[int, Any] = {}
+        for n, (url, mlflow_url) in urls.items():
             reg = stack.enter_context(jaxport.Registry(url, blobs=blobs / f"blobs-{n}"))
+            if synchronous is not None and reg._backend.engine.dialect.name == "sqlite":
+                sqlite_synchronous(reg._backend.engine, synchronous)
             t = time.perf_counter()
             prefill(reg, n)
             print(f"jaxport: prefilled {n:,} versions in {time.perf_counter() - t:.1f} s")
-            runs[n] = Sized(reg, n, repeat)
+            ours[n] = Sized(reg, n, repeat)
+            theirs[n] = peer.Sized(mlflow_url, n, repeat, synchronous)
+            if synchronous is not None and reg._backend.engine.dialect.name == "sqlite":
+                levels = {peer.synchronous_of(e) for e in (reg._backend.engine, theirs[n].engine)}
+                assert len(levels) == 1, f"synchronous differs: {levels}"
         exports = [
             jax.export.export(jax.jit(lambda x, s=float(i): x * s))(jnp.zeros(4))
             for i in range(repeat)
         ]
-        with Waits([run.reg._backend.engine for run in runs.values()]) as waits:
-            for i, exp in enumerate(exports):
-                for run in runs.values():
-                    if i % 2:
-                        push = functools.partial(run.reg.push, exp, "target", aliases=["prod"])
-                        run.measure("push + move alias", push)
-                        continue
-                    before = waits.totals()
-                    elapsed = run.measure("push", functools.partial(run.reg.push, exp, "target"))
-                    spent = [a - b for a, b in zip(waits.totals(), before, strict=True)]
-                    run.parts.append((elapsed, *spent, elapsed - sum(spent)))
-        for run in runs.values():  # untimed: the module sandbox's worker starts once
+
+        def pair(
+            i: int, n: int, op: str, mine: Callable[[], Any], peers: Callable[[], Any]
+        ) -> None:
+            first, second = (mine, peers) if i % 2 == 0 else (peers, mine)
+            for fn in (first, second):
+                if fn is mine:
+                    ours[n].measure(op, fn)
+                else:
+                    theirs[n].measure(op, fn)
+
+        for i, exp in enumerate(exports):
+            for n in urls:
+                if i % 2:
+                    push = functools.partial(ours[n].reg.push, exp, "target", aliases=["prod"])
+                    pair(i // 2, n, "push + move alias", push,
+                         functools.partial(theirs[n].push_and_move, i))  # fmt: skip
+                else:
+                    push = functools.partial(ours[n].reg.push, exp, "target")
+                    pair(i // 2, n, "push", push, functools.partial(theirs[n].push, i))
+        for run in ours.values():  # untimed: the module sandbox's worker starts once
             run.reg.pull("target@prod", platform="cpu")
-        for op in next(iter(runs.values())).reads:
+        for op in next(iter(ours.values())).reads:
             for i in range(repeat):
-                for run in runs.values():
-                    run.measure(op, functools.partial(run.reads[op], i))
-        return {n: run.results() for n, run in runs.items()}
-
-
-def bench_mlflow(python: str, urls: dict[int, str], repeat: int) -> dict[int, Any]:
-    """MLflow's ``{size: {"version", "ops": {operation: [p50, p99, statements]}}}``, measured
-    by ``bench_mlflow_peer.py`` under ``python`` (every size in one process, as here); {}
-    (saying why) if it fails."""
-    sized = [str(a) for n, url in urls.items() for a in (n, url)]
-    proc = subprocess.run(
-        [python, str(_PEER), str(repeat), *sized], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        print(f"MLflow not measured ({python}): {proc.stderr.strip().splitlines()[-1:]}")
-        return {}
-    *lines, last = proc.stdout.strip().splitlines()
-    print("\n".join(lines))
-    found = json.loads(last)
-    return {int(n): {"version": found["version"], "ops": ops} for n, ops in found["sizes"].items()}
+                for n in urls:
+                    mine = functools.partial(ours[n].reads[op], i)
+                    if op not in theirs[n].reads:
+                        ours[n].measure(op, mine)
+                        continue
+                    pair(i, n, op, mine, functools.partial(theirs[n].reads[op], i))
+        for run in theirs.values():
+            run.engine.dispose()
+        return {n: r.results() for n, r in ours.items()}, {
+            n: r.results() for n, r in theirs.items()
+        }
 
 
 def disk_syncs_ms(directory: Path, url: str | None, n: int = 30) -> str:
@@ -441,82 +405,82 @@ def _server(url: str | None) -> str:
     return f"PostgreSQL {version}"
 
 
-def report(
-    sizes: list[int],
-    ours: dict[int, Results],
-    theirs: dict[int, Any],
-    push_parts: dict[int, dict[str, float]],
-) -> None:
-    """Prints the table, where a push's time goes, and the targets."""
-    small, large = sizes[0], sizes[-1]
+def _k(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else f"{n:,}"
 
-    def k(n: int) -> str:
-        return f"{n // 1000}k" if n % 1000 == 0 else f"{n:,}"
 
-    mlflow_version = next((t["version"] for t in theirs.values() if t), None)
-    print(f"\n| operation | {' | '.join(f'{k(n)}' for n in sizes)} | statements | growth "
-          f"| {' | '.join(f'MLflow {k(n)}' for n in sizes)} | jaxport / MLflow |")  # fmt: skip
-    print("|---|" + "---:|" * len(sizes) + "---:|---:|" + "---:|" * len(sizes) + "---:|")
-    missed = []
-    for op in ours[small]:
-        cells = " | ".join(f"{ours[n][op][0]:.2f} / {ours[n][op][1]:.2f}" for n in sizes)
-        counts = sorted({ours[n][op][2] for n in sizes})
-        growth = ours[large][op][0] / ours[small][op][0]
-        peer = [theirs.get(n, {}).get("ops", {}).get(op) for n in sizes]
-        peer_cells = " | ".join("-" if p is None else f"{p[0]:.2f} ({p[2]})" for p in peer)
-        ratios = [
-            None if p is None else ours[n][op][0] / p[0] for n, p in zip(sizes, peer, strict=True)
-        ]
-        ratio = " / ".join("-" if r is None else f"{r:.2f}" for r in ratios)
-        stmts = "/".join(map(str, counts))
-        print(f"| {op} | {cells} | {stmts} | {growth:.2f}x | {peer_cells} | {ratio} |")
-        if growth >= GROWTH_TARGET:
-            missed.append(f"{op}: growth {growth:.2f}x (target < {GROWTH_TARGET}x)")
-        if any(r is not None and r >= 1 for r in ratios):
-            missed.append(f"{op}: behind MLflow ({ratio})")
-        p50 = ours[large][op][0]
-        if op.startswith("resolve") and p50 >= RESOLVE_TARGET_MS:
-            missed.append(f"{op}: p50 {p50:.2f} ms at {k(large)} (target < {RESOLVE_TARGET_MS})")
-        if op == "push" and p50 >= PUSH_TARGET_MS:
-            missed.append(f"{op}: p50 {p50:.2f} ms at {k(large)} (target < {PUSH_TARGET_MS})")
-    print(
-        f"\njaxport cells: p50 / p99 in ms; statements per operation; growth: p50 at {k(large)} "
-        f"/ p50 at {k(small)}. MLflow {mlflow_version}: p50 in ms (statements). MLflow's calls:"
-    )
-    for op, call in PEERS.items():
-        print(f"  {op}: {call}")
-    print("a push, p50 of each part in ms (its waits: fsync of the blob and its directory, "
-          "statements sent until answered, commits; the rest is Python):")  # fmt: skip
-    for n in sizes:
-        print(f"  {k(n)}: " + ", ".join(f"{p} {push_parts[n][p]:.2f}" for p in PUSH_PARTS))
-    print("targets (issue #18):", "all met" if not missed else "")
-    for line in missed:
-        print(f"  missed: {line}")
+def report(sizes: list[int], runs: list[tuple[dict[int, Results], dict[int, Any]]]) -> None:
+    """Prints one table for a setting: per size, jaxport's and MLflow's p50 (the median of the
+    runs' p50s, ms) and jaxport / MLflow as min - median - max over the runs (each run's ratio
+    of p50s, measured interleaved); statements per operation (MLflow's in brackets)."""
+    heads = [f"{_k(n)}: jaxport / MLflow p50 ms | {_k(n)}: ratio min - median - max" for n in sizes]
+    print(f"\n| operation | statements | {' | '.join(heads)} |")
+    print("|---|---:|" + "---:|---:|" * len(sizes))
+    for op in runs[0][0][sizes[0]]:
+        cells = []
+        for n in sizes:
+            mine = statistics.median(r[0][n][op][0] for r in runs)
+            if op not in runs[0][1][n]:
+                cells.append(f"{mine:.2f} / - | -")
+                continue
+            peer = statistics.median(r[1][n][op][0] for r in runs)
+            ratios = sorted(r[0][n][op][0] / r[1][n][op][0] for r in runs)
+            spread = f"{ratios[0]:.2f} - {statistics.median(ratios):.2f} - {ratios[-1]:.2f}"
+            cells.append(f"{mine:.2f} / {peer:.2f} | {spread}")
+        theirs = runs[0][1][sizes[0]].get(op)
+        stmts = f"{runs[0][0][sizes[0]][op][2]}" + ("" if theirs is None else f" [{theirs[2]}]")
+        print(f"| {op} | {stmts} | {' | '.join(cells)} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", default="1000,10000,100000", help="sizes, comma-separated")
-    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--versions", default="1000,10000", help="sizes, comma-separated")
+    parser.add_argument("--with-100k", action="store_true", help="add a size of 100,000")
+    parser.add_argument("--repeat", type=int, default=30, help="samples per operation per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs, each on fresh registries")
     parser.add_argument("--url", default=None, help="a PostgreSQL URL (default: SQLite)")
-    parser.add_argument("--mlflow-python", default=sys.executable)
+    parser.add_argument(
+        "--synchronous", default="NORMAL,FULL", help="SQLite: PRAGMA synchronous levels, both sides"
+    )
     args = parser.parse_args()
-    sizes = sorted(int(n) for n in args.versions.split(","))
-    load = os.getloadavg()[0]
+    if args.repeat < 4:  # pushes alternate with and without an alias: p99 needs 2 of each
+        parser.error("--repeat must be at least 4")
+    sizes = sorted(
+        {int(n) for n in args.versions.split(",")} | ({100_000} if args.with_100k else set())
+    )
+    import mlflow
+
     print(
         f"{datetime.date.today()}; jaxport {jaxport.__version__}, jax {jax.__version__}, "
-        f"{_server(args.url)}; {os.cpu_count()} cores; repeat {args.repeat}"
+        f"MLflow {mlflow.__version__}, {_server(args.url)}; {os.cpu_count()} cores; "
+        f"sizes {', '.join(map(_k, sizes))}; repeat {args.repeat}; runs {args.runs}"
     )
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        syncs = disk_syncs_ms(Path(tmp), args.url)
-        urls = {n: stack.enter_context(_databases(args.url, Path(tmp), n)) for n in sizes}
-        measured = bench_jaxport({n: u[0] for n, u in urls.items()}, Path(tmp), args.repeat)
-        theirs = bench_mlflow(args.mlflow_python, {n: u[1] for n, u in urls.items()}, args.repeat)
-        syncs_after = disk_syncs_ms(Path(tmp), args.url)
-    ours = {n: m[0] for n, m in measured.items()}
-    report(sizes, ours, theirs, {n: m[1] for n, m in measured.items()})
-    print(f"load average (1 min): {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
-    print(f"durable writes: {syncs} at the start; {syncs_after} at the end")
+    levels = [None] if args.url else [x.strip().upper() for x in args.synchronous.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"start: {load_words()}; {disk_syncs_ms(Path(tmp), args.url)}")
+        for level in levels:
+            runs = []
+            for _ in range(args.runs):
+                with contextlib.ExitStack() as stack:
+                    run_tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=tmp)))
+                    urls = {n: stack.enter_context(_databases(args.url, run_tmp, n)) for n in sizes}
+                    runs.append(bench_pair(urls, run_tmp, args.repeat, level))
+            setting = (
+                "PostgreSQL at the server's defaults, both"
+                if level is None
+                else f"SQLite WAL, synchronous={level}, both"
+            )
+            print(f"\n{setting}; {args.runs} runs; {load_words()}")
+            report(sizes, runs)
+        print(f"\nend: {load_words()}; {disk_syncs_ms(Path(tmp), args.url)}")
+    print("MLflow's calls:")
+    for op, call in PEERS.items():
+        print(f"  {op}: {call}")
+
+
+def load_words() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
 if __name__ == "__main__":
