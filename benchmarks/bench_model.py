@@ -26,7 +26,8 @@ round (saves each after its file is removed and every dirty page written out, un
   the map) vs safetensors ``load_file`` (copies, checks nothing) vs Orbax ``restore`` as numpy
   arrays.
 - first tensor: ``load_model(p).tensor(path)`` of the small tensor (header, methods and one
-  tensor read) vs safetensors ``safe_open(p, "np").get_tensor(key)``.
+  tensor read) vs safetensors ``safe_open(p, "np").get_tensor(key)``, and vs that plus
+  ``hashlib.sha256`` of the tensor's bytes (the check jaxport makes before use: like with like).
 
 Prints the best and the median of each, the ratios jaxport / peer of both (the machine is
 shared and noisy: a ratio holds, a time does not) and the CPU seconds each side used (all its
@@ -39,6 +40,7 @@ safetensors' load, at 1 GB.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
@@ -136,6 +138,12 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
         with safe_open(theirs, "np") as f:
             return f.get_tensor(FIRST)  # type: ignore[no-any-return]
 
+    def first_safetensors_sha256() -> np.ndarray:
+        with safe_open(theirs, "np") as f:
+            tensor: np.ndarray = f.get_tensor(FIRST)
+        hashlib.sha256(tensor).digest()
+        return tensor
+
     save_sides = {
         "ours": (lambda: model.save(ours), _fresh(ours)),
         "st": (lambda: save_file(params, theirs), _fresh(theirs)),
@@ -158,6 +166,7 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
         {
             "ours": (lambda: jaxport.load_model(ours).tensor(path), nothing),
             "st": (first_safetensors, nothing),
+            "st_sha256": (first_safetensors_sha256, nothing),
         },
         max(repeat, 20),
     )
@@ -166,7 +175,7 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
     sizes = [ours.stat().st_size, theirs.stat().st_size]
     sizes.append(_tree_size(orbax.directory) if orbax is not None else 0)
     mb = [[s / 2**20] for s in sizes]
-    ms = [[t * 1e3 for t in firsts[k]] for k in ("ours", "st")]
+    ms = [[t * 1e3 for t in firsts[k]] for k in ("ours", "st", "st_sha256")]
     return [
         _row("size (MB)", mb[0], mb[1], mb[2] if orbax else None, fmt="{:.1f}"),
         _row("save (s)", saves["ours"], saves["st"], saves.get("orbax"), cpu=(cpu_save, "st")),
@@ -200,7 +209,8 @@ def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[s
             loads.get("orbax"),
             cpu=(cpu_load, "st"),
         ),
-        _row("first tensor, mapped (ms)", ms[0], ms[1], None, fmt="{:.2f}"),
+        _row("first tensor, mapped (ms)", ms[0], ms[1], None, fmt="{:.3f}"),
+        _row("first tensor; safetensors + its sha256 (ms)", ms[0], ms[2], None, fmt="{:.3f}"),
     ]
 
 

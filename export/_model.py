@@ -180,9 +180,12 @@ class Model:
         exported: Mapping[str, Any],
         vjp_orders: Mapping[str, int],
         metadata: Mapping[str, str],
+        paths: Sequence[str] | None = None,
     ) -> Model:
+        """``paths``: each leaf's path (``tensor_paths(params_tree)``) where the caller has
+        them already (a loaded model's header checked each tensor's path against its leaf)."""
         model = cls.__new__(cls)
-        model._setup(params_tree, store, dict(exported), dict(vjp_orders), metadata)
+        model._setup(params_tree, store, dict(exported), dict(vjp_orders), metadata, paths)
         return model
 
     def _setup(
@@ -192,6 +195,7 @@ class Model:
         exported: dict[str, Any],
         vjp_order: int | Mapping[str, int],
         metadata: Mapping[str, str] | None,
+        paths: Sequence[str] | None = None,
     ) -> None:
         orders = {n: vjp_order for n in exported} if isinstance(vjp_order, int) else dict(vjp_order)
         _check_names(exported, orders, "vjp_order")
@@ -210,7 +214,7 @@ class Model:
         self._exported = dict(sorted(exported.items()))
         self._vjp_orders = {n: orders[n] for n in self._exported}
         self._metadata = dict(metadata or {})
-        self._paths = _model_archive.tensor_paths(params_tree)
+        self._paths = list(paths) if paths is not None else _model_archive.tensor_paths(params_tree)
         self._placed: dict[tuple[int, str], Any] = {}
         self._calls: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flatbuffers
+import numpy as np
 
 from jaxport import CorruptArchiveError, UnsupportedFeatureError
 from jaxport._grammar import method_problem
@@ -352,7 +353,7 @@ def check_model_table(head: _archive.ArchiveHeader, model: fb.Model) -> None:
 def _decode_tensors(
     model: fb.Model, paths: Sequence[str], sections: Sequence[_container.Section]
 ) -> tuple[_tensors.TensorInfo, ...]:
-    tables = _fb.read_tables(model, "Tensors")
+    tables = [_fb.table_at(fb.Tensor, model, p) for p in _tensor_positions(model)]
     if len(tables) != len(paths):
         raise CorruptArchiveError(
             f"the parameter tree has {len(paths)} leaves and the model {len(tables)} tensors"
@@ -371,6 +372,22 @@ def _decode_tensors(
         used.add(info.section)
         infos.append(info)
     return tuple(infos)
+
+
+def _tensor_positions(model: fb.Model) -> list[int]:
+    """Where the model's ``Tensors`` tables start, read in bulk as ``_fb.table_positions``
+    reads its fields (the length checked and charged as by ``_fb.read_tables``, which costs
+    microseconds per table: a model may have thousands). Raises: CorruptArchiveError (the
+    vector does not fit in the header), ValueError (it lies outside the buffer)."""
+    tab = model._tab
+    o = tab.Offset(6)  # Model.Tensors, as the generated readers
+    if o == 0:
+        return []
+    start = tab.Vector(o)
+    n = _fb.count(tab.VectorLen(o), model)
+    relative = np.frombuffer(tab.Bytes, dtype="<u4", count=n, offset=start).astype(np.int64)
+    positions: list[int] = (relative + start + 4 * np.arange(n, dtype=np.int64)).tolist()
+    return positions
 
 
 def _treedef(table: fb.PyTreeDef, tensors: Sequence[_tensors.TensorInfo]) -> Any:

@@ -112,7 +112,12 @@ def open_model(
         header.tensors, [None] * len(header.tensors), read_tensor, path, digests_hold=digests_hold
     )
     return Model._of_store(
-        header.params_tree, store, header.exported, header.vjp_orders, header.metadata
+        header.params_tree,
+        store,
+        header.exported,
+        header.vjp_orders,
+        header.metadata,
+        [t.path for t in header.tensors],  # each checked against its leaf's path
     )
 
 

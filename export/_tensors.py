@@ -9,6 +9,8 @@ array read from a memory-mapped file is a read-only view of the map.
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,21 +110,42 @@ def decode_tensor(table: fb.Tensor, index: int, sections: Sequence[Any]) -> Tens
         UnsupportedFeatureError: a dtype the running jax does not define.
     """
     where = f"tensor {index}"
-    shape = tuple(_fb.read_ints(table, "Shape"))
+    # The fields read straight from the table's vtable (slots as schema/_generated.py's
+    # accessors; a model has a table per tensor, and each generated accessor costs a
+    # microsecond or more): the same values, lengths checked and charged as ``_fb`` does.
+    tab = table._tab
+    buf, pos = tab.Bytes, tab.Pos
+    o = tab.Offset(6)
+    if o:
+        start = tab.Vector(o)
+        n = _fb.count(tab.VectorLen(o), table, 8)
+        shape: tuple[int, ...] = struct.unpack_from(f"<{n}q", buf, start)
+    else:
+        shape = ()
     if len(shape) > _limits.MAX_RANK or any(not 0 <= d < 2**62 for d in shape):
         raise CorruptArchiveError(f"{where}: shape {shape[:8]} is not a valid static shape")
-    if table.ByteOrder() != fb.ByteOrder.little:
-        raise CorruptArchiveError(f"{where}: unknown byte order {table.ByteOrder()}")
-    if table.Dtype() in (fb.DType.prng_key, fb.DType.float0):
-        raise CorruptArchiveError(f"{where}: dtype {table.Dtype()} is not a tensor dtype")
-    dtype = np.dtype(_dtypes.decode_dtype(table.Dtype(), None))
-    digest = _fb.read_bytes(table, "Sha256") or b""
+    o = tab.Offset(10)
+    byte_order = buf[pos + o] if o else 0
+    if byte_order != fb.ByteOrder.little:
+        raise CorruptArchiveError(f"{where}: unknown byte order {byte_order}")
+    o = tab.Offset(8)
+    dtype_enum = buf[pos + o] if o else 0
+    if dtype_enum in (fb.DType.prng_key, fb.DType.float0):
+        raise CorruptArchiveError(f"{where}: dtype {dtype_enum} is not a tensor dtype")
+    dtype = np.dtype(_dtypes.decode_dtype(dtype_enum, None))
+    o = tab.Offset(14)
+    digest = b""
+    if o:
+        start = tab.Vector(o)
+        n = _fb.count(tab.VectorLen(o), table, 1)
+        digest = bytes(buf[start : start + n])
     if len(digest) != 32:
         raise CorruptArchiveError(f"{where}: no sha256 digest")
-    section = table.Section()
+    o = tab.Offset(12)
+    section: int = struct.unpack_from("<I", buf, pos + o)[0] if o else 0
     if section >= len(sections):
         raise CorruptArchiveError(f"{where}: section {section} does not exist")
-    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
     if sections[section].uncompressed_length != nbytes:
         raise CorruptArchiveError(
             f"{where}: {nbytes} bytes for shape {shape} {dtype.name}, its section holds "
