@@ -179,6 +179,25 @@ class AvalDecoder:
         return aval
 
     def _decode(self, table: fb.AbstractValue) -> tuple[Any, bool]:
+        # The common aval (static shape, no PRNG impl, vma or sharding) from one vtable read.
+        _, exprs_at, dtype_at, prng_at, weak_at, space_at, vma_at, sharding_at = _fb.field_offsets(
+            table, 8
+        )
+        if not (exprs_at or prng_at or vma_at or sharding_at):
+            shape = self._shape(table, static=True)
+            dtype = decode_dtype(_fb.read_uint8(table, dtype_at), None)
+            space = _fb.read_uint8(table, space_at)
+            if space != fb.MemorySpace.Missing and space not in _MEMORY_SPACE_NAMES:
+                raise CorruptArchiveError(f"unknown memory space {space}")
+            aval = _compat.make_shaped_array(
+                shape,
+                dtype,
+                weak_type=bool(_fb.read_uint8(table, weak_at)),
+                memory_space=_MEMORY_SPACE_NAMES.get(space),
+                vma=frozenset(),
+                sharding=None,
+            )
+            return aval, True
         shape = self._shape(table)
         dtype = decode_dtype(table.Dtype(), _fb.read_str(table.PrngImpl()) or None)
         space = table.MemorySpace()
@@ -199,11 +218,12 @@ class AvalDecoder:
         )
         return aval, sharding is None and table.DimExprsIsNone()
 
-    def _shape(self, table: fb.AbstractValue) -> tuple[Any, ...]:
+    def _shape(self, table: fb.AbstractValue, static: bool | None = None) -> tuple[Any, ...]:
+        """The shape; ``static``: whether ``dim_exprs`` is absent, where the caller knows."""
         dims = _fb.read_ints(table, "Shape")
         if len(dims) > _limits.MAX_RANK:
             raise CorruptArchiveError(f"an aval of rank {len(dims)} (limit {_limits.MAX_RANK})")
-        if table.DimExprsIsNone():
+        if static if static is not None else table.DimExprsIsNone():
             if any(d < 0 for d in dims):
                 raise CorruptArchiveError(f"invalid shape {dims}")
             return tuple(dims)

@@ -16,6 +16,7 @@ a pointer into the writer's process), and a forged index crashes the reader with
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,6 +74,7 @@ HOST_CALLBACK_TARGETS = frozenset(
 )
 
 
+@functools.cache  # per process: jax's list and the tables are constants; every load asks
 def stable_custom_call_targets() -> frozenset[str]:
     """The targets a reader accepts without asking: every target some jax release since 0.4.30
     guaranteed stable (``target_releases`` says which), the running jax's own list (for a

@@ -9,6 +9,7 @@ which ``translating_read_errors`` (``_boundary``) turns into ``CorruptArchiveErr
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -22,11 +23,14 @@ from jaxport.export._boundary import translating_read_errors
 __all__ = [
     "bytes_vector",
     "count",
+    "field_offsets",
     "read_bytes",
     "read_ints",
+    "read_node_header",
     "read_str",
     "read_strs",
     "read_tables",
+    "read_uint8",
     "str_vector",
     "table_at",
     "table_positions",
@@ -116,6 +120,7 @@ SLOTS = {
     "Exported.OutAvals": 4,
     "Exported.InShardings": 7,
     "Exported.OutShardings": 8,
+    "Model.Tensors": 1,
     "PyTreeDef.Nodes": 0,
 }
 
@@ -129,7 +134,7 @@ def table_positions(table: Any, field: str) -> list[int]:
 
     Raises:
         CorruptArchiveError: the vector does not fit in the header.
-        ValueError: its elements lie outside the buffer.
+        ValueError, struct.error: its elements lie outside the buffer.
     """
     tab = table._tab
     o = tab.Offset(4 + 2 * SLOTS[field])
@@ -137,9 +142,15 @@ def table_positions(table: Any, field: str) -> list[int]:
         return []
     start = tab.Vector(o)
     n = count(tab.VectorLen(o), table)
+    if n <= _FEW:  # numpy's fixed cost is most of a short vector's
+        few = struct.unpack_from(f"<{n}I", tab.Bytes, _checked(start))
+        return [r + start + 4 * i for i, r in enumerate(few)]
     relative = np.frombuffer(tab.Bytes, dtype="<u4", count=n, offset=start).astype(np.int64)
     positions: list[int] = (relative + start + 4 * np.arange(n, dtype=np.int64)).tolist()
     return positions
+
+
+_FEW = 64
 
 
 def table_at(cls: type[T], table: Any, position: int) -> T:
@@ -165,3 +176,65 @@ def read_ints(table: Any, name: str) -> list[int]:
     array = getattr(table, name + "AsNumpy")()
     count(len(array), table, array.itemsize)
     return [int(x) for x in array.tolist()]
+
+
+_SOFFSET = struct.Struct("<i")
+_VOFFSET = struct.Struct("<H")
+_UINT8 = struct.Struct("<B")
+_UINT32 = struct.Struct("<I")
+
+
+def field_offsets(table: Any, count: int) -> tuple[int, ...]:
+    """The vtable entries of ``table``'s first ``count`` fields (0: absent), read at once, as
+    the generated readers' ``Offset`` reads them one at a time (three checked reads each).
+
+    Raises:
+        struct.error: a read outside the buffer, as the generated readers raise it.
+    """
+    tab = table._tab
+    buf, position = tab.Bytes, tab.Pos
+    vtable = position - _SOFFSET.unpack_from(buf, _checked(position))[0]
+    size = _VOFFSET.unpack_from(buf, _checked(vtable))[0]
+    return tuple(
+        _VOFFSET.unpack_from(buf, vtable + 4 + 2 * i)[0] if 4 + 2 * i < size else 0
+        for i in range(count)
+    )
+
+
+def read_uint8(table: Any, offset: int) -> int:
+    """The uint8 (or bool) field at vtable entry ``offset`` (``field_offsets``); 0 if absent.
+
+    Raises:
+        struct.error: a read outside the buffer.
+    """
+    if not offset:
+        return 0
+    return int(_UINT8.unpack_from(table._tab.Bytes, table._tab.Pos + offset)[0])
+
+
+def read_node_header(table: Any, position: int) -> tuple[int, int]:
+    """``(Kind(), NumChildren())`` of the ``fb.PyTreeNode`` at ``position`` in ``table``'s
+    buffer, as the generated readers return them (0 for an absent field), its vtable read
+    once: a pytree's nodes are read by the hundred, and the generated readers cost three
+    checked reads per field.
+
+    Raises:
+        struct.error: a read outside the buffer (a negative position included), as the
+            generated readers raise it (``translating_read_errors`` makes it a
+            ``CorruptArchiveError``).
+    """
+    buf = table._tab.Bytes
+    vtable = position - _SOFFSET.unpack_from(buf, _checked(position))[0]
+    size = _VOFFSET.unpack_from(buf, _checked(vtable))[0]
+    kind_at = _VOFFSET.unpack_from(buf, vtable + 4)[0] if size > 4 else 0
+    count_at = _VOFFSET.unpack_from(buf, vtable + 6)[0] if size > 6 else 0
+    kind = _UINT8.unpack_from(buf, position + kind_at)[0] if kind_at else 0
+    n = _UINT32.unpack_from(buf, position + count_at)[0] if count_at else 0
+    return int(kind), int(n)
+
+
+def _checked(position: int) -> int:
+    # struct counts a negative offset from the buffer's end; FlatBuffers refuses it.
+    if not 0 <= position < 2**32:
+        raise struct.error(f"offset {position} outside the buffer")
+    return position

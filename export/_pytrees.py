@@ -238,8 +238,7 @@ class _Nodes:
         position = self._positions[index]
         seen = self._seen.get(position)
         if seen is None:
-            node = self.node(index)
-            seen = self._seen[position] = (node.Kind(), node.NumChildren())
+            seen = self._seen[position] = _fb.read_node_header(self._table, position)
         kind, n = seen
         if depth >= _limits.MAX_PYTREE_DEPTH:
             raise CorruptArchiveError(f"pytree deeper than {_limits.MAX_PYTREE_DEPTH} levels")

@@ -203,6 +203,11 @@ def decode_sharding(table: fb.Sharding, meshes: Sequence[Any], rank: int) -> tup
             or tiled HloSharding of another rank than ``rank``, or an HloSharding proto that is
             not a canonical, bounded ``xla.OpSharding``.
     """
+    named_at, hlo_at, derived_at = _fb.field_offsets(table, 3)
+    if not (named_at or hlo_at):  # unspecified: the common case, from one vtable read
+        if _fb.read_uint8(table, derived_at):
+            raise CorruptArchiveError("hlo_derived is set but there is no HloSharding")
+        return None, None
     named_table = table.Named()
     named = decode_named_sharding(named_table, meshes) if named_table is not None else None
     if named is not None:

@@ -41,7 +41,14 @@ def check_header_window(head: ArchiveHeader, policy: str, *, path: str | None) -
     if policy == "allow":
         return
     with _fb.translating_read_errors(path):
-        window = header_window(head)
+        producer = head.archive.Producer()
+        version = (_fb.read_str(producer.JaxVersion()) if producer else "") or "unknown"
+    # Whether the function is sharded only changes the message of an archive outside the
+    # window: the shardings are scanned for that message alone.
+    window = jax_window(version, sharded=False)
+    if window.within_window is False:
+        with _fb.translating_read_errors(path):
+            window = header_window(head)
     check_window(window, policy, path=path)
 
 
