@@ -110,39 +110,32 @@ def decode_tensor(table: fb.Tensor, index: int, sections: Sequence[Any]) -> Tens
         UnsupportedFeatureError: a dtype the running jax does not define.
     """
     where = f"tensor {index}"
-    # The fields read straight from the table's vtable (slots as schema/_generated.py's
-    # accessors; a model has a table per tensor, and each generated accessor costs a
-    # microsecond or more): the same values, lengths checked and charged as ``_fb`` does.
+    # The fields read straight from the table's vtable, read once (``_fb.field_offsets``; a
+    # model has a table per tensor, and each generated accessor costs a microsecond or more):
+    # the values the generated readers give, lengths checked and charged as ``_fb`` does.
     tab = table._tab
     buf, pos = tab.Bytes, tab.Pos
-    o = tab.Offset(6)
-    if o:
-        start = tab.Vector(o)
-        n = _fb.count(tab.VectorLen(o), table, 8)
-        shape: tuple[int, ...] = struct.unpack_from(f"<{n}q", buf, start)
-    else:
-        shape = ()
+    path_at, shape_at, dtype_at, order_at, section_at, sha_at = _fb.field_offsets(table, 6)
+    shape: tuple[int, ...] = ()
+    if shape_at:
+        start, n = _vector(buf, pos + shape_at)
+        shape = struct.unpack_from(f"<{_fb.count(n, table, 8)}q", buf, start)
     if len(shape) > _limits.MAX_RANK or any(not 0 <= d < 2**62 for d in shape):
         raise CorruptArchiveError(f"{where}: shape {shape[:8]} is not a valid static shape")
-    o = tab.Offset(10)
-    byte_order = buf[pos + o] if o else 0
+    byte_order = _fb.read_uint8(table, order_at)
     if byte_order != fb.ByteOrder.little:
         raise CorruptArchiveError(f"{where}: unknown byte order {byte_order}")
-    o = tab.Offset(8)
-    dtype_enum = buf[pos + o] if o else 0
+    dtype_enum = _fb.read_uint8(table, dtype_at)
     if dtype_enum in (fb.DType.prng_key, fb.DType.float0):
         raise CorruptArchiveError(f"{where}: dtype {dtype_enum} is not a tensor dtype")
     dtype = np.dtype(_dtypes.decode_dtype(dtype_enum, None))
-    o = tab.Offset(14)
     digest = b""
-    if o:
-        start = tab.Vector(o)
-        n = _fb.count(tab.VectorLen(o), table, 1)
-        digest = bytes(buf[start : start + n])
+    if sha_at:
+        start, n = _vector(buf, pos + sha_at)
+        digest = bytes(buf[start : start + _fb.count(n, table, 1)])
     if len(digest) != 32:
         raise CorruptArchiveError(f"{where}: no sha256 digest")
-    o = tab.Offset(12)
-    section: int = struct.unpack_from("<I", buf, pos + o)[0] if o else 0
+    section: int = _UINT32.unpack_from(buf, pos + section_at)[0] if section_at else 0
     if section >= len(sections):
         raise CorruptArchiveError(f"{where}: section {section} does not exist")
     nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
@@ -151,8 +144,22 @@ def decode_tensor(table: fb.Tensor, index: int, sections: Sequence[Any]) -> Tens
             f"{where}: {nbytes} bytes for shape {shape} {dtype.name}, its section holds "
             f"{sections[section].uncompressed_length}"
         )
-    path = _fb.read_str(table.Path())
+    path = ""
+    if path_at:
+        start, n = _vector(buf, pos + path_at)  # a string: a vector of bytes
+        path = _fb.read_str(bytes(buf[start : start + n]))
     return TensorInfo(path, shape, dtype.name, nbytes, digest.hex(), section)
+
+
+_UINT32 = struct.Struct("<I")
+
+
+def _vector(buf: bytes, at: int) -> tuple[int, int]:
+    """Where the vector (or string) whose offset lies at ``at`` starts, and its length, as
+    the generated readers' ``Vector`` / ``VectorLen`` / ``String`` read them. Raises:
+    struct.error (a read outside the buffer)."""
+    start = at + _UINT32.unpack_from(buf, at)[0] + 4
+    return start, _UINT32.unpack_from(buf, start - 4)[0]
 
 
 def array_from_bytes(
