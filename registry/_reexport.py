@@ -19,7 +19,16 @@ from typing import Any
 
 from jaxport import JaxportError, UnsafeArchiveError, UnsupportedFeatureError
 
-__all__ = ["NOT_READ", "NOT_WRITTEN", "ReexportResult", "reexport"]
+__all__ = [
+    "NOT_READ",
+    "NOT_WRITTEN",
+    "ChildOutcome",
+    "ReexportResult",
+    "check_readable",
+    "launch",
+    "outcome",
+    "reexport",
+]
 
 #: The child's exit statuses (``jaxport/_reexport_child.py`` defines the same; a test pins
 #: them): the managed jax cannot read the archive; it cannot write what it read.
@@ -30,11 +39,10 @@ _MEMORY_LIMIT = 16 << 30
 
 
 @dataclasses.dataclass(frozen=True)
-class ReexportResult:
-    """What the child did to one archive.
+class ChildOutcome:
+    """What a re-export child said of one archive (its ``facts.json`` and recorded examples).
 
     Attributes:
-        archive: the archive written by the child's jax (bytes).
         examples: golden examples recorded by the own check (inputs, the source's outputs;
             ``audit/_examples.py`` bytes), None when the goldens were re-run or nothing ran.
         jax_version: the child's jax; ``jaxlib_version`` its jaxlib.
@@ -45,7 +53,6 @@ class ReexportResult:
         compared: how many examples were compared.
     """
 
-    archive: bytes
     examples: bytes | None
     jax_version: str
     jaxlib_version: str
@@ -59,6 +66,14 @@ class ReexportResult:
     def passed(self) -> bool:
         """Whether the check ran and the re-export computes what it must."""
         return self.check in ("golden", "own")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReexportResult(ChildOutcome):
+    """What the child did to one function archive: ``archive``, the archive written by the
+    child's jax (bytes), and the ``ChildOutcome``."""
+
+    archive: bytes
 
 
 def reexport(
@@ -86,34 +101,54 @@ def reexport(
             read; the archive the child wrote is not readable here.
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
-    from jaxport.export._internal import run_converter
-
     with tempfile.TemporaryDirectory(prefix="jaxport-reexport-") as tmp:
         work = Path(tmp)
         (work / "in.jaxport").write_bytes(archive)
-        if golden is not None:
-            (work / "golden.npz").write_bytes(golden)
-        request = {"allow_custom_calls": list(allow_custom_calls), "source_digest": source_digest}
-        (work / "request.json").write_text(json.dumps(request))
-        cmd = [python, "-I", "-m", "jaxport._reexport_child", str(work), str(_MEMORY_LIMIT)]
-        done = run_converter(cmd, timeout, lambda what: _unsafe(what, source_digest))
-        _raise_for(done, source_digest)
+        launch(
+            work, "jaxport._reexport_child", _MEMORY_LIMIT, python=python, golden=golden,
+            allow_custom_calls=allow_custom_calls, source_digest=source_digest, timeout=timeout,
+        )  # fmt: skip
         written = (work / "archive.jaxport").read_bytes()
-        _check_header(written, source_digest)
-        facts: dict[str, Any] = json.loads((work / "facts.json").read_text())
-        recorded = work / "examples.npz"
-        examples = recorded.read_bytes() if recorded.exists() else None
-    return ReexportResult(
-        archive=written,
-        examples=examples,
-        jax_version=str(facts["jax"]),
-        jaxlib_version=str(facts["jaxlib"]),
-        module=str(facts["module"]),
-        shardings=str(facts["shardings"]),
-        check=str(facts["check"]),
-        reason=None if facts["reason"] is None else str(facts["reason"]),
-        compared=int(facts["compared"]),
-    )
+        check_readable(written, source_digest)
+        return ReexportResult(archive=written, **outcome(work))
+
+
+def launch(
+    work: Path, module: str, memory_limit: int, *, python: str, golden: bytes | None,
+    allow_custom_calls: Sequence[str], source_digest: str, timeout: float,
+) -> None:  # fmt: skip
+    """Runs the child ``module`` on the directory ``work`` (its source as ``in.jaxport``), the
+    golden examples and the request written beside it; ``memory_limit`` in bytes.
+
+    Raises:
+        UnsupportedFeatureError: that jax cannot read the archive, or cannot write what it read.
+        UnsafeArchiveError: the child crashed, ran out of memory or time.
+    """
+    from jaxport.export._internal import run_converter
+
+    if golden is not None:
+        (work / "golden.npz").write_bytes(golden)
+    request = {"allow_custom_calls": list(allow_custom_calls), "source_digest": source_digest}
+    (work / "request.json").write_text(json.dumps(request))
+    cmd = [python, "-I", "-m", module, str(work), str(memory_limit)]
+    done = run_converter(cmd, timeout, lambda what: _unsafe(what, source_digest))
+    _raise_for(done, source_digest)
+
+
+def outcome(work: Path) -> dict[str, Any]:
+    """The ``ChildOutcome`` fields of what a child that exited 0 left in ``work``."""
+    facts: dict[str, Any] = json.loads((work / "facts.json").read_text())
+    recorded = work / "examples.npz"
+    return {
+        "examples": recorded.read_bytes() if recorded.exists() else None,
+        "jax_version": str(facts["jax"]),
+        "jaxlib_version": str(facts["jaxlib"]),
+        "module": str(facts["module"]),
+        "shardings": str(facts["shardings"]),
+        "check": str(facts["check"]),
+        "reason": None if facts["reason"] is None else str(facts["reason"]),
+        "compared": int(facts["compared"]),
+    }
 
 
 def _raise_for(done: Any, digest: str) -> None:
@@ -130,17 +165,18 @@ def _raise_for(done: Any, digest: str) -> None:
         raise _unsafe(f"{converter_status(done.returncode)}{tail}", digest)
 
 
-def _check_header(archive: bytes, digest: str) -> None:
-    """The child's archive, its header read by this jaxport (another release wrote it).
+def check_readable(archive: bytes | Path, digest: str) -> None:
+    """The child's archive (bytes, or its file), its header read by this jaxport (another
+    release wrote it).
 
     Raises:
-        UnsupportedFeatureError: this jaxport cannot read it.
+        UnsupportedFeatureError: there is no such file, or this jaxport cannot read it.
     """
     from jaxport.export import inspect
 
     try:
         inspect(archive)
-    except JaxportError as e:
+    except (JaxportError, OSError) as e:
         raise UnsupportedFeatureError(
             f"the re-export of {digest[:12]} is not readable here: {type(e).__name__}: {e}"
         ) from None

@@ -13,41 +13,30 @@ archive, as ``jaxport.load_model`` does, and runs the methods).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from jaxport import JaxportError, UnsupportedFeatureError
+from jaxport._signing import file_sha256
+from jaxport.registry._reexport import (
+    _MEMORY_LIMIT,
+    ChildOutcome,
+    check_readable,
+    launch,
+    outcome,
+)
 
 __all__ = ["ModelReexportResult", "reexport_model"]
 
-_HASH_BYTES = 4 << 20
-
 
 @dataclasses.dataclass(frozen=True)
-class ModelReexportResult:
-    """What the child did to one model archive: as ``ReexportResult``, with ``archive`` the
-    path of the archive it wrote (in the caller's directory) and ``digest`` its sha256 (hex)."""
+class ModelReexportResult(ChildOutcome):
+    """What the child did to one model archive: ``archive``, the path of the archive it wrote
+    (in the caller's directory), ``digest`` its sha256 (hex), and the ``ChildOutcome``."""
 
     archive: Path
     digest: str
-    examples: bytes | None
-    jax_version: str
-    jaxlib_version: str
-    module: str
-    shardings: str
-    check: str
-    reason: str | None
-    compared: int
-
-    @property
-    def passed(self) -> bool:
-        """Whether the check ran and the re-export computes what it must."""
-        return self.check in ("golden", "own")
 
 
 def reexport_model(
@@ -77,56 +66,13 @@ def reexport_model(
             read; the archive the child wrote is not readable here.
         UnsafeArchiveError: the child crashed, ran out of memory or time.
     """
-    from jaxport.export._internal import run_converter
-    from jaxport.registry._reexport import _MEMORY_LIMIT, _raise_for, _unsafe
-
     work = Path(tempfile.mkdtemp(prefix="model-", dir=directory))
     os.symlink(source.resolve(), work / "in.jaxport")
-    if golden is not None:
-        (work / "golden.npz").write_bytes(golden)
-    request = {"allow_custom_calls": list(allow_custom_calls), "source_digest": source_digest}
-    (work / "request.json").write_text(json.dumps(request))
     limit = _MEMORY_LIMIT + 2 * source.stat().st_size
-    cmd = [python, "-I", "-m", "jaxport._reexport_model_child", str(work), str(limit)]
-    done = run_converter(cmd, timeout, lambda what: _unsafe(what, source_digest))
-    _raise_for(done, source_digest)
+    launch(
+        work, "jaxport._reexport_model_child", limit, python=python, golden=golden,
+        allow_custom_calls=allow_custom_calls, source_digest=source_digest, timeout=timeout,
+    )  # fmt: skip
     written = work / "archive.jaxport"
-    _check_written(written, source_digest)
-    facts: dict[str, Any] = json.loads((work / "facts.json").read_text())
-    recorded = work / "examples.npz"
-    return ModelReexportResult(
-        archive=written,
-        digest=_sha256(written),
-        examples=recorded.read_bytes() if recorded.exists() else None,
-        jax_version=str(facts["jax"]),
-        jaxlib_version=str(facts["jaxlib"]),
-        module=str(facts["module"]),
-        shardings=str(facts["shardings"]),
-        check=str(facts["check"]),
-        reason=None if facts["reason"] is None else str(facts["reason"]),
-        compared=int(facts["compared"]),
-    )
-
-
-def _check_written(path: Path, digest: str) -> None:
-    """The child's archive, its header read by this jaxport (another release wrote it).
-
-    Raises:
-        UnsupportedFeatureError: there is none, or this jaxport cannot read it.
-    """
-    from jaxport.export import inspect
-
-    try:
-        inspect(path)
-    except (JaxportError, OSError) as e:
-        raise UnsupportedFeatureError(
-            f"the re-export of {digest[:12]} is not readable here: {type(e).__name__}: {e}"
-        ) from None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+    check_readable(written, source_digest)
+    return ModelReexportResult(archive=written, digest=file_sha256(written), **outcome(work))
