@@ -31,6 +31,7 @@ from jaxport._errors import MissingCustomCallError as MissingCustomCallError
 from jaxport._errors import MissingExtraError as MissingExtraError
 from jaxport._errors import NewerFormatError as NewerFormatError
 from jaxport._errors import NotFoundError as NotFoundError
+from jaxport._errors import OciError as OciError
 from jaxport._errors import OutsideJaxWindowError as OutsideJaxWindowError
 from jaxport._errors import OutsideJaxWindowWarning as OutsideJaxWindowWarning
 from jaxport._errors import ParamsMismatchError as ParamsMismatchError

@@ -53,6 +53,9 @@ working for code that does not know jaxport::
         │   └── AuthenticationError            no token, or one that is unknown, expired or revoked
         ├── ServerUnavailableError             a registry server cannot be reached or keeps
         │                                      answering 503 (after retries)
+        ├── OciError                           an OCI registry or bundle (image layout) answered
+        │                                      or holds what jaxport refuses: a manifest over its
+        │                                      limit or malformed, a redirect to another host
         └── WrongKindError (TypeError)         a model pulled as a function, or a function as a
                                                model (also by ``jaxport run``): the message
                                                names the call to use
@@ -84,6 +87,7 @@ __all__ = [
     "MissingExtraError",
     "NewerFormatError",
     "NotFoundError",
+    "OciError",
     "OutsideJaxWindowError",
     "OutsideJaxWindowWarning",
     "ParamsMismatchError",
@@ -451,6 +455,14 @@ class AuthenticationError(PermissionDeniedError):
 
 class ServerUnavailableError(RegistryError):
     """A registry server could not be reached, or answered 503 on every retry."""
+
+
+class OciError(RegistryError):
+    """An OCI registry (distribution spec v1.1) or an OCI image layout (a ``jaxport bundle``)
+    holds or answers something jaxport refuses: a manifest or index over its size limit or not
+    valid JSON of its media type, a redirect to another host, an error status. Digest mismatches
+    are ``IntegrityError``s; absent blobs, manifests and tags ``NotFoundError``s. The message
+    never contains a credential."""
 
 
 class WrongKindError(RegistryError, TypeError):

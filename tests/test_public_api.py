@@ -57,6 +57,7 @@ PUBLIC = [
     "NewToken",
     "NewerFormatError",
     "NotFoundError",
+    "OciError",
     "OutsideJaxWindowError",
     "OutsideJaxWindowWarning",
     "ParamsMismatchError",
@@ -290,6 +291,7 @@ def test_error_hierarchy():
         "PermissionDeniedError": (jaxport.RegistryError, PermissionError),
         "AuthenticationError": (jaxport.PermissionDeniedError,),
         "ServerUnavailableError": (jaxport.RegistryError,),
+        "OciError": (jaxport.RegistryError,),
         "WrongKindError": (jaxport.RegistryError, TypeError),
     }
     defined = {

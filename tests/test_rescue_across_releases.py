@@ -59,8 +59,12 @@ def _python(release: str) -> str:
     return str(python)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
+    # Run where a user would: outside the checkout, whose `jaxport/` source folder would
+    # otherwise shadow the package installed in the release's venv.
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=600, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     return done.stdout
@@ -70,20 +74,20 @@ def test_a_function_written_by_jax_0_7_is_rescued_by_0_12_and_runs_there(tmp_pat
     old, new = _python(OLD), _python(NEW)
     db_url, blobs = f"sqlite:///{tmp_path / 'reg.db'}", str(tmp_path / "blobs")
     env = {**os.environ, "JAXPORT_REGISTRY": db_url, "JAXPORT_BLOBS": blobs, "COLUMNS": "80"}
-    _run([old, "-c", PUSH, db_url, blobs], env)
-    (source,) = json.loads(_run([JAXPORT, "audit", "forecast", "--json"], env))
+    _run([old, "-c", PUSH, db_url, blobs], env, tmp_path)
+    (source,) = json.loads(_run([JAXPORT, "audit", "forecast", "--json"], env, tmp_path))
     assert source["writer"] == OLD
     ended = datetime.date.fromisoformat(source["window_ends"])
     before = (ended + datetime.timedelta(days=1)).isoformat()
     report = json.loads(_run([JAXPORT, "rescue", "--expiring-before", before, "--jax", NEW,
-                              "--python", new, "--json"], env))  # fmt: skip
+                              "--python", new, "--json"], env, tmp_path))  # fmt: skip
     assert report["rescue"]["refusals"] == [] and len(report["rescue"]["rescued"]) == 1, report
-    pulled = json.loads(_run([new, "-c", PULL, db_url, blobs], env))
+    pulled = json.loads(_run([new, "-c", PULL, db_url, blobs], env, tmp_path))
     assert pulled["jax"] == NEW and pulled["version"] == 2 and pulled["writer"] == [NEW]
     assert pulled["err"] < 1e-6
-    forecast = json.loads(_run([JAXPORT, "audit", "forecast", "--json"], env))
+    forecast = json.loads(_run([JAXPORT, "audit", "forecast", "--json"], env, tmp_path))
     rescued = next(v for v in forecast if v["version"] == 2)
     assert datetime.date.fromisoformat(rescued["window_ends"]) > ended
-    lineage = json.loads(_run([JAXPORT, "lineage", "old-fn:2", "--json"], env))
+    lineage = json.loads(_run([JAXPORT, "lineage", "old-fn:2", "--json"], env, tmp_path))
     assert lineage["derivation"] == "rescue"
     assert [(a["name"], a["version"]) for a in lineage["ancestors"]] == [("old-fn", 1)]
