@@ -25,10 +25,10 @@ __all__ = ["OciTarget"]
 
 
 class OciTarget(Protocol):
-    """One OCI repository (or image layout) that blobs, manifests and tags are read from or written to."""
+    """One OCI repository, or an image layout: blobs, manifests and tags read and written."""
 
     def has_blob(self, digest: str) -> bool:
-        """Whether the blob ``digest`` is already there (a push sends only the blobs this says are absent)."""
+        """Whether the blob ``digest`` is there already (a push sends only the absent ones)."""
         ...
 
     def push_blob(self, digest: str, size: int, chunks: Iterable[bytes]) -> None:
@@ -40,11 +40,11 @@ class OciTarget(Protocol):
         ...
 
     def fetch_blob(self, digest: str, size: int) -> Iterator[bytes]:
-        """The blob's bytes in chunks, at most ``size`` bytes; the digest is checked as the last chunk is read.
+        """The blob's bytes in chunks, at most ``size``; the digest is checked at the last chunk.
 
         Raises:
             NotFoundError: no such blob.
-            IntegrityError: the bytes read are more or fewer than ``size`` or do not have ``digest``.
+            IntegrityError: more or fewer bytes than ``size``, or not ``digest``'s.
         """
         ...
 
@@ -57,7 +57,7 @@ class OciTarget(Protocol):
         ...
 
     def fetch_manifest(self, reference: str) -> tuple[str, bytes]:
-        """A manifest or index by tag or digest: its media type and its bytes (a digest reference is checked).
+        """A manifest or index by tag or digest: its media type and bytes (a digest is checked).
 
         Raises:
             NotFoundError: no such tag or manifest.
