@@ -6,6 +6,7 @@
        └─< aliases, alias_history, alias_gates   pending_blobs (digests of pushes in flight)
                                            module_verdicts (the module sandbox's, by digest)
     blobs ─< signatures >─ blobs   (an archive's digest, the Sigstore bundle that signs it)
+    blobs ─< compiled ─< compiled_files >─ blobs  (an archive's compiled executables, signed)
     audits ─< queued_audits        (the finding each key of the audit queue recorded, once)
     tokens, events                 (the registry server's bearer tokens; the append-only log)
     uploads                        (the parts each token uploaded lately: ``registry/_reach.py``)
@@ -48,6 +49,8 @@ __all__ = [
     "AuditRow",
     "Base",
     "BlobRow",
+    "CompiledFileRow",
+    "CompiledRow",
     "EventRow",
     "ExamplesRow",
     "JaxReleaseRow",
@@ -442,3 +445,50 @@ class EventRow(Base):
     name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     detail: Mapped[str] = mapped_column(Text)
+
+
+class CompiledRow(Base):
+    """A set of compiled executables of one method of an archive (``digest``, a variant's):
+    the files jax's persistent compilation cache wrote when compiling it on a host of this
+    ``platform``, ``device_kind``, jax and jaxlib release and compile options (``options``:
+    JSON; ``options_digest`` its sha256), for ``nr_devices`` devices. ``manifest_digest`` is
+    the blob of the set's JSON manifest (every key field and file), whose sha256 the Sigstore
+    bundle ``bundle_digest`` signs (by ``signer``, a key fingerprint). One row per key
+    (``registry/_compiled_store.py``); ``method`` is "" for a function archive."""
+
+    __tablename__ = "compiled"
+    __table_args__ = (
+        UniqueConstraint(
+            "digest", "method", "platform", "device_kind", "jax_version", "jaxlib_version",
+            "options_digest",
+        ),
+        Index("ix_compiled_bundle_digest", "bundle_digest"),
+    )  # fmt: skip
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    method: Mapped[str] = mapped_column(String(200))
+    platform: Mapped[str] = mapped_column(String(20))
+    device_kind: Mapped[str] = mapped_column(String(200))
+    jax_version: Mapped[str] = mapped_column(String(40))
+    jaxlib_version: Mapped[str] = mapped_column(String(40))
+    nr_devices: Mapped[int] = mapped_column(Integer)
+    options_digest: Mapped[str] = mapped_column(String(64))
+    options: Mapped[str] = mapped_column(Text)
+    manifest_digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    bundle_digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    signer: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class CompiledFileRow(Base):
+    """One file of a compiled set (``compiled_id``): its name in jax's cache directory, the
+    blob of its bytes (``digest``) and its ``size`` in bytes."""
+
+    __tablename__ = "compiled_files"
+    __table_args__ = (Index("ix_compiled_files_digest", "digest"),)
+    compiled_id: Mapped[int] = mapped_column(
+        ForeignKey("compiled.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    digest: Mapped[str] = mapped_column(ForeignKey("blobs.digest"))
+    size: Mapped[int] = mapped_column(BigInteger)
