@@ -331,6 +331,18 @@ class Backend(abc.ABC):
         """``Registry.verify_signatures`` with loaded keys."""
         self.lacks("signature verification of stored versions")
 
+    def adopt_signature(self, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
+        """Stores a signature made elsewhere (an OCI referrer, a mirror's source) of the
+        archive ``digest`` as ``sign`` stores its own: ``bundle`` names ``digest`` (checked),
+        ``signer`` and ``kind`` as the source recorded them (they only choose which bundles
+        a check tries, as ever)."""
+        self.lacks("storing a signature made elsewhere (a mirror or an OCI pull)")
+
+    def adopt_findings(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Stores audit findings measured elsewhere (``audits`` rows: ``digest``, ``level``,
+        ``jax_version``, ...), each at most once; returns how many were new."""
+        self.lacks("storing audit findings made elsewhere (a mirror or an OCI pull)")
+
     # -- what needs the database in this process ---------------------------------------------
 
     def upgrade_report(

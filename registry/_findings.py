@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, insert, select
@@ -110,6 +110,31 @@ class Findings:
             with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
                 conn.execute(insert(AuditRow), rows)
         return findings
+
+    def adopt(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Stores findings measured elsewhere (``audits`` rows as ``_audit_row`` makes them,
+        with ``examples_digest``), each row once: one with the same key and ``created_at`` as
+        a stored one is skipped. Returns how many were stored."""
+        if not rows:
+            return 0
+        wanted = [{k: r[k] for k in _ADOPTED} for r in rows]
+        digests = sorted({r["digest"] for r in wanted})
+        with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            stored = conn.execute(
+                select(*(getattr(AuditRow, k) for k in _ADOPTED)).where(
+                    AuditRow.digest.in_(digests)
+                )
+            ).all()
+            seen = {tuple(r) for r in stored}
+            new = []
+            for r in wanted:
+                key = tuple(r[k] for k in _ADOPTED)
+                if key not in seen:
+                    seen.add(key)
+                    new.append(r)
+            if new:
+                conn.execute(insert(AuditRow), new)
+        return len(new)
 
     def _measure(
         self,
@@ -314,6 +339,13 @@ def _new_finding(
         t.name, t.version, t.measure[0], jax_version, jaxlib_version, t.platform, r.status,
         r.reason, r.checks, r.seconds, now, level=level, devices=devices.get(t.platform),
     )  # fmt: skip
+
+
+#: The columns of an ``audits`` row that ``Findings.adopt`` copies (all but its id).
+_ADOPTED = (
+    "digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
+    "examples_digest", "status", "reason", "details_json", "seconds", "created_at",
+)  # fmt: skip
 
 
 def _audit_row(f: Finding) -> dict[str, Any]:
