@@ -111,9 +111,10 @@ class OciRepository:
 
     def __init__(self, url: str | OciUrl, *, insecure: bool | None = None, timeout: float = 300.0):
         self.url = url if isinstance(url, OciUrl) else parse_oci_url(url, insecure=insecure)
-        self._plain_ok = self.url.scheme == "http" or bool(insecure)
+        #: plain http allowed to any host (``insecure``), not only to loopback addresses
+        self._insecure = self.url.scheme == "http" and not is_loopback(self.url.host)
         credentials, note = find_credentials(self.url.host)
-        self._auth = OciAuth(credentials, note, insecure=self._plain_ok, timeout=timeout)
+        self._auth = OciAuth(credentials, note, insecure=self._insecure, timeout=timeout)
         limits = httpx.Timeout(timeout, connect=10.0)
         self._client = httpx.Client(
             auth=self._auth, timeout=limits, follow_redirects=False, trust_env=False
@@ -446,9 +447,7 @@ class OciRepository:
                 f"the registry {self.url.host} redirected a {method} to another host "
                 f"({url.host}): refused"
             )
-        plain_ok = self._plain_ok and (
-            is_loopback(url.netloc.decode()) or url.scheme == self.url.scheme
-        )
+        plain_ok = self._insecure or is_loopback(url.netloc.decode())
         if url.scheme != "https" and not plain_ok:
             raise OciError(
                 f"the registry {self.url.host} redirected a blob read to plain http on "
