@@ -96,8 +96,19 @@ def bind(
         except (ValueError, TypeError) as e:  # jax refused the call (symbolic dims, platform)
             raise RunError(f"method {name!r} cannot run here: {_first_line(e)}") from None
 
+    def lower(*arg_specs: Any) -> Any:
+        # What the first call compiles, from specs alone (``jaxport compile``'s child).
+        shardings = in_shardings(exp, n)
+        kept_specs = [
+            jax.ShapeDtypeStruct(specs[i][0], jnp.dtype(specs[i][1]),
+                                 sharding=shardings[i] if shardings else None)
+            for i in kept
+        ]  # fmt: skip
+        return jitted.lower(kept_specs, *arg_specs)
+
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Runs method {name!r} of the model with its parameters bound."
+    method.lower = lower  # type: ignore[attr-defined]
     return method
 
 

@@ -1,0 +1,78 @@
+"""What a compiled executable is keyed by on a host: platform, device kind, jax and jaxlib
+releases, device count and the compile options that matter (``HostKey``).
+
+jax's own persistent-cache key covers all of these (and the module itself), so an executable
+compiled elsewhere is at worst a cache miss; jaxport compares them first so that a set that
+cannot hit is never written into a cache directory, and says which field differs. Importing
+this module loads nothing; ``host_key()`` imports jax and initialises its backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+__all__ = ["HostKey", "host_key", "options_digest"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostKey:
+    """This process's side of a compiled set's key.
+
+    Attributes:
+        platform: ``cpu``, ``cuda``, ``rocm`` or ``tpu`` (as variants name platforms).
+        device_kind: ``jax.devices()[0].device_kind`` (``"cpu"``, ``"NVIDIA H100 80GB HBM3"``).
+        jax_version: ``jax.__version__``.
+        jaxlib_version: ``jaxlib.version.__version__``.
+        device_count: the devices of the local platform (``len(jax.devices())``).
+        options: the compile options that matter, as text: ``xla_flags_sha256`` (sha256 of
+            ``$XLA_FLAGS``, "" when unset) and ``jax_enable_x64``.
+    """
+
+    platform: str
+    device_kind: str
+    jax_version: str
+    jaxlib_version: str
+    device_count: int
+    options: dict[str, str]
+
+    @property
+    def options_digest(self) -> str:
+        """The sha256 (hex) of ``options`` as canonical JSON."""
+        return options_digest(self.options)
+
+    def facts(self) -> dict[str, Any]:
+        """The key as a JSON object (what a compile child reports)."""
+        return dataclasses.asdict(self)
+
+
+def options_digest(options: dict[str, str]) -> str:
+    """The sha256 (hex) of compile options as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(options, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def host_key() -> HostKey:
+    """This process's ``HostKey`` (imports jax; initialises its default backend)."""
+    import jax
+    import jaxlib.version
+
+    from jaxport.export._internal import local_platform
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    options = {
+        "jax_enable_x64": str(bool(jax.config.jax_enable_x64)),
+        "xla_flags_sha256": hashlib.sha256(flags.encode()).hexdigest() if flags else "",
+    }
+    devices = jax.devices()
+    return HostKey(
+        platform=local_platform(),
+        device_kind=str(devices[0].device_kind),
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.version.__version__,
+        device_count=len(devices),
+        options=options,
+    )
