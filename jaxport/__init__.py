@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from jaxport.registry import AliasGates as AliasGates
     from jaxport.registry import AliasMove as AliasMove
     from jaxport.registry import BlobProblem as BlobProblem
+    from jaxport.registry import CopyReport as CopyReport
     from jaxport.registry import Event as Event
     from jaxport.registry import FleetRescueReport as FleetRescueReport
     from jaxport.registry import GateCheck as GateCheck

@@ -77,12 +77,16 @@ if TYPE_CHECKING:
     from jaxport.registry._types import PushResult, Ref, VariantInfo
 
 __all__ = [
+    "Attached",
     "OciVersion",
+    "adopt_attached",
     "alias_tag",
     "assemble",
     "pull_version",
     "push_version",
+    "read_attached",
     "read_version",
+    "registry_attached",
     "version_tag",
     "write_variant",
 ]
@@ -305,6 +309,15 @@ def _send_empty(target: OciTarget, report: CopyReport) -> None:
     _send(target, sha256_of(EMPTY_CONFIG), len(EMPTY_CONFIG), lambda: [EMPTY_CONFIG], report)
 
 
+def registry_attached(registry: Registry, ref: Ref) -> Attached:
+    """The signatures and findings a registry holds for the variants of ``ref``."""
+    sigs = [
+        (s.digest, registry.read_blob(s.bundle_digest), s.signer, s.kind)
+        for s in registry.signatures(f"{ref.name}:{ref.version}")
+    ]
+    return Attached(sigs, _finding_rows(registry, ref))
+
+
 def _finding_rows(registry: Registry, ref: Ref) -> list[dict[str, Any]]:
     digests = set(ref.digests)
     rows = []
@@ -494,7 +507,7 @@ def _part(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Attached:
+class Attached:
     """A variant's referrers, read and checked: signatures ``(digest, bundle, signer,
     kind)`` and findings rows."""
 
@@ -502,7 +515,7 @@ class _Attached:
     findings: list[dict[str, Any]]
 
 
-def read_attached(target: OciTarget, version: OciVersion) -> _Attached:
+def read_attached(target: OciTarget, version: OciVersion) -> Attached:
     """The signatures and findings attached to each variant of ``version``, every manifest
     and layer verified and checked.
 
@@ -529,7 +542,7 @@ def read_attached(target: OciTarget, version: OciVersion) -> _Attached:
                              notes.get(ANNOTATION["signature_kind"], "")))  # fmt: skip
             else:
                 rows += findings_rows(data, v.digest)
-    return _Attached(sigs, rows)
+    return Attached(sigs, rows)
 
 
 def pull_version(
@@ -554,11 +567,11 @@ def pull_version(
         result = registry.push(paths, name or found.name, metadata=found.metadata)
     where = f"{result.name}:{result.version}"
     (report.versions if result.created else report.skipped).append(where)
-    _adopt(registry, attached, where, report)
+    adopt_attached(registry, attached, where, report)
     return result
 
 
-def _adopt(registry: Registry, attached: _Attached, where: str, report: CopyReport) -> None:
+def adopt_attached(registry: Registry, attached: Attached, where: str, report: CopyReport) -> None:
     backend = registry._backend
     try:
         for digest, bundle, signer, kind in attached.signatures:
