@@ -18,6 +18,7 @@ from jaxport import ParamsMismatchError, RunError, UnsupportedFeatureError
 from jaxport._grammar import method_problem
 from jaxport._io import atomic_write
 from jaxport.export import _methods, _model_archive, _tensors
+from jaxport.export._model_writer import can_write_in_place, write_model_file
 from jaxport.export._tensor_store import TensorStore
 from jaxport.export._tensors import TensorInfo
 
@@ -433,17 +434,23 @@ class Model:
         """Writes ``dumps(compress=compress)`` to ``path`` atomically (a temporary file renamed
         over it).
 
-        The tensors are written first, hashed meanwhile by threads one short of the cores
-        (the writes keep one), then by every core while the disk writes them; the header,
-        which holds the digests, is written over a placeholder of its size and the file is
-        fsynced. A tensor read from an archive is
-        not hashed again: it was checked against its digest when it was read.
+        Without ``compress``, threads (one per core) hash and write each tensor a megabyte at a
+        time, so its bytes are read from memory once for both, while the disk is asked to
+        write what is written; the header, which holds the digests, is written last at the
+        start of the file, and the file is fsynced (``_model_writer``). With ``compress`` the
+        tensors are written first, hashed meanwhile, then while the disk writes them. A tensor
+        read from an archive is not hashed again: it was checked against its digest when it
+        was read.
 
         Raises:
             OSError: the directory is missing or not writable.
             UnsupportedFeatureError, UnsupportedVersionError: see ``jaxport.dumps``.
         """
-        chunks, head = _model_archive.model_chunks(self._contents(compress))
+        contents = self._contents(compress)
+        if not compress and can_write_in_place():  # raw tensors: hashed and written in one pass
+            write_model_file(path, _model_archive.model_layout(contents))
+            return
+        chunks, head = _model_archive.model_chunks(contents)
         try:
             atomic_write(path, chunks, head=head)
         finally:

@@ -45,10 +45,12 @@ __all__ = [
     "ModelContents",
     "ModelHead",
     "ModelHeader",
+    "ModelLayout",
     "check_model_table",
     "dump_model_chunks",
     "method_name",
     "model_chunks",
+    "model_layout",
     "read_model_header",
     "tensor_paths",
 ]
@@ -107,6 +109,84 @@ def model_chunks(contents: ModelContents) -> tuple[list[bytes | memoryview], Mod
     while the disk writes them (``atomic_write(path, chunks, head=head)``) and writes the
     result over the placeholder. Raises: as ``dump_model_chunks``.
     """
+    plan = _plan(contents)
+    jobs = _tensors.digest_jobs(plan.datas, contents.known_digests)
+    jobs.start(_tensors.THREADS - 1)
+    chunks: list[bytes | memoryview] = [plan.placeholder, *plan.module_chunks]
+    position = plan.sections[0].length
+    for s, payload in zip(plan.sections[1:], plan.payloads, strict=True):
+        chunks.append(bytes(s.offset - position))
+        chunks.extend(payload.chunks)
+        position = s.offset + s.length
+    encode = plan.encode
+    return [c for c in chunks if len(c)], ModelHead(encode, jobs, len(plan.placeholder))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelLayout:
+    """Where each part of a model archive whose tensor sections are all raw lies in its file
+    (``model_layout``): what a writer needs to write the tensors in any order, from threads.
+
+    Attributes:
+        head_length: bytes of the preamble and header, at offset 0 (written last: it holds
+            the digests).
+        modules: section 0's chunks and the file offset of each.
+        tensors: each tensor's bytes (views of its array) and the file offset of its section.
+        known: each tensor's sha256 where already known (verified when read), else None.
+        length: the file's length in bytes.
+    """
+
+    head_length: int
+    modules: Sequence[tuple[int, bytes | memoryview]]
+    tensors: Sequence[tuple[int, memoryview]]
+    known: Sequence[bytes | None]
+    length: int
+    _encode: Callable[[Sequence[bytes]], tuple[bytes, list[_container.Section]]]
+
+    def head(self, digests: Sequence[bytes]) -> bytes:
+        """The preamble and header once every tensor's sha256 is known (in tensor order)."""
+        first, _ = self._encode(digests)
+        assert len(first) == self.head_length
+        return first
+
+
+def model_layout(contents: ModelContents) -> ModelLayout:
+    """The layout of ``contents``' archive, whose tensors are raw (``contents.compress`` is
+    false: a compressed one is written from ``model_chunks``). Nothing is hashed.
+
+    Raises:
+        ValueError: ``contents.compress`` is set (a caller's mistake).
+        UnsupportedFeatureError, UnsupportedVersionError: as ``dump_model_chunks``.
+    """
+    if contents.compress:
+        raise ValueError("model_layout is for raw tensors: write model_chunks to compress")
+    plan = _plan(contents)
+    start = len(plan.placeholder)
+    modules, position = [], start
+    for chunk in plan.module_chunks:
+        modules.append((position, chunk))
+        position += len(chunk)
+    tensors = [(start + s.offset, d) for s, d in zip(plan.sections[1:], plan.datas, strict=True)]
+    known = [bytes.fromhex(k) if k else None for k in contents.known_digests]
+    known += [None] * (len(plan.datas) - len(known))
+    end = max([position, *(o + len(d) for o, d in tensors)])
+    return ModelLayout(start, modules, tensors, known, end, plan.encode)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A model archive before its tensors are hashed: the header with zero digests
+    (``placeholder``), the sections, section 0's chunks, the tensors' bytes and payloads."""
+
+    placeholder: bytes
+    sections: list[_container.Section]
+    module_chunks: list[bytes | memoryview]
+    datas: list[memoryview]
+    payloads: list[TensorPayload]
+    encode: Callable[[Sequence[bytes]], tuple[bytes, list[_container.Section]]]
+
+
+def _plan(contents: ModelContents) -> _Plan:
     names, chains, refs, module_chunks, module_section = _encode_modules(contents)
     datas = [_tensors.tensor_bytes(a) for a in contents.arrays]
     payloads = tensor_payloads(datas, compress=contents.compress, modules=module_section)
@@ -119,15 +199,7 @@ def model_chunks(contents: ModelContents) -> tuple[list[bytes | memoryview], Mod
         return _container.encode_preamble(header, version) + header, sections
 
     placeholder, sections = encode([bytes(32)] * len(datas))
-    jobs = _tensors.digest_jobs(datas, contents.known_digests)
-    jobs.start(_tensors.THREADS - 1)
-    chunks: list[bytes | memoryview] = [placeholder, *module_chunks]
-    position = module_section.length
-    for s, payload in zip(sections[1:], payloads, strict=True):
-        chunks.append(bytes(s.offset - position))
-        chunks.extend(payload.chunks)
-        position = s.offset + s.length
-    return [c for c in chunks if len(c)], ModelHead(encode, jobs, len(placeholder))
+    return _Plan(placeholder, sections, module_chunks, datas, payloads, encode)
 
 
 class ModelHead:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "create_temporary"]
 
 
 def atomic_write(
@@ -37,7 +37,7 @@ def atomic_write(
         ValueError: ``head()`` gave more bytes than the chunks (a caller's mistake).
     """
     path = Path(target)
-    fd, tmp = _create_temporary(path)
+    fd, tmp = create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             written = sum(f.write(chunk) for chunk in chunks)
@@ -72,7 +72,7 @@ def _while_flushing(fd: int, compute: Callable[[], bytes]) -> bytes:
     return result
 
 
-def _create_temporary(path: Path) -> tuple[int, str]:
+def create_temporary(path: Path) -> tuple[int, str]:
     """A new, unique ``.tmp-<name>.<random>`` beside ``path``, opened for writing.
 
     Created with ``O_EXCL`` and mode ``0o666``, so the kernel applies the umask (and a default

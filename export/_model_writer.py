@@ -1,0 +1,263 @@
+"""Writing a model archive file in one pass over its tensors: each piece of a tensor is hashed,
+then written from the same place in the cache, by threads writing at their own offsets.
+
+``Model.save`` must record each tensor's sha256 in the header, which comes first in the file;
+the header is written last, over the hole left for it. A thread takes the largest tensor left
+and, one ``CHUNK`` at a time, hashes it (hashlib releases the GIL) and writes it with
+``os.pwrite`` (which also does): the bytes are read from memory once for both, where hashing
+all, then writing all, reads them twice. When a thread has no tensor left to take, the threads
+still hashing hand it the chunks they have hashed to write: one large tensor costs the slower
+of hashing it and writing it, not their sum. Runs of small tensors (each under ``CHUNK``) go
+as one write. Meanwhile another thread asks the disk to write what is written so far
+(``fdatasync`` every ``FLUSH_BYTES``), so the final ``fsync`` finds little left; on a file
+system in memory (tmpfs) that costs nothing.
+
+Memory: no tensor is copied but small ones (each under ``CHUNK``, joined into writes of up to
+``GROUP_BYTES``). Durability and atomicity as ``jaxport._io.atomic_write``: a temporary file
+beside the target, fsynced, renamed over it; removed on any error.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from jaxport._io import create_temporary
+from jaxport.export._hashing import THREADS
+from jaxport.export._model_archive import ModelLayout
+
+__all__ = ["CHUNK", "FLUSH_BYTES", "GROUP_BYTES", "can_write_in_place", "write_model_file"]
+
+#: Bytes hashed then written at a time (they stay in the core's cache in between).
+CHUNK = 1 << 20
+#: Small tensors are joined into writes of at most this many bytes.
+GROUP_BYTES = 4 << 20
+#: The disk is asked to write out what is written each time this many more bytes are.
+FLUSH_BYTES = 64 << 20
+
+
+def can_write_in_place() -> bool:
+    """Whether this platform has ``os.pwrite`` (not Windows): else write ``model_chunks``."""
+    return hasattr(os, "pwrite")
+
+
+def write_model_file(path: str | os.PathLike[str], layout: ModelLayout) -> None:
+    """Writes the archive ``layout`` describes to ``path`` atomically and durably: a temporary
+    file beside it, hashed and written by ``THREADS`` threads, its header written once every
+    digest is known, fsynced and renamed over ``path``.
+
+    Raises:
+        OSError: the directory is missing or not writable, the disk is full (no temporary
+            file is left).
+        BaseException: what a hashing or writing thread raised (``MemoryError``, say).
+    """
+    target = Path(path)
+    fd, tmp = create_temporary(target)
+    try:
+        try:
+            os.ftruncate(fd, layout.length)  # the header's and the paddings' bytes: a hole
+            for offset, chunk in layout.modules:
+                _pwrite(fd, chunk, offset)
+            digests = _Writer(fd, layout).run()
+            _pwrite(fd, layout.head(digests), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """Tensors to hash (``indices`` not known) and write at ``offset``: one large tensor, or
+    a run of small ones joined with their zero padding (``data`` then a copy)."""
+
+    offset: int
+    data: bytes | bytearray | memoryview
+    indices: Sequence[int]
+    starts: Sequence[int]  # where each tensor starts in ``data``
+
+
+def _jobs(layout: ModelLayout) -> list[_Job]:
+    """The write jobs, the largest last (popped first); runs of small tensors joined."""
+    jobs: list[_Job] = []
+    run: list[int] = []
+
+    def close_run() -> None:
+        if run:
+            first, last = layout.tensors[run[0]], layout.tensors[run[-1]]
+            data = bytearray(last[0] + len(last[1]) - first[0])
+            starts = [layout.tensors[i][0] - first[0] for i in run]
+            for i, start in zip(run, starts, strict=True):
+                view = layout.tensors[i][1]
+                data[start : start + len(view)] = view
+            jobs.append(_Job(first[0], data, list(run), starts))
+            run.clear()
+
+    for i, (offset, data) in enumerate(layout.tensors):
+        if len(data) >= CHUNK:
+            close_run()
+            jobs.append(_Job(offset, data, [i], [0]))
+            continue
+        if run and offset + len(data) - layout.tensors[run[0]][0] > GROUP_BYTES:
+            close_run()
+        run.append(i)
+    close_run()
+    jobs.sort(key=lambda j: len(j.data))
+    return jobs
+
+
+class _Writer:
+    """The threads that hash and write a layout's tensors (see the module's docstring)."""
+
+    def __init__(self, fd: int, layout: ModelLayout):
+        self._fd, self._layout = fd, layout
+        self._digests: list[bytes | None] = list(layout.known)
+        self._jobs = _jobs(layout)
+        self._handed: collections.deque[tuple[int, memoryview]] = collections.deque()
+        self._cond = threading.Condition()
+        self._busy = 0  # threads with a job
+        self._idle = 0  # threads waiting for chunks to write
+        self._error: BaseException | None = None
+        self._written = 0
+        self._flush_at = FLUSH_BYTES  # the flusher is woken when this many bytes are written
+        self._done = False
+
+    def run(self) -> list[bytes]:
+        """Every tensor's sha256, in tensor order, once all are written (not yet synced).
+        Raises: what a thread raised, after every thread stopped."""
+        # One thread per core, fewer for fewer jobs, but two for one large tensor (one hashes
+        # it, one writes what is hashed).
+        large = any(len(j.data) >= 2 * CHUNK for j in self._jobs)
+        count = THREADS if large else min(THREADS, len(self._jobs))
+        threads = [
+            threading.Thread(target=self._work, name="jaxport-model-write", daemon=True)
+            for _ in range(count - 1)
+        ]
+        if self._layout.length >= 2 * FLUSH_BYTES:
+            threads.append(
+                threading.Thread(target=self._flush, name="jaxport-model-flush", daemon=True)
+            )
+        for thread in threads:
+            thread.start()
+        try:
+            self._work()
+        finally:
+            with self._cond:  # every job taken; the others finish theirs
+                while self._busy:
+                    self._cond.wait()
+                self._done = True
+                self._cond.notify_all()
+            for thread in threads:
+                thread.join()
+        if self._error is not None:
+            raise self._error
+        digests = [d for d in self._digests if d is not None]
+        assert len(digests) == len(self._digests)
+        return digests
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                job, handed = self._next()
+                if job is None and handed is None:
+                    return
+            try:
+                if job is not None:
+                    self._run_job(job)
+                elif handed is not None:
+                    self._write(handed[1], handed[0])
+            except BaseException as e:  # handed to run()'s caller
+                with self._cond:
+                    self._error = self._error or e
+                    self._cond.notify_all()
+                return
+            finally:
+                if job is not None:
+                    with self._cond:
+                        self._busy -= 1
+                        self._cond.notify_all()
+
+    def _next(self) -> tuple[_Job | None, tuple[int, memoryview] | None]:
+        """(Under the lock.) A job, or a chunk handed over to write, or (None, None): all
+        done, or a thread failed. Waits while other threads still hash."""
+        while self._error is None:
+            if self._jobs:
+                self._busy += 1
+                return self._jobs.pop(), None
+            if self._handed:
+                return None, self._handed.popleft()
+            if not self._busy:
+                return None, None
+            self._idle += 1
+            self._cond.wait()
+            self._idle -= 1
+        return None, None
+
+    def _run_job(self, job: _Job) -> None:
+        todo = [
+            (i, s) for i, s in zip(job.indices, job.starts, strict=True) if not self._digests[i]
+        ]
+        if len(job.indices) > 1:  # small tensors: hash each, one write
+            for i, start in todo:
+                n = len(self._layout.tensors[i][1])
+                view = memoryview(job.data)[start : start + n]
+                self._digests[i] = hashlib.sha256(view).digest()
+            self._write(job.data, job.offset)
+            return
+        data = memoryview(job.data)
+        digest = hashlib.sha256() if todo else None
+        for start in range(0, len(data), CHUNK):
+            chunk = data[start : start + CHUNK]
+            if digest is not None:
+                digest.update(chunk)
+            if self._idle:  # a thread waits for work: it writes what this one hashed
+                with self._cond:
+                    self._handed.append((job.offset + start, chunk))
+                    self._cond.notify()
+            else:
+                self._write(chunk, job.offset + start)
+            if self._error is not None:
+                return
+        if digest is not None:
+            self._digests[job.indices[0]] = digest.digest()
+
+    def _write(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        _pwrite(self._fd, data, offset)
+        with self._cond:
+            self._written += len(data)
+            if self._written >= self._flush_at:
+                self._flush_at = self._written + FLUSH_BYTES
+                self._cond.notify_all()
+
+    def _flush(self) -> None:
+        """Asks the disk to write what is written, every ``FLUSH_BYTES``, until the writers
+        are done (an error here is left to the final fsync to report)."""
+        flushed = 0
+        sync = getattr(os, "fdatasync", os.fsync)
+        while True:
+            with self._cond:
+                while not self._done and self._written - flushed < FLUSH_BYTES:
+                    self._cond.wait()
+                if self._done:
+                    return
+                flushed = self._written
+            try:
+                sync(self._fd)
+            except OSError:
+                return
+
+
+def _pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    """All of ``data`` at ``offset`` (``os.pwrite`` may write less)."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
