@@ -342,6 +342,8 @@ def loads(
             check_calling_convention=not allow_unsupported_calling_convention,
             vjp_order=head.archive.VjpOrder(),
             check_module=lambda ref: reader.check(ref.section, ref.offset, ref.length),
+            lazy_vjps=True,
+            path=path,
         )
         return exported
 

@@ -3,14 +3,17 @@
 The field meanings are jax's: https://docs.jax.dev/en/latest/export/export.html and the
 ``Exported`` docstring. StableHLO bytes are not in the table: ``module`` says where they lie in
 the payload, and the reader fetches them through a callback, the VJPs' when first asked for.
-Every other field of every VJP order is decoded and checked when the archive is read, so a
-loaded archive cannot fail later; the writer refuses what the reader would refuse.
+A function archive's primal level is decoded and checked when the archive is read, each VJP
+level (its fields, then its module) when ``.vjp()`` first asks, within what the header's work
+budget left (``lazy_vjps``); a model's methods decode every level at load. The writer refuses
+what the reader would refuse.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -141,13 +144,17 @@ def decode_exported(
     vjp_order: int | None = None,
     check_module: Callable[[_modules.ModuleRef], None] | None = None,
     cache: DecodeCache | None = None,
+    lazy_vjps: bool = False,
+    path: str | None = None,
 ) -> Any:
     """The ``Exported`` of the ``fb.Exported`` chain that starts at ``table``.
 
-    Every VJP order is decoded and checked now, within the header's work budget
-    (``_limits.Budget``); only the VJPs' module bytes are read later, when ``.vjp()`` asks.
-    A table already in ``cache`` (a level another chain of the same header shares) is not
-    decoded again.
+    The chain's length is checked now, and every VJP order is decoded and checked now, within
+    the header's work budget (``_limits.Budget``); only the VJPs' module bytes are read later,
+    when ``.vjp()`` asks. With ``lazy_vjps`` only the primal level is decoded now, and each
+    VJP level when ``.vjp()`` first asks for it, spending what the header's budget left (its
+    errors are then raised by ``.vjp()``). A table already in ``cache`` (a level another
+    chain of the same header shares) is not decoded again.
 
     Args:
         table: the primal's table; its ``vjp`` field leads to the VJP of each order.
@@ -159,6 +166,8 @@ def decode_exported(
         cache: the decoded tables of the same header, shared by every ``decode_exported`` of
             it with the same ``check_calling_convention`` and ``check_module`` (default: one
             for this chain alone).
+        lazy_vjps: decode each VJP level when ``.vjp()`` first asks (a function archive).
+        path: the archive's file, named by the errors of a level decoded later.
 
     Raises:
         CorruptArchiveError: a malformed table, or a VJP chain of another length than
@@ -167,22 +176,32 @@ def decode_exported(
             (unless ``check_calling_convention`` is False).
         UnsupportedFeatureError: a dtype, effect or pytree node the running program lacks.
     """
-    with _limits.header_budget(len(table._tab.Bytes)):
+    with _limits.header_budget(len(table._tab.Bytes)) as budget:
         tables = _vjp_tables(table)
         if vjp_order is not None and len(tables) != vjp_order + 1:
             raise CorruptArchiveError(
                 f"the archive declares vjp_order {vjp_order} and holds {len(tables) - 1}"
             )
         cache = cache if cache is not None else DecodeCache()
-        levels = []
-        for order, t in enumerate(tables):
-            level = cache.levels.get(t._tab.Pos)
-            if level is None:
+
+        def level(order: int) -> _Level:
+            t = tables[order]
+            found = cache.levels.get(t._tab.Pos)
+            if found is None:
                 with _fb.translating_read_errors(where=_level_name(order)):
-                    level = _decode_level(t, cache.avals, check_calling_convention, check_module)
-                cache.levels[t._tab.Pos] = level
-            levels.append(level)
-    return _link(levels, read_module)
+                    found = _decode_level(t, cache.avals, check_calling_convention, check_module)
+                cache.levels[t._tab.Pos] = found
+            return found
+
+        for order in range(1 if lazy_vjps else len(tables)):
+            level(order)
+
+    def later(order: int) -> _Level:
+        """A VJP level, decoded now within what the header's budget left."""
+        with _limits.resumed_budget(budget), _fb.translating_read_errors(path):
+            return level(order)
+
+    return _link(len(tables), later, read_module)
 
 
 def _level_name(order: int) -> str:
@@ -258,26 +277,29 @@ def _decode_level(
     return _Level(fields, module)
 
 
-def _link(levels: list[_Level], read_module: ModuleReader) -> Any:
-    """The primal Exported, its module read now; each VJP built when first asked for."""
+def _link(count: int, level: Callable[[int], _Level], read_module: ModuleReader) -> Any:
+    """The primal Exported, its module read now; each VJP built, its level decoded (where
+    it was not) and its module read, when first asked for (once, whatever the threads)."""
     built: dict[int, Any] = {}
+    lock = threading.RLock()  # building order k reads nothing of order k + 1
 
     def build(order: int) -> Any:
-        if order not in built:
-            level = levels[order]
-            get_vjp = None
-            if order + 1 < len(levels):
+        with lock:
+            if order not in built:
+                found = level(order)
+                get_vjp = None
+                if order + 1 < count:
 
-                def get_vjp(_: Any) -> Any:
-                    return build(order + 1)
+                    def get_vjp(_: Any) -> Any:
+                        return build(order + 1)
 
-            built[order] = _compat.make_exported(
-                _calls.LoadedExported,
-                **level.fields,
-                mlir_module_serialized=read_module(level.module, level.fields),
-                _get_vjp=get_vjp,
-            )
-        return built[order]
+                built[order] = _compat.make_exported(
+                    _calls.LoadedExported,
+                    **found.fields,
+                    mlir_module_serialized=read_module(found.module, found.fields),
+                    _get_vjp=get_vjp,
+                )
+            return built[order]
 
     return build(0)
 

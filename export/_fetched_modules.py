@@ -227,5 +227,7 @@ def exported_from_header(
             read_module,
             vjp_order=head.archive.VjpOrder(),
             check_module=lambda ref: sections.check(ref.section, ref.offset, ref.length),
+            lazy_vjps=True,
+            path=where,
         )
     return cast("Exported", exported)

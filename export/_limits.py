@@ -43,6 +43,7 @@ __all__ = [
     "charge",
     "charge_symbolic",
     "header_budget",
+    "resumed_budget",
     "within_ratio",
 ]
 
@@ -146,6 +147,18 @@ def header_budget(header_length: int) -> Iterator[Budget]:
         yield budget
         return
     budget = Budget(header_length)
+    token = _CURRENT.set(budget)
+    try:
+        yield budget
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def resumed_budget(budget: Budget) -> Iterator[Budget]:
+    """Makes ``budget`` (what a read of the same header left) the current one again: a VJP
+    level decoded when ``.vjp()`` asks spends what the header's read at load left, so all of
+    a header's reads together stay within one budget."""
     token = _CURRENT.set(budget)
     try:
         yield budget
