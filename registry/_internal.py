@@ -15,7 +15,8 @@ its public names: the one private module of ``jaxport.registry`` another package
   ``sqlite_file``, ``check_sqlite_directory``), ``jaxport db`` (``schema_revision``,
   ``upgrade_database``), digests as the CLI prints them (``DIGEST_PREFIX``,
   ``SHORT_DIGEST_HEX``), a version's ``content_key`` (migration 0005), and retention's
-  durations (``parse_duration``, ``format_duration``, ``DEFAULT_RESTORE_PERIOD``). These load
+  durations (``parse_duration``, ``format_duration``, ``DEFAULT_RESTORE_PERIOD``), and
+  ``jaxport oci pull -o``'s ``oci_pull_file`` (a variant to a file, no registry). These load
   on first use (``jaxport._lazy``): importing this module imports no SQLAlchemy for them.
 """
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from jaxport.registry._names import DIGEST_PREFIX as DIGEST_PREFIX
     from jaxport.registry._publish import content_key as content_key
     from jaxport.registry._registry import Registry
+    from jaxport.registry._registry_oci import oci_pull_file as oci_pull_file
     from jaxport.registry._retention_types import DEFAULT_RESTORE_PERIOD as DEFAULT_RESTORE_PERIOD
     from jaxport.registry._retention_types import format_duration as format_duration
     from jaxport.registry._retention_types import parse_duration as parse_duration

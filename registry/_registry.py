@@ -35,6 +35,7 @@ from jaxport.registry._names import (
 from jaxport.registry._platforms import LOCAL_PLATFORM, chosen_platform
 from jaxport.registry._registry_audits import RegistryAudits
 from jaxport.registry._registry_gates import RegistryGates
+from jaxport.registry._registry_oci import RegistryOci
 from jaxport.registry._registry_rescue import RegistryRescue
 from jaxport.registry._registry_retention import RegistryRetention
 from jaxport.registry._registry_watch import RegistryWatch
@@ -56,7 +57,13 @@ _ARCHIVE_CALLS = "Registry.pull_bytes or `jaxport pull`"
 
 
 class Registry(
-    RegistryWrites, RegistryAudits, RegistryRetention, RegistryWatch, RegistryGates, RegistryRescue
+    RegistryWrites,
+    RegistryAudits,
+    RegistryRetention,
+    RegistryWatch,
+    RegistryGates,
+    RegistryRescue,
+    RegistryOci,
 ):
     """A registry of exported JAX functions and models: a SQL database and a content-addressed
     blob store, used directly or through a registry server (``jaxport serve``).

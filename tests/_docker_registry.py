@@ -69,7 +69,12 @@ def _config(tmp: Path, port: int, auth: bool) -> Path:
     if auth:
         hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=5)).decode()
         (tmp / "htpasswd").write_text(f"{USER}:{hashed}\n")
-        lines += ["auth:", "  htpasswd:", "    realm: jaxport-test", f"    path: {tmp / 'htpasswd'}"]
+        lines += [
+            "auth:",
+            "  htpasswd:",
+            "    realm: jaxport-test",
+            f"    path: {tmp / 'htpasswd'}",
+        ]
     path = tmp / "config.yml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -102,11 +107,15 @@ def _wait(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + START_WAIT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"docker-registry exited {process.returncode}: {log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"docker-registry exited {process.returncode}: {log.read_text()[-2000:]}"
+            )
         try:
             if httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=1.0).status_code in (200, 401):
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"docker-registry did not answer in {START_WAIT} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(
+        f"docker-registry did not answer in {START_WAIT} s: {log.read_text()[-2000:]}"
+    )
