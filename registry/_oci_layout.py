@@ -44,7 +44,14 @@ from jaxport.registry._oci_media import (
 )
 from jaxport.registry._oci_referrers import fallback_tag, referrer_descriptor, with_referrer
 
-__all__ = ["MAX_BUNDLE_BYTES", "OciLayout", "open_bundle", "write_bundle"]
+__all__ = [
+    "MAX_BUNDLE_BYTES",
+    "LayoutRepository",
+    "OciLayout",
+    "open_bundle",
+    "reachable",
+    "write_bundle",
+]
 
 #: ``org.opencontainers.image.ref.name``: an ``index.json`` entry's tag.
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -222,12 +229,16 @@ class LayoutRepository:
 
 
 def write_bundle(layout: OciLayout, path: str | os.PathLike[str]) -> int:
-    """Writes ``layout`` as an uncompressed tar at ``path`` (atomically), members in a fixed
-    order with fixed owners, modes and times: the same layout gives the same bytes. Returns
-    the tar's size in bytes."""
+    """Writes ``layout`` as an uncompressed tar at ``path`` (atomically): ``oci-layout``,
+    ``index.json`` and the blobs ``index.json`` reaches (``reachable``: not those a moved tag
+    left behind), in a fixed order with fixed owners, modes and times, so the same versions
+    give the same bytes. Returns the tar's size in bytes.
+
+    Raises:
+        IntegrityError: a blob the layout reaches is missing.
+    """
     names = ["oci-layout", "index.json"]
-    names += sorted(f"blobs/sha256/{p.name}" for p in layout.root.joinpath("blobs", "sha256")
-                    .iterdir() if _BLOB_NAME.fullmatch(f"blobs/sha256/{p.name}"))  # fmt: skip
+    names += [f"blobs/sha256/{h}" for h in sorted(reachable(layout))]
     target = Path(path)
     tmp = target.with_name(f".tmp-{target.name}.{secrets.token_hex(4)}")
     try:
@@ -335,9 +346,14 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
         )  # fmt: skip
 
 
-def _check_reachable(layout: OciLayout) -> None:
-    """Every blob something in ``index.json`` reaches is there with its size, and every blob
-    there is reached."""
+def reachable(layout: OciLayout) -> set[str]:
+    """The blobs (hex) that ``index.json`` reaches: tagged manifests and indexes, what they
+    list, their configs and layers.
+
+    Raises:
+        IntegrityError: a blob reached is missing or of another size than its descriptor's.
+        OciError: a malformed manifest or index.
+    """
     reached: set[str] = set()
     todo = [d for _, d in layout.entries()]
     while todo:
@@ -347,7 +363,7 @@ def _check_reachable(layout: OciLayout) -> None:
         path = layout.blob_path(d.digest)
         if not path.is_file() or path.stat().st_size != d.size:
             raise IntegrityError(
-                f"the bundle lacks blob {d.digest} of {d.size} bytes (or it has another size)",
+                f"the layout lacks blob {d.digest} of {d.size} bytes (or it has another size)",
                 expected=d.hex,
             )
         reached.add(d.hex)
@@ -356,6 +372,13 @@ def _check_reachable(layout: OciLayout) -> None:
         elif d.media_type == IMAGE_MANIFEST:
             doc = parse_manifest(path.read_bytes(), d.digest)
             todo += [doc["config"], *doc["layers"]]
+    return reached
+
+
+def _check_reachable(layout: OciLayout) -> None:
+    """Every blob something in ``index.json`` reaches is there with its size, and every blob
+    there is reached."""
+    reached = reachable(layout)
     present = {p.name for p in layout.root.joinpath("blobs", "sha256").iterdir()}
     extra = sorted(present - reached)
     if extra:

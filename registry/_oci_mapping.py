@@ -174,7 +174,10 @@ def _existing(target: OciTarget, ref: Ref) -> tuple[Descriptor, dict[str, Descri
     archives = [e.annotations.get(ANNOTATION["archive"]) for e in entries]
     if archives != [oci_digest(d) for d in ref.digests]:
         return None
-    subjects = {e.annotations[ANNOTATION["archive"]][7:]: e for e in entries}
+    subjects = {
+        e.annotations[ANNOTATION["archive"]][7:]: Descriptor(e.media_type, e.digest, e.size)
+        for e in entries
+    }
     return Descriptor.of(IMAGE_INDEX, body), subjects
 
 
@@ -236,8 +239,10 @@ def _push_tag(
         report.notes.append(f"{ref.name}@{alias}: no OCI tag (a reserved or too long name)")
         return
     _, body = target.fetch_manifest(index.digest)
+    before = report.manifests
     _ensure(target, tag, IMAGE_INDEX, body, report)
-    report.aliases.append(f"{ref.name}@{alias}")
+    if report.manifests > before:
+        report.aliases.append(f"{ref.name}@{alias}")
 
 
 def _index_entry(manifest: Descriptor, variant: VariantInfo) -> Descriptor:
