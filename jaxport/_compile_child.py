@@ -5,7 +5,8 @@ which files each compile wrote.
 ``PYTHON -I -m jaxport._compile_child WORKDIR`` reads ``WORKDIR/request.json`` (``archive``:
 the archive's path; ``allow_custom_calls``), points jax's cache at ``WORKDIR/cache`` (every
 compile written: ``jax_persistent_cache_min_compile_time_secs=0``,
-``jax_persistent_cache_min_entry_size_bytes=-1``), then compiles, from the archive's avals
+``jax_persistent_cache_min_entry_size_bytes=-1``; ``jax_persistent_cache_enable_xla_caches``
+``XLA_CACHES``: see there), then compiles, from the archive's avals
 alone (nothing runs, no tensor is read):
 
 - a function archive: ``jax.jit(exp.call)`` (what ``jaxport run`` and a caller's
@@ -27,10 +28,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NOT_READ", "main"]
+__all__ = ["NOT_READ", "XLA_CACHES", "main"]
 
 #: The archive cannot be read by this jax (``registry/_compiled_make.py`` knows it too).
 NOT_READ = 3
+#: ``jax_persistent_cache_enable_xla_caches`` where compiled sets are made and used: none of
+#: XLA's own caches, whose paths (under the cache directory) jax's cache key would include.
+XLA_CACHES = "none"
 
 
 def main(workdir: str) -> int:
@@ -44,6 +48,10 @@ def main(workdir: str) -> int:
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    # jax's default adds XLA's GPU autotune cache *under the cache directory* to the compile
+    # options, and so the directory's path to the cache key: off, the key is the same in
+    # whichever directory the files are later put (the using process turns it off too).
+    jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
     from jaxport import JaxportError
     from jaxport._compiled_host import host_key
 

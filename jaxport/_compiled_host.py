@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["HostKey", "host_key", "options_digest"]
+__all__ = ["HostKey", "host_key", "jax_option", "options_digest"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ def host_key() -> HostKey:
 
     flags = os.environ.get("XLA_FLAGS", "")
     options = {
-        "jax_enable_x64": str(bool(jax.config.jax_enable_x64)),
+        "jax_enable_x64": str(bool(jax_option("jax_enable_x64"))),
         "xla_flags_sha256": hashlib.sha256(flags.encode()).hexdigest() if flags else "",
     }
     devices = jax.devices()
@@ -76,3 +76,10 @@ def host_key() -> HostKey:
         device_count=len(devices),
         options=options,
     )
+
+
+def jax_option(name: str) -> Any:
+    """The value of jax's configuration option ``name`` in this process (imports jax)."""
+    import jax
+
+    return getattr(jax.config, name)

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 from jaxport.registry._models import (
     AliasRow,
     BlobRow,
+    CompiledFileRow,
+    CompiledRow,
     ExamplesRow,
     NameRow,
     PendingBlobRow,
@@ -249,13 +251,28 @@ def referenced(conn: Connection, *, excluding: Any = None) -> set[str]:
     bundles = conn.execute(
         select(SignatureRow.bundle_digest).where(SignatureRow.digest.in_(held))
     ).scalars()
-    return set(variants) | set(parts) | set(examples) | set(bundles)
+    return set(variants) | set(parts) | set(examples) | set(bundles) | _compiled(conn, held)
+
+
+def _compiled(conn: Connection, held: Any) -> set[str]:
+    """The manifests, bundles and files of the compiled sets of archives ``held`` holds."""
+    sets = select(CompiledRow.id).where(CompiledRow.digest.in_(held))
+    rows = conn.execute(
+        select(CompiledRow.manifest_digest, CompiledRow.bundle_digest).where(
+            CompiledRow.digest.in_(held)
+        )
+    ).all()
+    files = conn.execute(
+        select(CompiledFileRow.digest).where(CompiledFileRow.compiled_id.in_(sets))
+    ).scalars()
+    return {d for row in rows for d in row} | set(files)
 
 
 def _forget_orphan_signatures(conn: Connection) -> None:
     """Deletes the signature rows of archives no variant holds (their bundles become
     unreferenced blobs, collected as any other). Runs under the exclusive blob lock."""
     conn.execute(delete(SignatureRow).where(SignatureRow.digest.not_in(select(VariantRow.digest))))
+    conn.execute(delete(CompiledRow).where(CompiledRow.digest.not_in(select(VariantRow.digest))))
 
 
 def _forget_rows_without_files(conn: Connection, needed: set[str], stored: set[str]) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jaxport import InvalidNameError, NotFoundError, WrongKindError
 from jaxport._extras import require
 from jaxport.registry._backend import Backend, TokenStore
+from jaxport.registry._compiled_types import CompiledPolicy
 from jaxport.registry._config import TOKEN_ENV, RegistryConfig, is_server_url
 from jaxport.registry._events import Event
 from jaxport.registry._lineage import Lineage
@@ -34,6 +35,7 @@ from jaxport.registry._names import (
 )
 from jaxport.registry._platforms import LOCAL_PLATFORM, chosen_platform
 from jaxport.registry._registry_audits import RegistryAudits
+from jaxport.registry._registry_compiled import RegistryCompiled
 from jaxport.registry._registry_gates import RegistryGates
 from jaxport.registry._registry_oci import RegistryOci
 from jaxport.registry._registry_rescue import RegistryRescue
@@ -63,6 +65,7 @@ class Registry(
     RegistryWatch,
     RegistryGates,
     RegistryRescue,
+    RegistryCompiled,
     RegistryOci,
 ):
     """A registry of exported JAX functions and models: a SQL database and a content-addressed
@@ -99,6 +102,10 @@ class Registry(
         require_signatures: a ``SignaturePolicy``: pulls and alias moves of versions its keys
             did not sign raise ``SignatureError`` (``jaxport[signing]``). Not through a
             server (``UnsupportedFeatureError``).
+        compiled: a ``CompiledPolicy``: every pull writes the compiled executables its keys
+            signed for this host into jax's cache (``use_compiled``; ``Registry.compile``).
+            Default: ``$JAXPORT_USE_COMPILED`` with ``$JAXPORT_COMPILED_KEYS``, else none (a
+            pull never uses compiled executables unless asked). Not through a server.
         token: for a registry server only: its bearer token (default ``$JAXPORT_TOKEN``).
         timeout: for a registry server only: seconds one request may wait (uploads and audits
             included).
@@ -129,11 +136,15 @@ class Registry(
         storage_options: Mapping[str, object] | None = None,
         upgrade: bool = False,
         require_signatures: SignaturePolicy | None = None,
+        compiled: CompiledPolicy | None = None,
         token: str | None = None,
         timeout: float | None = None,
     ):
         if require_signatures is not None and not isinstance(require_signatures, SignaturePolicy):
             raise InvalidNameError("require_signatures must be a jaxport.SignaturePolicy or None")
+        if compiled is not None and not isinstance(compiled, CompiledPolicy):
+            raise InvalidNameError("compiled must be a jaxport.CompiledPolicy or None")
+        self.compiled = compiled
         url = url or RegistryConfig.from_env().url
         self._backend = _backend(url, blobs, storage_options, upgrade, token, timeout)
         self.require_signatures = require_signatures
@@ -208,6 +219,7 @@ class Registry(
         nr_devices: int | None = None,
         allow_custom_calls: Sequence[str] = (),
         method: str | None = None,
+        use_compiled: bool | CompiledPolicy | None = None,
     ) -> Exported:
         """The ``jax.export.Exported`` that ``resolve`` chooses, digest verified.
 
@@ -217,6 +229,13 @@ class Registry(
         tensor. A function archive is read whole (its modules share one section, checked
         before any is read); its VJPs' modules are decompressed and vetted when ``.vjp()``
         asks.
+
+        ``use_compiled`` (True, or a ``CompiledPolicy``; None: the registry's ``compiled``
+        policy if any; False: never) first writes the variant's compiled executables that a
+        trusted key signed for this host into jax's persistent compilation cache
+        (``use_compiled``): a function's first ``jax.jit(exp.call)(...)`` then loads its
+        executable instead of compiling. What was not used is a ``CompiledFallbackWarning``
+        saying why; the report is ``last_compiled_use``.
 
         Raises:
             NotFoundError: nothing matches; the message lists the versions, platforms and
@@ -245,13 +264,16 @@ class Registry(
                     f"{where} has no method {method!r}: it has {', '.join(model.exported)}"
                 )
             exported: Exported = model.exported[method]
+            self._use_compiled(chosen, method, use_compiled)
             return exported
         if method is not None:
             raise WrongKindError(
                 f"{where} is a function, not a model: it has no method {method!r}",
                 found=chosen.kind,
             )
-        return self._backend.function(reference, chosen, check_allowlist(allow_custom_calls))
+        exp = self._backend.function(reference, chosen, check_allowlist(allow_custom_calls))
+        self._use_compiled(chosen, None, use_compiled)
+        return exp
 
     def pull_model(
         self,
@@ -261,6 +283,7 @@ class Registry(
         platform: Any = LOCAL_PLATFORM,
         nr_devices: int | None = None,
         allow_custom_calls: Sequence[str] = (),
+        use_compiled: bool | CompiledPolicy | None = None,
     ) -> Model:
         """The ``jaxport.Model`` of the variant ``resolve`` chooses (same references and
         variant choice as ``pull``).
@@ -281,6 +304,8 @@ class Registry(
         Args:
             reference, version, platform, nr_devices: as ``pull``.
             allow_custom_calls: as ``pull``.
+            use_compiled: as ``pull``: every method's compiled executables for this host, when
+                a trusted key signed them (the first call of each then loads, not compiles).
 
         Raises:
             NotFoundError: nothing matches (see ``pull``), or the version was deleted meanwhile.
@@ -302,6 +327,7 @@ class Registry(
             )
         model = self._backend.model(chosen, check_allowlist(allow_custom_calls))
         model._origin = (self.url, f"{chosen.name}:{chosen.version}")  # lineage: update_params
+        self._use_compiled(chosen, None, use_compiled)
         return model
 
     def pull_bytes(

@@ -1,0 +1,222 @@
+"""``Registry``'s compiled executables (issue 27 §2): ``compile`` stores signed sets of a
+version's compiled methods for this host; ``use_compiled`` (and ``pull``/``pull_model`` with
+``use_compiled``) writes the verified ones into jax's persistent compilation cache. What a set
+is and the rules: ``registry/_compiled_types.py``; the checks: ``registry/_compiled_seed.py``.
+A mixin of ``Registry`` (``registry/_registry.py``)."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import hashlib
+import os
+import tempfile
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxport import InvalidNameError, JaxportWarning
+from jaxport.registry._backend import Backend
+from jaxport.registry._compiled_types import (
+    CompiledPolicy,
+    CompiledSet,
+    CompiledUse,
+    manifest_bytes,
+    policy_from_env,
+)
+from jaxport.registry._names import check_allowlist, check_timeout
+from jaxport.registry._platforms import LOCAL_PLATFORM, chosen_platform
+from jaxport.registry._types import VariantInfo
+
+__all__ = ["CompiledFallbackWarning", "RegistryCompiled"]
+
+
+class CompiledFallbackWarning(JaxportWarning):
+    """A pull asked to use compiled executables and (some of) them were not used: jax compiles
+    instead; the message says why (``CompiledUse.reason``)."""
+
+
+class RegistryCompiled:
+    """``Registry``'s compiled executables (see ``Registry``)."""
+
+    _backend: Backend
+    compiled: CompiledPolicy | None
+    #: The report of the latest pull of this registry that used compiled sets (or tried to).
+    last_compiled_use: CompiledUse | None = None
+
+    def compile(
+        self,
+        reference: str,
+        *,
+        private_key: str | os.PathLike[str] | None = None,
+        password: str | None = None,
+        platform: Any = LOCAL_PLATFORM,
+        allow_custom_calls: Sequence[str] = (),
+        timeout: float = 600.0,
+    ) -> builtins.list[CompiledSet]:
+        """Compiles each method of each variant of a version that runs on this host, in a
+        child process (``jaxport/_compile_child.py``), and stores what jax's persistent
+        compilation cache wrote as a signed set per method: keyed by (variant digest, method,
+        platform, device kind, jax and jaxlib release, compile options), its manifest signed
+        with ``private_key`` (``model-signing``, as ``sign``). Running it again stores nothing
+        new (``status == "already stored"``) unless the bytes or the signer changed.
+
+        Args:
+            reference: ``NAME:VERSION``, ``NAME@ALIAS``, ``sha256:PREFIX`` or ``NAME``.
+            private_key: a PEM elliptic-curve private key. Without one the methods are
+                compiled (so that a failure shows) and nothing is stored (``status ==
+                "not stored"``): an unsigned set would never be used.
+            password: the key's password, if it is encrypted.
+            platform: only this platform's variants (default: this host's); another
+                platform than this host's compiles nothing (each variant ``"skipped"``).
+            allow_custom_calls: custom-call targets to admit, as ``pull``.
+            timeout: seconds one variant's compile may take (its child is then killed).
+
+        Returns:
+            A ``CompiledSet`` per method of each variant (``status``: ``"stored"``,
+            ``"already stored"``, ``"not stored"``, ``"skipped"`` with ``reason``).
+
+        Raises:
+            UnsupportedFeatureError: through a registry server (compile with a direct
+                registry); the child cannot read an archive or crashed.
+            TimeLimitError: a compile took over ``timeout`` seconds.
+            SignatureError: the key cannot be read.
+            (and see ``get``)
+        """
+        from jaxport._signing import sign_digest
+        from jaxport.registry._compiled_make import compile_archive
+
+        store = self._compiled_store()
+        self._backend.check_writable()
+        timeout = check_timeout(timeout, "timeout")
+        allowed = check_allowlist(allow_custom_calls)
+        wanted, here = chosen_platform(platform), chosen_platform(LOCAL_PLATFORM)
+        out: builtins.list[CompiledSet] = []
+        for variant in self._backend.get(reference).variants:
+            if wanted != here or here not in variant.platforms:
+                out.append(_skipped(variant, here, wanted))
+                continue
+            with tempfile.TemporaryDirectory(prefix="jaxport-compile-") as tmp:
+                path = Path(tmp) / "in.jaxport"
+                self._backend.write_file(f"sha256:{variant.digest}", variant, path)
+                made = compile_archive(path, variant, allowed, timeout)
+            for one, files in made:
+                if one.status == "skipped":
+                    out.append(one)
+                elif private_key is None:
+                    why = "no key given: an unsigned set is never used, so none was stored"
+                    out.append(dataclasses.replace(one, status="not stored", reason=why))
+                else:
+                    manifest = manifest_bytes(one)
+                    digest = hashlib.sha256(manifest).hexdigest()
+                    signed = sign_digest(digest, private_key, password=password)
+                    one = dataclasses.replace(one, signer=signed.signer)
+                    out.append(store.store(one, manifest, signed.bundle, files))
+        return out
+
+    def compiled_sets(self, reference: str) -> builtins.list[CompiledSet]:
+        """The compiled sets stored for a version's variants, as their rows say (not verified:
+        ``use_compiled`` verifies).
+
+        Raises:
+            UnsupportedFeatureError: through a registry server.
+            (and see ``get``)
+        """
+        store = self._compiled_store()
+        ref = self._backend.get(reference)
+        return [s.made for v in ref.variants for s in store.sets_of(v.digest)]
+
+    def use_compiled(
+        self,
+        reference: str,
+        *,
+        version: int | None = None,
+        platform: Any = LOCAL_PLATFORM,
+        nr_devices: int | None = None,
+        method: str | None = None,
+        policy: CompiledPolicy | None = None,
+    ) -> CompiledUse:
+        """Writes the compiled sets of the variant ``resolve`` chooses (of ``method``, else of
+        every method) that verify with ``policy``'s keys (default: the registry's
+        ``compiled`` policy, else ``$JAXPORT_USE_COMPILED`` with ``$JAXPORT_COMPILED_KEYS``)
+        and match this host into jax's persistent compilation cache directory; a first call
+        of the method then loads the executable instead of compiling. Never raises for a set
+        that cannot be used: the report says why (``CompiledUse.reason``, ``skipped``).
+
+        Raises:
+            UnsupportedFeatureError: through a registry server.
+            (and see ``resolve``)
+        """
+        chosen = self._chosen(reference, version, platform, nr_devices)  # type: ignore[attr-defined]
+        return self._seeded(chosen, method, policy or self._policy())
+
+    def _use_compiled(
+        self, chosen: VariantInfo, method: str | None, use_compiled: bool | CompiledPolicy | None
+    ) -> None:
+        """``pull``'s and ``pull_model``'s ``use_compiled``: seeds when asked (or by the
+        registry's policy), records the report and warns when something was not used."""
+        if use_compiled is not None and not isinstance(use_compiled, bool | CompiledPolicy):
+            raise InvalidNameError("use_compiled must be True, False, None or a CompiledPolicy")
+        if use_compiled is False:
+            return
+        policy = use_compiled if isinstance(use_compiled, CompiledPolicy) else self._policy()
+        if policy is None and use_compiled is None:
+            return
+        use = (
+            CompiledUse(False, "no trusted key: give Registry(compiled=CompiledPolicy(trusted="
+                        "[...])) or $JAXPORT_COMPILED_KEYS")
+            if policy is None
+            else self._seeded(chosen, method, policy)
+        )  # fmt: skip
+        self.last_compiled_use = use
+        if not use.used or use.skipped:
+            what = f"{chosen.name}:{chosen.version}"
+            warnings.warn(
+                f"{what}: compiled executables not used, jax compiles: {use.reason or _said(use)}",
+                CompiledFallbackWarning,
+                stacklevel=3,
+            )
+
+    def _seeded(
+        self, chosen: VariantInfo, method: str | None, policy: CompiledPolicy | None
+    ) -> CompiledUse:
+        from jaxport._compiled_host import host_key
+        from jaxport.registry._compiled_seed import seed
+
+        store = self._compiled_store()
+        if chosen.kind != "model":
+            methods = [""]
+        else:
+            methods = [method] if method is not None else [m.name for m in chosen.methods]
+        # a resolved variant lists no methods: those with stored sets are the candidates
+        trusted = policy.trusted if policy is not None else ()
+        return seed(store, chosen, methods or None, trusted, host_key())
+
+    def _policy(self) -> CompiledPolicy | None:
+        return self.compiled if self.compiled is not None else policy_from_env()
+
+    def _compiled_store(self) -> Any:
+        from jaxport.registry._compiled_store import CompiledStore
+
+        engine, blobs = getattr(self._backend, "engine", None), self._backend.blobs
+        if engine is None or blobs is None:
+            self._backend.lacks("compiled executables (compile and use them with a direct "
+                                "registry)")  # fmt: skip
+        return CompiledStore(engine, blobs)
+
+
+def _skipped(variant: VariantInfo, here: str | None, wanted: str | None) -> CompiledSet:
+    reason = (
+        f"this host compiles for {here}, not {wanted}"
+        if wanted != here
+        else f"the variant runs on {', '.join(variant.platforms)}, this host is {here}"
+    )
+    return CompiledSet(
+        variant.digest, "", str(wanted), "", "", "", variant.nr_devices, {}, (),
+        status="skipped", reason=reason,
+    )  # fmt: skip
+
+
+def _said(use: CompiledUse) -> str:
+    return "; ".join(f"{m or 'the function'}: {r}" for m, r in use.skipped.items())
