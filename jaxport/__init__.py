@@ -86,6 +86,10 @@ if TYPE_CHECKING:
     from jaxport.registry import AliasGates as AliasGates
     from jaxport.registry import AliasMove as AliasMove
     from jaxport.registry import BlobProblem as BlobProblem
+    from jaxport.registry import CompiledFallbackWarning as CompiledFallbackWarning
+    from jaxport.registry import CompiledPolicy as CompiledPolicy
+    from jaxport.registry import CompiledSet as CompiledSet
+    from jaxport.registry import CompiledUse as CompiledUse
     from jaxport.registry import CopyReport as CopyReport
     from jaxport.registry import Event as Event
     from jaxport.registry import FleetRescueReport as FleetRescueReport

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from jaxport.registry._blobs import LocalBlobStore as LocalBlobStore
     from jaxport.registry._blobs import Stray as Stray
     from jaxport.registry._blobs import open_blob_store as open_blob_store
+    from jaxport.registry._compiled_types import CompiledPolicy as CompiledPolicy
+    from jaxport.registry._compiled_types import CompiledSet as CompiledSet
+    from jaxport.registry._compiled_types import CompiledUse as CompiledUse
     from jaxport.registry._bundles import bundle_export as bundle_export
     from jaxport.registry._bundles import bundle_import as bundle_import
     from jaxport.registry._config import BLOBS_ENV as BLOBS_ENV
@@ -52,6 +55,9 @@ if TYPE_CHECKING:
     from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
+    from jaxport.registry._registry_compiled import (
+        CompiledFallbackWarning as CompiledFallbackWarning,
+    )
     from jaxport.registry._rescue_queue import QueuedRescue as QueuedRescue
     from jaxport.registry._retention_types import RetentionDecision as RetentionDecision
     from jaxport.registry._retention_types import RetentionPlan as RetentionPlan
