@@ -1,6 +1,10 @@
 """Model benchmark: jaxport model archives against safetensors and Orbax, in one run.
 
     python benchmarks/bench_model.py [--size-mb 1024] [--tensors 16] [--repeat 5]
+        [--only save,load,first] [--no-orbax]
+
+``BENCH_DIR`` picks the file system (the default temporary directory, or ``/dev/shm`` for
+tmpfs, where fsync costs nothing and the save is all CPU).
 
 The parameters: ``--tensors`` float32 tensors of ``--size-mb / --tensors`` MB each, and a small
 first tensor (16 floats) read alone for "first tensor". jaxport stores them as a model with one
@@ -10,8 +14,8 @@ after it was written, so all three read from a warm cache (the sizes fit in memo
 
 Measured in ``--repeat`` rounds after one warm-up round, the sides taking turns in each
 round (saves each after its file is removed and every dirty page written out, untimed):
-- save: ``Model.save`` (writes the tensors while threads hash them, hashes the rest while the
-  disk writes them (fdatasync), writes the header, fsync, atomic rename) vs safetensors
+- save: ``Model.save`` (one thread per core hashes and writes each tensor a megabyte at a
+  time, an fdatasync every 64 MiB, the header written last, fsync, atomic rename) vs safetensors
   ``save_file`` (0.8: a temporary file renamed over the target, no digests, no fsync) vs Orbax
   ``PyTreeCheckpointer().save`` (a new directory each time; fsyncs), when installed.
 - save vs safetensors + fsync: ``save_file`` then an fsync of the file, the durability
@@ -19,6 +23,9 @@ round (saves each after its file is removed and every dirty page written out, un
 - sha256 alone (against safetensors + fsync): every tensor's sha256 in threads, nothing
   written: what any writer of the format computes, the floor of a save that records digests
   on this machine.
+- the floor on this machine's cores (against safetensors + fsync): the CPU seconds of
+  safetensors + fsync and of sha256 alone, spread over every core with nothing else running:
+  no save that writes what safetensors writes and hashes every tensor can be faster.
 - save after update_params (against safetensors + fsync): a model loaded from a file (every
   tensor verified) with one of its 16 big tensors replaced; its 15 verified tensors are not
   hashed again.
@@ -28,6 +35,10 @@ round (saves each after its file is removed and every dirty page written out, un
 - first tensor: ``load_model(p).tensor(path)`` of the small tensor (header, methods and one
   tensor read) vs safetensors ``safe_open(p, "np").get_tensor(key)``, and vs that plus
   ``hashlib.sha256`` of the tensor's bytes (the check jaxport makes before use: like with like).
+  Split in two: "open" (``load_model(p)``: the header's digest, every tensor's record, every
+  method decoded and its module vetted, vs ``safe_open``'s JSON header) and "a tensor of an
+  open file" (``.tensor(path)`` of a model just loaded vs ``get_tensor`` + sha256 on an open
+  handle), for the small tensor and for ``layer_00`` (``--size-mb / --tensors`` MiB).
 
 Prints the best and the median of each, the ratios jaxport / peer of both (the machine is
 shared and noisy: a ratio holds, a time does not) and the CPU seconds each side used (all its
@@ -126,91 +137,164 @@ def _orbax(tmp: Path, params: dict[str, np.ndarray]) -> OrbaxSide | None:
         return None
 
 
-def bench(params: dict[str, np.ndarray], repeat: int, tmp: Path) -> list[tuple[str, ...]]:
+def bench(
+    params: dict[str, np.ndarray], repeat: int, tmp: Path, only: set[str], with_orbax: bool
+) -> list[tuple[str, ...]]:
     model = make_model(params)
     ours, theirs = tmp / "model.jaxport", tmp / "model.safetensors"
-    orbax = _orbax(tmp, params)
-    path = f"[{FIRST!r}]"
+    orbax = _orbax(tmp, params) if with_orbax else None
+    rows: list[tuple[str, ...]] = []
+    if "save" in only:
+        rows += _saves(model, params, repeat, tmp, orbax)
+    model.save(ours)
+    save_file(params, theirs)
+    if orbax is not None and "save" not in only:
+        orbax.save()
+    if "load" in only:
+        rows += _loads(ours, theirs, repeat, orbax)
+    if "first" in only:
+        rows += _firsts(ours, theirs, repeat)
+    restored = [orbax.restore()] if orbax is not None else []
+    _check_same(params, jaxport.load_model(ours).params, load_file(theirs), *restored)
+    sizes = [ours.stat().st_size, theirs.stat().st_size]
+    sizes.append(_tree_size(orbax.directory) if orbax is not None else 0)
+    mb = [[s / 2**20] for s in sizes]
+    return [_row("size (MB)", mb[0], mb[1], mb[2] if orbax else None, fmt="{:.1f}"), *rows]
+
+
+def _saves(
+    model: jaxport.Model,
+    params: dict[str, np.ndarray],
+    repeat: int,
+    tmp: Path,
+    orbax: OrbaxSide | None,
+) -> list[tuple[str, ...]]:
+    ours, theirs = tmp / "model.jaxport", tmp / "model.safetensors"
     updated = _updated(model, tmp / "base.jaxport")
     nothing: Callable[[], None] = lambda: None  # noqa: E731
-
-    def first_safetensors() -> np.ndarray:
-        with safe_open(theirs, "np") as f:
-            return f.get_tensor(FIRST)  # type: ignore[no-any-return]
-
-    def first_safetensors_sha256() -> np.ndarray:
-        with safe_open(theirs, "np") as f:
-            tensor: np.ndarray = f.get_tensor(FIRST)
-        hashlib.sha256(tensor).digest()
-        return tensor
-
-    save_sides = {
+    sides = {
         "ours": (lambda: model.save(ours), _fresh(ours)),
         "st": (lambda: save_file(params, theirs), _fresh(theirs)),
         "st_fsync": (lambda: _save_file_fsync(params, theirs), _fresh(theirs)),
         "sha256": (lambda: _digests_only(params), nothing),
         "resave": (lambda: updated.save(tmp / "u.jaxport"), _fresh(tmp / "u.jaxport")),
     }
-    load_sides = {
-        "ours": (lambda: jaxport.load_model(ours).params, nothing),
-        "st": (lambda: load_file(theirs), nothing),
-    }
     if orbax is not None:
-        save_sides["orbax"] = (orbax.save, orbax.next_directory)
-        load_sides["orbax"] = (orbax.restore, nothing)
-    cpu_save: dict[str, Times] = {}
-    cpu_load: dict[str, Times] = {}
-    saves = interleaved(save_sides, repeat, cpu_save)
-    loads = interleaved(load_sides, repeat, cpu_load)
-    firsts = interleaved(
-        {
-            "ours": (lambda: jaxport.load_model(ours).tensor(path), nothing),
-            "st": (first_safetensors, nothing),
-            "st_sha256": (first_safetensors_sha256, nothing),
-        },
-        max(repeat, 20),
-    )
-    restored = [orbax.restore()] if orbax is not None else []
-    _check_same(params, jaxport.load_model(ours).params, load_file(theirs), *restored)
-    sizes = [ours.stat().st_size, theirs.stat().st_size]
-    sizes.append(_tree_size(orbax.directory) if orbax is not None else 0)
-    mb = [[s / 2**20] for s in sizes]
-    ms = [[t * 1e3 for t in firsts[k]] for k in ("ours", "st", "st_sha256")]
+        sides["orbax"] = (orbax.save, orbax.next_directory)
+    cpu: dict[str, Times] = {}
+    saves = interleaved(sides, repeat, cpu)
+    cores = os.cpu_count() or 1
+    saves["floor"] = [(a + b) / cores for a, b in zip(cpu["st_fsync"], cpu["sha256"], strict=True)]
+    saves["floor"] = [max(f, t) for f, t in zip(saves["floor"], saves["st_fsync"], strict=True)]
+    fsync = {"cpu": (cpu, "st_fsync")}
     return [
-        _row("size (MB)", mb[0], mb[1], mb[2] if orbax else None, fmt="{:.1f}"),
-        _row("save (s)", saves["ours"], saves["st"], saves.get("orbax"), cpu=(cpu_save, "st")),
-        _row(
-            "save; safetensors + fsync (s)",
-            saves["ours"],
-            saves["st_fsync"],
-            None,
-            cpu=(cpu_save, "st_fsync"),
-        ),
+        _row("save (s)", saves["ours"], saves["st"], saves.get("orbax"), cpu=(cpu, "st")),
+        _row("save; safetensors + fsync (s)", saves["ours"], saves["st_fsync"], None, **fsync),
         _row(
             "sha256 of every tensor alone (s)",
             saves["sha256"],
             saves["st_fsync"],
             None,
-            cpu=(cpu_save, "st_fsync"),
             ours_key="sha256",
+            **fsync,
+        ),
+        _row(
+            f"floor: safetensors + fsync and sha256, CPU s / {cores} cores (s)",
+            saves["floor"],
+            saves["st_fsync"],
+            None,
         ),
         _row(
             "save after update_params of 1 tensor (s)",
             saves["resave"],
             saves["st_fsync"],
             None,
-            cpu=(cpu_save, "st_fsync"),
             ours_key="resave",
+            **fsync,
         ),
+    ]
+
+
+def _loads(ours: Path, theirs: Path, repeat: int, orbax: OrbaxSide | None) -> list[tuple[str, ...]]:
+    nothing: Callable[[], None] = lambda: None  # noqa: E731
+    sides = {
+        "ours": (lambda: jaxport.load_model(ours).params, nothing),
+        "st": (lambda: load_file(theirs), nothing),
+    }
+    if orbax is not None:
+        sides["orbax"] = (orbax.restore, nothing)
+    cpu: dict[str, Times] = {}
+    loads = interleaved(sides, repeat, cpu)
+    return [
         _row(
             "load, jaxport verifies every sha256 (s)",
             loads["ours"],
             loads["st"],
             loads.get("orbax"),
-            cpu=(cpu_load, "st"),
+            cpu=(cpu, "st"),
+        )
+    ]
+
+
+class _Opened:
+    """An opened file, made untimed before each timed read (``interleaved``'s ``before``)."""
+
+    def __init__(self, open_: Callable[[], Any]):
+        self._open, self.value = open_, None
+
+    def __call__(self) -> None:
+        self.value = self._open()
+
+
+def _firsts(ours: Path, theirs: Path, repeat: int) -> list[tuple[str, ...]]:
+    nothing: Callable[[], None] = lambda: None  # noqa: E731
+    small, large = f"[{FIRST!r}]", "['layer_00']"
+
+    def st_read(key: str, sha256: bool) -> np.ndarray:
+        with safe_open(theirs, "np") as f:
+            tensor: np.ndarray = f.get_tensor(key)
+        if sha256:
+            hashlib.sha256(tensor).digest()
+        return tensor
+
+    def st_open() -> None:
+        with safe_open(theirs, "np"):
+            pass
+
+    model = _Opened(lambda: jaxport.load_model(ours))
+    handle = _Opened(lambda: safe_open(theirs, "np"))
+
+    def st_get(key: str) -> Callable[[], None]:
+        return lambda: hashlib.sha256(handle.value.get_tensor(key)).digest()  # type: ignore[union-attr]
+
+    sides = {
+        "ours": (lambda: jaxport.load_model(ours).tensor(small), nothing),
+        "st": (lambda: st_read(FIRST, False), nothing),
+        "st_sha256": (lambda: st_read(FIRST, True), nothing),
+        "ours_open": (lambda: jaxport.load_model(ours), nothing),
+        "st_open": (st_open, nothing),
+        "ours_get": (lambda: model.value.tensor(small), model),  # type: ignore[union-attr]
+        "st_get": (st_get(FIRST), handle),
+        "ours_large": (lambda: jaxport.load_model(ours).tensor(large), nothing),
+        "st_large": (lambda: st_read("layer_00", True), nothing),
+        "ours_get_large": (lambda: model.value.tensor(large), model),  # type: ignore[union-attr]
+        "st_get_large": (st_get("layer_00"), handle),
+    }
+    t = interleaved(sides, max(repeat, 20))
+    ms = {k: [v * 1e3 for v in vs] for k, vs in t.items()}
+    size = f"layer_00, {jaxport.load_model(ours).tensor(large).nbytes / 2**20:.0f} MiB"
+    return [
+        _row("first tensor, mapped (ms)", ms["ours"], ms["st"], None),
+        _row("first tensor; safetensors + its sha256 (ms)", ms["ours"], ms["st_sha256"], None),
+        _row("open: load_model vs safe_open (ms)", ms["ours_open"], ms["st_open"], None),
+        _row("a tensor of an open file; + sha256 (ms)", ms["ours_get"], ms["st_get"], None),
+        _row(f"first tensor, {size}; + sha256 (ms)", ms["ours_large"], ms["st_large"], None),
+        _row(
+            f"{size} of an open file; + sha256 (ms)",
+            ms["ours_get_large"],
+            ms["st_get_large"],
+            None,
         ),
-        _row("first tensor, mapped (ms)", ms[0], ms[1], None, fmt="{:.3f}"),
-        _row("first tensor; safetensors + its sha256 (ms)", ms[0], ms[2], None, fmt="{:.3f}"),
     ]
 
 
@@ -284,19 +368,23 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--tensors", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="save,load,first", help="comma-separated parts")
+    parser.add_argument("--no-orbax", action="store_true", help="leave Orbax out")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     params = make_params(args.size_mb, args.tensors)
     nbytes = sum(a.nbytes for a in params.values())
     print(
         f"jax {jax.__version__}, jaxport {jaxport.__version__}, "
         f"safetensors {_version('safetensors')}, orbax-checkpoint {_version('orbax-checkpoint')}; "
         f"{args.tensors} x {nbytes / args.tensors / 2**20:.0f} MB float32 + 1 small tensor, "
-        f"repeat={args.repeat}, page cache warm (nothing dropped)"
+        f"repeat={args.repeat}, page cache warm (nothing dropped), "
+        f"in {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}"
     )
     print(f"start: {load_average()}")
     print(describe())
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-        rows = bench(params, args.repeat, Path(tmp))
+        rows = bench(params, args.repeat, Path(tmp), only, not args.no_orbax)
     print(f"end: {load_average()}")
     print(
         "| measure | jaxport (best / median) | safetensors | Orbax "
