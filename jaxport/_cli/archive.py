@@ -77,6 +77,21 @@ def inspect_cmd(ctx: CliContext, source: str, platform: str | None, as_json: boo
     "--devices", type=click.IntRange(min=1), help="With a registry reference: its device count."
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option(
+    "--use-compiled",
+    is_flag=True,
+    help="With a registry reference: first put the compiled executables (jaxport compile) "
+    "that a trusted key signed for this host into jax's cache, so that the call loads them "
+    "instead of compiling; what is not used is said (CompiledFallbackWarning).",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    type=PEM,
+    help="With --use-compiled: a PEM public key whose compiled sets are trusted (repeat; "
+    "default: the files in $JAXPORT_COMPILED_KEYS).",
+)
 @timeout_option(
     "Time the call may take: it runs in a child process, killed at the limit.", default=600.0
 )
@@ -92,6 +107,8 @@ def run(
     platform: str | None,
     devices: int | None,
     force: bool,
+    use_compiled: bool,
+    trusted_keys: tuple[Path, ...],
     timeout: float,
     allow_custom_calls: tuple[str, ...],
     as_json: bool,
@@ -105,6 +122,8 @@ def run(
     outputs are named out plus their key paths (out, out[0], out['logits']); a table shows
     each one's shape, dtype, min, max and first values. The call runs in a child process
     that is killed after --timeout seconds (TimeLimitError) and dies with this one.
+    --use-compiled (a registry reference only) first writes the verified compiled executables
+    into jax's cache; the result says whether they were used and jax's cache hits.
     """
     from jaxport._cli import runner
     from jaxport._cli.output import check_output, write_output
@@ -132,12 +151,23 @@ def run(
         runner.load_inputs(inputs, specs, method)  # checked here first
         target = output or Path(f"{method}-out.npz")
         check_output(target, force=force)  # after the source and inputs, whose errors come first
+    if trusted_keys and not use_compiled:
+        raise click.UsageError("--trusted-key goes with --use-compiled")
+    use = None
+    if use_compiled:
+        from jaxport._cli.compiled import compiled_use
+
+        chosen = None if isinstance(opened, _Function) else name
+        use = compiled_use(ctx, source, chosen, platform, devices, trusted_keys)
+    report: dict[str, Any] = {}
     data, summaries = runner.call_in_child(
         archive,
         None if isinstance(opened, _Function) else name,
         inputs,
         timeout=timeout,
         allow_custom_calls=allow_custom_calls,
+        compiled_cache=use.cache_dir if use is not None and use.used else None,
+        report=report,
     )
     write_output(target, data)
     ran = {
@@ -147,6 +177,12 @@ def run(
         "method": name,
         "outputs": summaries,
     }
+    if use is not None:
+        from jaxport._cli.compiled import compiled_said
+
+        ran["compiled"] = compiled_said(use, report.get("cache_hits", 0))
+        if not as_json:
+            click.echo(f"compiled executables: {ran['compiled']['said']}", err=True)
     emit(as_json, ran, outputs_table)
 
 

@@ -29,6 +29,7 @@ from jaxport._cli import (
     audit,
     audit_flags,
     bundle,
+    compiled,
     db,
     lineage,
     mirror,
@@ -178,7 +179,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     archive.inspect_cmd, archive.run, archive.verify, aliases.alias, writes.rm, writes.gc,
     audit.audit, queue.audit_worker, sign.sign, db.db, server.serve, tokens.token,
     rescue.rescue_cmd, retain.retain, retain.restore, watch.watch, lineage.lineage_cmd,
-    oci.oci, bundle.bundle, mirror.mirror_cmd,
+    oci.oci, bundle.bundle, mirror.mirror_cmd, compiled.compile_cmd,
 )  # fmt: skip
 for _command in _COMMANDS:
     main.add_command(_command)

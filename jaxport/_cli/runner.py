@@ -346,14 +346,17 @@ def call_method(model: Any, method: str, inputs: Sequence[Any]) -> Any:
     return _call(model.methods[method], args, f"method {method!r}")
 
 
-def call_function(exp: Any, inputs: Sequence[Any]) -> Any:
-    """A function archive's ``exp.call`` on the flat ``inputs``, rebuilt into its positional
-    arguments.
+def call_function(exp: Any, inputs: Sequence[Any], *, jit: bool = False) -> Any:
+    """A function archive's ``exp.call`` (with ``jit``: ``jax.jit(exp.call)``, what ``jaxport
+    compile`` compiles) on the flat ``inputs``, rebuilt into its positional arguments.
 
     Raises:
         RunError: jax refused the call (as ``call_method``).
     """
-    return _call(exp.call, _arguments(exp.in_tree, inputs, skip=0), f"function {exp.fun_name!r}")
+    import jax
+
+    fun = jax.jit(exp.call) if jit else exp.call
+    return _call(fun, _arguments(exp.in_tree, inputs, skip=0), f"function {exp.fun_name!r}")
 
 
 def _arguments(in_tree: Any, inputs: Sequence[Any], *, skip: int) -> list[Any]:
@@ -442,6 +445,8 @@ def call_in_child(
     *,
     timeout: float = DEFAULT_RUN_TIMEOUT,
     allow_custom_calls: Sequence[str] = (),
+    compiled_cache: str | None = None,
+    report: dict[str, Any] | None = None,
 ) -> tuple[bytes, list[OutputSummary]]:
     """``method`` of the model archive at ``archive`` (None: the function archive itself) on
     the ``.npz`` at ``inputs``, called in a child process (``jaxport._run_child``) that is
@@ -452,6 +457,12 @@ def call_in_child(
     as ``load``/``load_model`` and ``load_inputs`` do here, under the allow-listed
     environment (``jaxport._environ``), and writes its outputs to a file. It has no
     address-space limit (a GPU runtime maps far more than it uses), as the call had none here.
+
+    ``compiled_cache`` (``run --use-compiled``): jax's persistent compilation cache directory
+    the child uses (verified compiled sets written there, ``Registry.use_compiled``), with
+    XLA's own caches off as where they were compiled; a function is then called as
+    ``jax.jit(exp.call)``, and ``report["cache_hits"]`` says how many compiles of the child
+    were cache hits.
 
     Returns:
         ``(npz_bytes, summaries)``: the outputs as ``output_bytes`` writes them and as
@@ -480,11 +491,16 @@ def call_in_child(
             "method": method,
             "inputs": str(Path(inputs).resolve()),
             "allow_custom_calls": list(allow_custom_calls),
+            "use_compiled": compiled_cache is not None,
         }
         (work / "request.json").write_text(json.dumps(request))
         cmd = [sys.executable, "-I", "-m", "jaxport._run_child", str(work)]
+        env = worker_environment()
+        if compiled_cache is not None:
+            env["JAX_COMPILATION_CACHE_DIR"] = compiled_cache
+            env["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] = "none"  # _compile_child.XLA_CACHES
         try:
-            done = _children.run(cmd, timeout=timeout, env=worker_environment(), cwd=tmp)
+            done = _children.run(cmd, timeout=timeout, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise TimeLimitError(
                 f"{what} did not finish within {timeout:g} s and was stopped (raise the limit "
@@ -503,6 +519,8 @@ def call_in_child(
             status = converter_status(done.returncode).replace("the converter", "it")
             raise RunError(f"{what} crashed: {status}{tail}")
         summaries = json.loads((work / "summaries.json").read_text())
+        if report is not None and (work / "compiled.json").is_file():
+            report.update(json.loads((work / "compiled.json").read_text()))
         return (work / "out.npz").read_bytes(), [_summary(s) for s in summaries]
 
 
