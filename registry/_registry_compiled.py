@@ -148,6 +148,7 @@ class RegistryCompiled:
             UnsupportedFeatureError: through a registry server.
             (and see ``resolve``)
         """
+        self._compiled_store()  # through a server: UnsupportedFeatureError before any request
         chosen = self._chosen(reference, version, platform, nr_devices)  # type: ignore[attr-defined]
         return self._seeded(chosen, method, policy or self._policy())
 
