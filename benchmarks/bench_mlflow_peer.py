@@ -25,11 +25,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 warnings.filterwarnings("ignore")
@@ -185,6 +187,17 @@ class Sized:
             "target", source=f"/artifacts/target/{i}", tags={"cpu": "1"}, await_creation_for=0
         )
 
+    def push_durable(self, i: int, exported: Any, directory: Path) -> Any:
+        """What storing an ``Exported`` in MLflow takes at jaxport's durability: jax's own
+        ``serialize()``, the bytes written as a file durably (a temporary file, fsync,
+        rename, the directory's fsync: what jaxport's blob store does), then
+        ``create_model_version`` with the file as its source."""
+        path = directory / f"{i}.bin"
+        durable_write(path, exported.serialize())
+        return self.client.create_model_version(
+            "target", source=str(path), tags={"cpu": "1"}, await_creation_for=0
+        )
+
     def push_and_move(self, i: int) -> None:
         self.client.set_registered_model_alias("target", "prod", self.push(i).version)
 
@@ -201,6 +214,22 @@ class Sized:
             op: [statistics.median(s) * 1e3, percentile(s, 99) * 1e3, self.counts[op]]
             for op, s in self.samples.items()
         }
+
+
+def durable_write(path: Path, data: bytes | bytearray) -> None:
+    """``data`` written to ``path`` as a durable artifact store would: a temporary file
+    beside it, fsynced, renamed over ``path``, the directory fsynced."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def bench(urls: dict[int, str], repeat: int) -> dict[int, dict[str, list[float]]]:

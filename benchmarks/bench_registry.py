@@ -15,8 +15,12 @@ moves, get, resolve (the newest version, and by alias; of ``target`` and of a ra
 page of ``list`` and of ``search`` with and without matches, and jaxport's ``pull`` (MLflow
 has no peer: its registry stores a source URI). ``PEERS`` names MLflow's call for each
 operation. MLflow's push records a source string; jaxport's serializes the artifact and writes
-its blob with fsync. Every operation runs through the public API (``Registry``,
-``MlflowClient``: no tracking server), with the statements it sends (``BEGIN`` left out).
+its blob with fsync. So a second push row gives MLflow's side the artifact too (``DURABLE``:
+jax's own ``serialize()`` written as durably as jaxport's blob, then ``create_model_version``),
+and two rows time the artifact's share of jaxport's push alone (``ARCHIVE``, ``BLOB_WRITE``):
+the line under each table is the push less those, over MLflow's push. Every operation runs
+through the public API (``Registry``, ``MlflowClient``: no tracking server), with the
+statements it sends (``BEGIN`` left out).
 
 Like with like:
 
@@ -66,12 +70,18 @@ from jaxport.registry._models import (
 )
 
 _PLATFORMS = [("cpu",), ("cuda",), ("tpu",), ("cpu", "cuda", "tpu")]
+#: The push row where MLflow's side also stores the artifact, as durably as jaxport's blob.
+DURABLE = "push, artifact stored durably by both"
+#: jaxport only: the parts of a push that are the artifact's, not the registry's.
+ARCHIVE, BLOB_WRITE = "part of a push: jaxport.dumps + inspect", "part of a push: blob write"
 _FIRST_ID = 1000
 
 #: MLflow's call (``MlflowClient``) for each of jaxport's operations.
 PEERS = {
     "push": "create_model_version (source string, one tag)",
     "push + move alias": "create_model_version + set_registered_model_alias",
+    DURABLE: "Exported.serialize(), the bytes written durably (temporary file, fsync, rename, "
+    "directory fsync), create_model_version with that file as source",
     "alias move": "set_registered_model_alias",
     "get (NAME:VERSION)": "get_model_version",
     "resolve latest (name with many versions)": "search_model_versions(name, order_by "
@@ -337,6 +347,24 @@ def bench_pair(
                 else:
                     push = functools.partial(ours[n].reg.push, exp, "target")
                     pair(i // 2, n, "push", push, functools.partial(theirs[n].push, i))
+        artifacts = {n: blobs / f"mlflow-artifacts-{n}" for n in urls}
+        for directory in artifacts.values():
+            directory.mkdir()
+        stored = [
+            jax.export.export(jax.jit(lambda x, s=float(i): x - s))(jnp.zeros(4))
+            for i in range(repeat)
+        ]
+        for i, exp in enumerate(stored):
+            for n in urls:
+                push = functools.partial(ours[n].reg.push, exp, "target")
+                durable = functools.partial(theirs[n].push_durable, i, exp, artifacts[n])
+                pair(i, n, DURABLE, push, durable)
+        for i, exp in enumerate(stored):  # the artifact's share of a push, measured alone
+            for n in urls:
+                archive = jaxport.dumps(exp)
+                ours[n].measure(ARCHIVE, functools.partial(_archive_info, exp))
+                path = blobs / f"blob-write-{n}-{i}"
+                ours[n].measure(BLOB_WRITE, functools.partial(_blob_write, path, archive))
         for run in ours.values():  # untimed: the module sandbox's worker starts once
             run.reg.pull("target@prod", platform="cpu")
         for op in next(iter(ours.values())).reads:
@@ -352,6 +380,20 @@ def bench_pair(
         return {n: r.results() for n, r in ours.items()}, {
             n: r.results() for n, r in theirs.items()
         }
+
+
+def _archive_info(exp: Any) -> Any:
+    """What a push does to an ``Exported`` before the registry sees it: the archive, then its
+    header read back (``registry/_push_items.py``)."""
+    return jaxport.inspect(jaxport.dumps(exp))
+
+
+def _blob_write(path: Path, data: bytes) -> None:
+    """A blob's write as the local blob store makes it (``LocalBlobStore.put``): a temporary
+    file, fsync, rename, the directory's fsync."""
+    from jaxport._io import atomic_write
+
+    atomic_write(path, [data], sync_dir=True)
 
 
 def disk_syncs_ms(directory: Path, url: str | None, n: int = 30) -> str:
@@ -430,6 +472,15 @@ def report(sizes: list[int], runs: list[tuple[dict[int, Results], dict[int, Any]
         theirs = runs[0][1][sizes[0]].get(op)
         stmts = f"{runs[0][0][sizes[0]][op][2]}" + ("" if theirs is None else f" [{theirs[2]}]")
         print(f"| {op} | {stmts} | {' | '.join(cells)} |")
+    for n in sizes:  # the registry's own share: push less the artifact's parts
+        rest = sorted(
+            (r[0][n]["push"][0] - r[0][n][ARCHIVE][0] - r[0][n][BLOB_WRITE][0]) / r[1][n]["push"][0]
+            for r in runs
+        )
+        print(
+            f"{_k(n)}: push less its archive and blob write / MLflow's push, min - median - max: "
+            f"{rest[0]:.2f} - {statistics.median(rest):.2f} - {rest[-1]:.2f}"
+        )
 
 
 def main() -> None:

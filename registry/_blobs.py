@@ -196,9 +196,11 @@ class LocalBlobStore:
             return
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True, exist_ok=True)
-        # Checked again now that the directory is there, whoever made it (a symlink made
-        # between the first check and is_dir must not be written through).
-        atomic_write(self._path(digest), [data], sync_dir=True)
+            # Checked again now that the directory is there, whoever made it (a symlink made
+            # between the first check and is_dir must not be written through); a directory
+            # that was there was checked by the first.
+            path = self._path(digest)
+        atomic_write(path, [data], sync_dir=True)
 
     def open(self, digest: str) -> BinaryIO:
         """The blob's file, opened for reading (the caller closes it): a regular file only,

@@ -285,9 +285,9 @@ def reported_provenance(provenance: Provenance) -> Iterator[None]:
 
 def capture(sources: Sequence[Any]) -> Provenance | Callable[[], Provenance]:
     """This process's provenance for a push of ``sources`` (see ``Provenance``), or what
-    ``reported_provenance`` set. ``git`` runs in a thread started now; the call that gives the
-    provenance waits for it (a push makes its archives meanwhile: the ~10 ms of a git process
-    are not added to it). Never raises: what cannot be found is None."""
+    ``reported_provenance`` set. In a git work tree, ``git`` runs in a thread started now; the
+    call that gives the provenance waits for it (a push makes its archives meanwhile: the
+    ~10 ms of a git process are not added to it). Never raises: what cannot be found is None."""
     reported = _REPORTED.get()
     if reported is not None:
         return reported
@@ -303,6 +303,8 @@ def capture(sources: Sequence[Any]) -> Provenance | Callable[[], Provenance]:
         directory = os.getcwd()
     except OSError:  # the working directory was removed
         return known
+    if not _in_work_tree(directory):
+        return known  # no thread, no process: a push outside a work tree pays a few stats
     thread = threading.Thread(
         target=lambda: commit.__setitem__(0, git_commit(directory)),
         name="jaxport-git-provenance",

@@ -25,14 +25,15 @@ The blob protocol, which lets ``gc`` run beside pushes (``_maintenance.gc``):
 The push holds one pooled connection from step 1 to step 3 (two transactions: gc must see the
 pending rows while the blobs are written, and must be able to run meanwhile); its statements
 do not grow with the number of variants or parts (multi-row INSERTs), and the version it
-returns is built from the rows it inserted, not read back. On PostgreSQL step 1 is one
-statement (``_db.register_pending_at_once``) and step 3 four: the blob lock rides on the
-name's upsert, the blob rows on the version's INSERT, the platforms, parts, examples and the
-pending rows' DELETE on the event's INSERT (``_batch.WriteBatch``). On failure the pending rows are
-deleted; a killed push's rows are dropped by gc once its
-process is gone (rows name the process: ``pid_scope`` and pid), and expire after
-``PENDING_TTL`` seconds where gc cannot tell (another host's). A blob's temporary file is named
-after its digest (``_blobs``), so gc never removes one of a push in flight, whatever its age.
+returns is built from the rows it inserted, not read back. Step 1 is one statement (SQLite:
+``_INSERT_PENDING``, PostgreSQL: ``_db.register_pending_at_once``); on PostgreSQL step 3 is
+four: the blob lock rides on the name's upsert, the blob rows on the version's INSERT, the
+platforms, parts, examples and the pending rows' DELETE on the event's INSERT
+(``_batch.WriteBatch``). On failure the pending rows are deleted; a killed push's rows are
+dropped by gc once its process is gone (rows name the process: ``pid_scope`` and pid), and
+expire after ``PENDING_TTL`` seconds where gc cannot tell (another host's). A blob's
+temporary file is named after its digest (``_blobs``), so gc never removes one of a push in
+flight, whatever its age.
 ``gc`` deletes a blob only under the exclusive blob lock and only when neither a variant, nor
 golden examples, nor a live pending row needs it, so a blob a push relies on is either still
 there at commit or written after gc's transaction.
@@ -51,7 +52,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    delete,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 
 from jaxport import (
     InvalidNameError,
@@ -108,6 +118,12 @@ _BUILT: dict[tuple[Callable[[Connection], Any], str], Any] = {}
 #: A push's variants have distinct digests (``_push_items.check_distinct``): they tell the ids
 #: returned apart (SQLite inserts row by row when asked for them in parameter order).
 _INSERT_VARIANTS = insert(VariantRow).returning(VariantRow.digest, VariantRow.id)
+#: SQLite's pending rows, each returned with whether its digest has a ``blobs`` row already
+#: (a correlated subquery in ``RETURNING``: one statement where an INSERT and a SELECT were).
+_INSERT_PENDING: Any = insert(PendingBlobRow).returning(
+    PendingBlobRow.digest,
+    literal_column("EXISTS (SELECT 1 FROM blobs WHERE blobs.digest = pending_blobs.digest)"),
+)  # in no particular order (SQLite inserts row by row when asked for parameter order)
 
 
 class Publisher:
@@ -300,8 +316,8 @@ def _same_examples(kind: str, stored: Any, examples: Any, tolerance: Any) -> boo
 
 def _register_pending(conn: Connection, token: str, blobs: Sequence[str]) -> set[str]:
     """Step 1 of the blob protocol, in a transaction of its own (committed, so gc sees it);
-    returns the digests that already have a ``blobs`` row. On PostgreSQL one statement
-    (``_db.register_pending_at_once``)."""
+    returns the digests that already have a ``blobs`` row. One statement: on PostgreSQL
+    ``_db.register_pending_at_once``, on SQLite ``_INSERT_PENDING``."""
     now, host, pid = time.time(), pid_scope(), os.getpid()
     if conn.dialect.name == "postgresql":
         return _db.register_pending_at_once(
@@ -310,13 +326,8 @@ def _register_pending(conn: Connection, token: str, blobs: Sequence[str]) -> set
     rows = [
         {"digest": d, "token": token, "host": host, "pid": pid, "created_at": now} for d in blobs
     ]
-    with conn.begin():
-        _db.blob_lock(conn, exclusive=False)
-        conn.execute(insert(PendingBlobRow), rows)
-        known = conn.execute(
-            select(BlobRow.digest).where(BlobRow.digest.in_(list(blobs)))
-        ).scalars()
-        return set(known)
+    with conn.begin():  # SQLite's write transactions exclude gc's: no blob lock to take
+        return {d for d, stored in conn.execute(_INSERT_PENDING, rows) if stored}
 
 
 def _forget_pending(conn: Connection, token: str) -> None:

@@ -111,12 +111,12 @@ def test_push_is_one_check_out_and_does_not_grow_with_variants(registry, count):
         pushed = registry.push([_exp(jnp.exp, (p,)) for p in ("cpu", "tpu", "cuda")], "p")
     with count() as again:
         assert not registry.push(_exp(jnp.cos), "p").created
-    # pending rows (SQLite: insert, known blobs; PostgreSQL: one statement that also takes
-    # the blob lock), then the version: SQLite 7 (upsert, blobs, version or nothing where its
-    # content is one already, variants, platforms, pending rows, its event); PostgreSQL 4 (the
-    # blob lock rides on the upsert, the blobs on the version, the platforms and pending rows
-    # on the event: _batch)
-    assert len(one) == (5 if registry._backend.engine.dialect.name == "postgresql" else 9), (
+    # pending rows (one statement: SQLite's returns which digests have blob rows, PostgreSQL's
+    # also takes the blob lock), then the version: SQLite 7 (upsert, blobs, version or nothing
+    # where its content is one already, variants, platforms, pending rows, its event);
+    # PostgreSQL 4 (the blob lock rides on the upsert, the blobs on the version, the platforms
+    # and pending rows on the event: _batch)
+    assert len(one) == (5 if registry._backend.engine.dialect.name == "postgresql" else 8), (
         one.statements
     )
     assert len(three) == len(one), three.statements  # one multi-row INSERT per table
