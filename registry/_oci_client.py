@@ -198,7 +198,7 @@ class OciRepository:
                 )
             hasher.update(piece)
             headers = {**_OCTETS, "Content-Range": f"{offset}-{offset + len(piece) - 1}"}
-            response = self._send("PATCH", location, content=piece, headers=headers)
+            response = self._send("PATCH", location, **_body(piece, headers))
             self._raise_for(response, f"upload of blob {digest[:19]}")
             self.bytes_sent += len(piece)
             offset += len(piece)
@@ -208,7 +208,7 @@ class OciRepository:
 
     def _put_blob(self, location: httpx.URL, digest: str, data: bytes) -> httpx.URL:
         url = location.copy_merge_params({"digest": digest})
-        response = self._send("PUT", url, content=data, headers=_OCTETS)
+        response = self._send("PUT", url, **_body(data, _OCTETS))
         self.bytes_sent += len(data)
         self._raise_for(response, f"upload of blob {digest[:19]}")
         return location
@@ -524,21 +524,47 @@ def _check_hash(digest: str, size: int, count: int, found: str) -> None:
 
 
 def _rechunk(chunks: Iterable[bytes], size: int) -> Iterator[bytes]:
-    buffer = bytearray()
+    """``chunks`` regrouped into pieces of ``size`` bytes (the last shorter): each byte
+    copied once."""
+    parts: list[bytes | memoryview] = []
+    held = 0
     for chunk in chunks:
-        buffer += chunk
-        while len(buffer) >= size:
-            yield bytes(buffer[:size])
-            del buffer[:size]
-    if buffer:
-        yield bytes(buffer)
+        view = memoryview(chunk)
+        while held + len(view) >= size:
+            cut = size - held
+            parts.append(view[:cut])
+            yield b"".join(parts)
+            parts, held, view = [], 0, view[cut:]
+        if len(view):
+            parts.append(view)
+            held += len(view)
+    if held:
+        yield b"".join(parts)
+
+
+class _Body:
+    """A request body sent in pieces of ``READ_CHUNK`` bytes (httpcore copies what a
+    ``send`` left over, so one large piece would be copied over and over); iterable again,
+    so an auth flow can send it twice."""
+
+    def __init__(self, data: bytes):
+        self._data = memoryview(data)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for start in range(0, len(self._data), READ_CHUNK):
+            yield bytes(self._data[start : start + READ_CHUNK])
+
+
+def _body(data: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """The keyword arguments of a request that sends ``data``, its length declared."""
+    return {"content": _Body(data), "headers": {**headers, "Content-Length": str(len(data))}}
 
 
 def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[bytes]:
     """The body's chunks, one held back until the size and digest are checked."""
     hasher, count, held = hashlib.sha256(), 0, b""
     try:
-        for chunk in response.iter_bytes(READ_CHUNK):
+        for chunk in response.iter_bytes():
             count += len(chunk)
             if count > size:
                 raise IntegrityError(
