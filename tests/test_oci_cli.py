@@ -1,0 +1,72 @@
+"""``jaxport bundle export`` / ``bundle import`` and ``jaxport mirror`` as the README shows
+them: the installed ``jaxport`` in a subprocess, outside the checkout; a tampered bundle is one
+line on stderr (``Type: message``), exit 1, and imports nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from _oci_versions import populate
+from test_bundle import _changed_byte, _members, _write
+
+from jaxport import Registry
+
+JAXPORT = str(Path(sys.executable).with_name("jaxport"))
+
+
+def _run(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([JAXPORT, *args], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=env["HOME"])  # fmt: skip
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert proc.returncode == code, (args, proc.stdout, proc.stderr)
+    return proc
+
+
+def _env(tmp_path: Path, name: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("JAXPORT_")}
+    return {**base, "HOME": str(tmp_path), "JAX_PLATFORMS": "cpu",
+            "JAXPORT_REGISTRY": f"sqlite:///{tmp_path / name}.db",
+            "JAXPORT_BLOBS": str(tmp_path / f"{name}-blobs")}  # fmt: skip
+
+
+def test_cli_bundle_export_and_import(tmp_path):
+    src_env, dst_env = _env(tmp_path, "src"), _env(tmp_path, "dst")
+    with Registry(src_env["JAXPORT_REGISTRY"], blobs=src_env["JAXPORT_BLOBS"]) as reg:
+        populate(reg, tmp_path)
+    out = _run(src_env, "bundle", "export", "fn", "mlp:2", "-o", str(tmp_path / "b.tar"))
+    assert "2 version(s) copied" in out.stdout
+    report = json.loads(_run(dst_env, "bundle", "import", str(tmp_path / "b.tar"), "--json").stdout)
+    assert report["versions"] == ["fn:1", "mlp:1"] and report["signatures"] == 2
+    again = json.loads(_run(dst_env, "bundle", "import", str(tmp_path / "b.tar"), "--json").stdout)
+    assert again["versions"] == [] and again["bytes"] == 0
+    members = _members(tmp_path / "b.tar")
+    _changed_byte(members)
+    _write(tmp_path / "bad.tar", members)
+    fresh = _env(tmp_path, "fresh")
+    err = _run(fresh, "bundle", "import", str(tmp_path / "bad.tar"), code=1).stderr
+    assert err.startswith("IntegrityError: ") and err.count("\n") == 1, err
+    with Registry(fresh["JAXPORT_REGISTRY"], blobs=fresh["JAXPORT_BLOBS"]) as reg:
+        assert reg.names() == []
+
+
+def test_cli_mirror_copies_once(tmp_path):
+    src_env, dst_env = _env(tmp_path, "src"), _env(tmp_path, "dst")
+    with Registry(src_env["JAXPORT_REGISTRY"], blobs=src_env["JAXPORT_BLOBS"]) as reg:
+        populate(reg, tmp_path)
+    layout = f"oci:{tmp_path / 'layout'}"
+    src_args = [src_env["JAXPORT_REGISTRY"], "--source-blobs", src_env["JAXPORT_BLOBS"]]
+    out = _run(src_env, "mirror", *src_args, layout)
+    assert "3 version(s) copied" in out.stdout
+    dst_args = [dst_env["JAXPORT_REGISTRY"], "--destination-blobs", dst_env["JAXPORT_BLOBS"]]
+    first = json.loads(
+        _run(dst_env, "mirror", layout, *dst_args, "--prefix", "ml", "--json").stdout
+    )
+    assert first["versions"] == ["mlp:1", "mlp:2"] and first["aliases"] == ["mlp@prod"]
+    again = json.loads(_run(dst_env, "mirror", layout, *dst_args, "--json").stdout)
+    assert again["versions"] == ["fn:1"] and again["skipped"] == ["mlp:1", "mlp:2"]
+    err = _run(dst_env, "mirror", f"oci:{tmp_path / 'nowhere'}", layout, code=1).stderr
+    assert err.startswith("InvalidNameError: ") and err.count("\n") == 1, err
