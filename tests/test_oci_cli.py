@@ -70,3 +70,60 @@ def test_cli_mirror_copies_once(tmp_path):
     assert again["versions"] == ["fn:1"] and again["skipped"] == ["mlp:1", "mlp:2"]
     err = _run(dst_env, "mirror", f"oci:{tmp_path / 'nowhere'}", layout, code=1).stderr
     assert err.startswith("InvalidNameError: ") and err.count("\n") == 1, err
+
+
+def test_mirror_through_a_real_oci_registry(tmp_path, monkeypatch):
+    """Registry -> docker-registry (distribution 2.8, referrers by the tag fallback) ->
+    registry; a second run copies nothing."""
+    from _docker_registry import available, docker_registry
+
+    if not available():
+        import pytest
+
+        pytest.skip("Debian's docker-registry is not installed (apt-get install docker-registry)")
+    from jaxport.registry import mirror
+
+    src = Registry(f"sqlite:///{tmp_path / 'src.db'}", blobs=tmp_path / "src-blobs")
+    public = populate(src, tmp_path)
+    dst = Registry(f"sqlite:///{tmp_path / 'dst.db'}", blobs=tmp_path / "dst-blobs")
+    with docker_registry(tmp_path / "oci") as served:
+        monkeypatch.setenv("JAXPORT_OCI_USERNAME", served.user)
+        monkeypatch.setenv("JAXPORT_OCI_PASSWORD", served.password)
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+        namespace = f"oci://{served.host}/team"
+        out = mirror(src, namespace)
+        assert out.versions == ["fn:1", "mlp:1", "mlp:2"] and out.signatures == 2
+        again = mirror(src, namespace)
+        assert not again.copied_anything and not again.aliases
+        back = mirror(namespace, dst, names=["fn", "mlp"])
+        assert back.versions == ["fn:1", "mlp:1", "mlp:2"] and back.findings == 2
+        assert sorted(back.aliases) == ["fn@prod", "mlp@prod"]
+        assert not mirror(namespace, dst, names=["fn", "mlp"]).copied_anything
+    for ref in ("fn:1", "mlp:1", "mlp:2"):
+        assert dst.get(ref).digests == src.get(ref).digests
+    assert all(c.ok for c in dst.verify_signatures("mlp:2", [public]))
+
+
+def test_mirror_to_and_from_a_registry_server(tmp_path):
+    """Through ``jaxport serve``: a server as the destination stores versions and aliases (its
+    clients cannot store signatures or findings made elsewhere: a note says so); as the
+    source, everything comes back."""
+    from _server import admin_token, serving
+
+    from jaxport.registry import mirror
+
+    src = Registry(f"sqlite:///{tmp_path / 'src.db'}", blobs=tmp_path / "src-blobs")
+    populate(src, tmp_path)
+    db, blobs = f"sqlite:///{tmp_path / 'served.db'}", str(tmp_path / "served-blobs")
+    with serving(db, blobs, tmp_path / "serve.log") as server:
+        client = Registry(server.url, token=admin_token(db, blobs))
+        out = mirror(src, client)
+        assert out.versions == ["fn:1", "mlp:1", "mlp:2"]
+        assert any("signatures and findings not stored" in n for n in out.notes)
+        assert client.aliases("mlp") == {"prod": 2}
+        assert not mirror(src, client).copied_anything
+        dst = Registry(f"sqlite:///{tmp_path / 'dst.db'}", blobs=tmp_path / "dst-blobs")
+        back = mirror(client, dst)
+        assert back.versions == ["fn:1", "mlp:1", "mlp:2"]
+        for ref in ("fn:1", "mlp:1", "mlp:2"):
+            assert dst.read_blob(dst.get(ref).digests[0]) == src.read_blob(src.get(ref).digests[0])
