@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from jaxport.export._fetched_modules import module_lengths as module_lengths
     from jaxport.export._fetched_modules import module_of as module_of
     from jaxport.export._fetched_modules import read_prefix as read_prefix
+    from jaxport.export._jax import compilation_cache as compilation_cache
     from jaxport.export._model_rewrite import read_skeleton as read_skeleton
     from jaxport.export._model_rewrite import rewritten_chunks as rewritten_chunks
     from jaxport.export._modules import reserialized as reserialized

@@ -32,7 +32,8 @@ Private names used, by module: ``export_impl`` (``jax._src.export._export``): ``
 ``_Parser``, ``_DimFactor``, ``_DimExpr._from_operation``, ``_SymbolicConstraint``,
 ``SymbolicScope``, ``Comparator``; ``effects.lowerable_effects._effect_types``. The modules
 that jax itself imports with ``jax`` and ``jax.export`` are imported here eagerly; the others
-(``jax_lib``, ``hlo``, ``lapack``, ``serialization``, ``sharding_impls``, ``xla_bridge``) when
+(``jax_lib``, ``hlo``, ``lapack``, ``serialization``, ``sharding_impls``, ``xla_bridge``,
+``compilation_cache``) when
 first asked for, as before.
 """
 
@@ -48,6 +49,7 @@ from jax._src.interpreters import mlir
 from jax._src.lib import xla_client
 
 __all__ = [
+    "compilation_cache",
     "core",
     "dtypes",
     "effects",
@@ -106,6 +108,17 @@ def serialization_generated() -> Any:
     from jax._src.export import serialization_generated
 
     return serialization_generated
+
+
+def compilation_cache() -> Any:
+    """``jax._src.compilation_cache`` (the persistent cache's state: ``_cache``,
+    ``_cache_initialized``, ``reset_cache``; ``registry/_compiled_seed.py``), or None where a
+    jax has none."""
+    try:
+        from jax._src import compilation_cache
+    except ImportError:
+        return None
+    return compilation_cache
 
 
 def sharding_impls() -> Any:

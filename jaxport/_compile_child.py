@@ -28,13 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NOT_READ", "XLA_CACHES", "main"]
+__all__ = ["NOT_READ", "main"]
 
 #: The archive cannot be read by this jax (``registry/_compiled_make.py`` knows it too).
 NOT_READ = 3
-#: ``jax_persistent_cache_enable_xla_caches`` where compiled sets are made and used: none of
-#: XLA's own caches, whose paths (under the cache directory) jax's cache key would include.
-XLA_CACHES = "none"
 
 
 def main(workdir: str) -> int:
@@ -45,12 +42,14 @@ def main(workdir: str) -> int:
     cache.mkdir()
     import jax
 
+    from jaxport._compiled_host import XLA_CACHES
+
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     # jax's default adds XLA's GPU autotune cache *under the cache directory* to the compile
-    # options, and so the directory's path to the cache key: off, the key is the same in
-    # whichever directory the files are later put (the using process turns it off too).
+    # options, and so the directory's path to the cache key: off (XLA_CACHES), the key is the
+    # same in whichever directory the files are later put (the using process does the same).
     jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
     from jaxport import JaxportError
     from jaxport._compiled_host import host_key

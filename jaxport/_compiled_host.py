@@ -4,7 +4,9 @@ releases, device count and the compile options that matter (``HostKey``).
 jax's own persistent-cache key covers all of these (and the module itself), so an executable
 compiled elsewhere is at worst a cache miss; jaxport compares them first so that a set that
 cannot hit is never written into a cache directory, and says which field differs. Importing
-this module loads nothing; ``host_key()`` imports jax and initialises its backend.
+this module loads nothing; ``host_key()`` imports jax and initialises its backend. It imports
+nothing of jaxport (a base module, ``tests/test_layering.py``): the compile child
+(``jaxport/_compile_child.py``) and the registry compute the key alike.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import json
 import os
 from typing import Any
 
-__all__ = ["HostKey", "host_key", "jax_option", "options_digest"]
+__all__ = ["XLA_CACHES", "HostKey", "host_key", "jax_option", "options_digest"]
+
+#: ``jax_persistent_cache_enable_xla_caches`` where compiled sets are made and used: none of
+#: XLA's own caches. jax's default puts the path of XLA's GPU autotune cache, under the cache
+#: directory, into every compile's options and so into jax's cache key: with it, a key would
+#: depend on the directory the files are in.
+XLA_CACHES = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +68,6 @@ def host_key() -> HostKey:
     import jax
     import jaxlib.version
 
-    from jaxport.export._internal import local_platform
-
     flags = os.environ.get("XLA_FLAGS", "")
     options = {
         "jax_enable_x64": str(bool(jax_option("jax_enable_x64"))),
@@ -69,7 +75,7 @@ def host_key() -> HostKey:
     }
     devices = jax.devices()
     return HostKey(
-        platform=local_platform(),
+        platform=_platform(jax),
         device_kind=str(devices[0].device_kind),
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.version.__version__,
@@ -83,3 +89,14 @@ def jax_option(name: str) -> Any:
     import jax
 
     return getattr(jax.config, name)
+
+
+def _platform(jax: Any) -> str:
+    """The default backend's platform as variants name it (``cuda``/``rocm`` for a GPU), as
+    ``jaxport.export``'s ``local_platform`` says it (this module imports nothing of jaxport:
+    the compile child and the registry share it)."""
+    backend = str(jax.default_backend())
+    if backend == "gpu":
+        version = str(getattr(jax.devices()[0].client, "platform_version", "")).lower()
+        return "rocm" if "rocm" in version else "cuda"
+    return backend

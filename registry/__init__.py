@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from jaxport.registry._blobs import LocalBlobStore as LocalBlobStore
     from jaxport.registry._blobs import Stray as Stray
     from jaxport.registry._blobs import open_blob_store as open_blob_store
+    from jaxport.registry._compiled_types import COMPILED_KEYS_ENV as COMPILED_KEYS_ENV
+    from jaxport.registry._compiled_types import USE_COMPILED_ENV as USE_COMPILED_ENV
     from jaxport.registry._compiled_types import CompiledPolicy as CompiledPolicy
     from jaxport.registry._compiled_types import CompiledSet as CompiledSet
     from jaxport.registry._compiled_types import CompiledUse as CompiledUse

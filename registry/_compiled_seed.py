@@ -14,15 +14,14 @@ The directory is the one jax's cache uses in this process (``jax_compilation_cac
 where none is configured, a private one this process makes (``tempfile.mkdtemp``: mode 0700,
 removed at exit) and configures: it holds only files verified here. Either way the process's
 ``jax_persistent_cache_enable_xla_caches`` becomes ``"none"``, as where the set was compiled
-(``jaxport/_compile_child.py``): jax's default puts the path of XLA's GPU autotune cache, under
-the cache directory, into every compile's options and so into its cache key, which would make
-a key depend on the directory.
+(``jaxport._compiled_host.XLA_CACHES``): jax's default puts the path of XLA's GPU autotune
+cache, under the cache directory, into every compile's options and so into its cache key,
+which would make a key depend on the directory.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxport import JaxportError
-from jaxport._compiled_host import HostKey, jax_option
+from jaxport._compiled_host import XLA_CACHES, HostKey, jax_option
 from jaxport._signing import Trusted, verify_digest
 from jaxport.registry._compiled_store import CompiledStore, StoredSet
 from jaxport.registry._compiled_types import CompiledUse, mismatch, parse_manifest
@@ -81,8 +80,6 @@ def seed(
         return CompiledUse(False, str(why), skipped=skipped, _hits_at_start=hits)
     count = sum(_write(where, name, data) for files in ready.values() for name, data in files)
     import jax
-
-    from jaxport._compile_child import XLA_CACHES
 
     jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)  # as compiled
     return CompiledUse(
@@ -177,9 +174,9 @@ def cache_dir() -> tuple[str | None, str | None]:
 
     if not jax_option("jax_enable_compilation_cache"):
         return None, "jax's compilation cache is off here (jax_enable_compilation_cache=False)"
-    cc: Any = None
-    with contextlib.suppress(ImportError):  # a jax without it: the configured directory only
-        from jax._src import compilation_cache as cc
+    from jaxport.export._internal import compilation_cache
+
+    cc = compilation_cache()  # None: a jax without it (the configured directory only)
     active = getattr(getattr(cc, "_cache", None), "_path", None)
     where = str(active) if active is not None else jax_option("jax_compilation_cache_dir")
     if where:

@@ -70,6 +70,8 @@ BASE = {
     "its error names (MissingExtraError), for every package that has one",
     "_npz": "reading an untrusted .npz without believing its headers, for `jaxport run`'s "
     "inputs and the golden-examples blobs a registry server receives (audit)",
+    "_compiled_host": "the host key of a compiled executable set, computed alike by "
+    "`jaxport compile`'s child (jaxport/) and the registry that checks a set before use",
 }
 
 

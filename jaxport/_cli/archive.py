@@ -180,9 +180,9 @@ def run(
     if use is not None:
         from jaxport._cli.compiled import compiled_said
 
-        ran["compiled"] = compiled_said(use, report.get("cache_hits", 0))
+        said = ran["compiled"] = compiled_said(use, report.get("cache_hits", 0))
         if not as_json:
-            click.echo(f"compiled executables: {ran['compiled']['said']}", err=True)
+            click.echo(f"compiled executables: {said['said']}", err=True)
     emit(as_json, ran, outputs_table)
 
 

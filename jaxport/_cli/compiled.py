@@ -41,12 +41,16 @@ def compiled_use(
     import os
     import warnings
 
-    from jaxport.registry import CompiledFallbackWarning, CompiledPolicy, CompiledUse
-    from jaxport.registry._compiled_types import COMPILED_KEYS_ENV
+    from jaxport.registry import (
+        COMPILED_KEYS_ENV,
+        CompiledFallbackWarning,
+        CompiledPolicy,
+        CompiledUse,
+    )
 
     if Path(source).is_file():
         raise click.UsageError("--use-compiled needs a registry reference, not a file")
-    keys = list(trusted_keys) or [
+    keys: list[str | Path] = list(trusted_keys) or [
         k for k in os.environ.get(COMPILED_KEYS_ENV, "").split(os.pathsep) if k.strip()
     ]
     if not keys:
