@@ -18,6 +18,7 @@ from jaxport.export import (
     _container,
     _custom_calls,
     _fb,
+    _level_sections,
     _modules,
     _streamed,
     _vetting,
@@ -32,7 +33,7 @@ from jaxport.export._exported import (
 )
 from jaxport.export._mapped import read_archive_file
 from jaxport.export._verdicts import VerdictCache
-from jaxport.export._versions import FUNCTION_FORMAT_VERSION
+from jaxport.export._versions import FUNCTION_FORMAT_VERSION, LEVELS_FORMAT_VERSION
 from jaxport.export._window_check import check_header_window
 from jaxport.schema import FILE_IDENTIFIER, fb
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveHeader",
+    "check_level_layout",
     "checked_module_reader",
     "dump_chunks",
     "dumps",
@@ -94,15 +96,31 @@ def dump_chunks(
 ) -> list[bytes | memoryview]:
     """The archive as consecutive chunks (for writing without joining them); see ``dumps``."""
     chain, first = _planned(exported, vjp_order, metadata)
+    if len(chain) > 1:
+        return _with_levels(chain, first)
     chunks, section, refs = module_section(chain, "the Exported")
-    return [first(refs, section), *chunks]
+    return [first(refs, [section]), *chunks]
+
+
+def _with_levels(chain: Sequence[Any], first: _FirstChunk) -> list[bytes | memoryview]:
+    """A function archive with VJPs (version 4): each level's module in a section of its own
+    (``_level_sections``), the header padded, each section 64-byte aligned."""
+    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    chunks, sections, refs = _level_sections.level_sections(modules, "the Exported")
+    sections = _level_sections.placed(sections)
+    return [first(refs, sections), *_level_sections.padded_chunks(chunks, sections)]
+
+
+#: The preamble and header of an archive, given its modules' references and its sections.
+_FirstChunk = Callable[[list[_modules.ModuleRef], list[_container.Section]], bytes]
 
 
 def _planned(
     exported: Exported, vjp_order: int, metadata: Mapping[str, str] | None
-) -> tuple[list[Any], _streamed.FirstChunk]:
+) -> tuple[list[Any], _FirstChunk]:
     """The VJP chain to store and the function that gives the preamble and header for its
-    modules' references and section. Raises: as ``dumps``."""
+    modules' references and sections: version 1 (one section) for a chain of one, else
+    version 4 (one section a level, the header padded). Raises: as ``dumps``."""
     if not isinstance(vjp_order, int) or vjp_order < 0:
         raise ValueError(f"vjp_order must be a non-negative int, got {vjp_order!r}")
     entries = metadata_entries(metadata)
@@ -110,9 +128,12 @@ def _planned(
     for exp in chain:
         check_calling_convention_version(exp.calling_convention_version)
 
-    def first(refs: list[_modules.ModuleRef], section: _container.Section) -> bytes:
-        header = _encode_header(chain, refs, [section], vjp_order, entries)
-        return _container.encode_preamble(header, FUNCTION_FORMAT_VERSION) + header
+    def first(refs: list[_modules.ModuleRef], sections: list[_container.Section]) -> bytes:
+        header = _encode_header(chain, refs, sections, vjp_order, entries)
+        if len(chain) == 1:
+            return _container.encode_preamble(header, FUNCTION_FORMAT_VERSION) + header
+        header = _level_sections.pad_header(header)
+        return _container.encode_preamble(header, LEVELS_FORMAT_VERSION) + header
 
     return chain, first
 
@@ -318,12 +339,15 @@ def loads(
     head = read_header(view, len(view), path=path)
     check_header_window(head, outside_window, path=path)
     policy = dataclasses.replace(policy, writer_jax=writer_jax(head))
+    with _fb.translating_read_errors(path):
+        chained = head.chained
     reader = _container.SectionReader(
         view[head.payload_start :],
         head.sections,
         payload_start=head.payload_start,
         path=path,
         max_compression_ratio=max_compression_ratio,
+        chained=chained,
     )
 
     with _fb.translating_read_errors(path):
@@ -335,6 +359,8 @@ def loads(
             )
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
+        if reader.chained:
+            check_level_layout(head, table, view, path=path)
         read_module = checked_module_reader(reader, table, policy, path)
         exported: Exported = decode_exported(
             table,
@@ -368,6 +394,8 @@ def checked_module_reader(
         if (module := t.Module()) is not None  # else decode_exported refuses the table
     }
     orders = {ref: order for order, ref in sorted(refs.items(), reverse=True)}
+    chained = getattr(reader, "chained", False)
+    held: dict[int, bytes] = {}  # a chained reader's modules: the ones the Exported hold
 
     def read_module(ref: _modules.ModuleRef, fields: Mapping[str, Any]) -> bytes:
         order = orders.get(ref, 0)
@@ -376,17 +404,43 @@ def checked_module_reader(
                 _custom_calls.check_allowed(
                     r.custom_call_targets, policy.allowed, vjp_order=o, path=path
                 )
-        digest = None
+        digest, prefix = None, held.get(order - 1)
         if policy.trusted:  # no verdict to look up
-            data = reader.read(ref.section, ref.offset, ref.length)
+            data = reader.read(ref.section, ref.offset, ref.length, prefix=prefix)
         else:
-            data, digest = reader.read_hashed(ref.section, ref.offset, ref.length)
+            data, digest = reader.read_hashed(ref.section, ref.offset, ref.length, prefix=prefix)
         _vetting.vet_module(
             data, ref, fields, policy, order=order, method=method, path=path, sha256=digest
         )
+        if chained and order + 1 < len(refs):
+            held[order] = data
         return data
 
     return read_module
+
+
+def check_level_layout(
+    head: ArchiveHeader, table: fb.Exported, view: memoryview, *, path: str | None
+) -> None:
+    """A version-4 function archive's layout (``_level_sections.check_level_sections``), and
+    zero bytes between its sections.
+
+    Raises:
+        CorruptArchiveError: another layout, or padding that is not zero.
+    """
+    refs = []
+    for t in exported_tables(table):
+        module = t.Module()
+        if module is None:
+            raise CorruptArchiveError("an Exported without its module", path=path)
+        refs.append(_modules.decode_module(module))
+    try:
+        _level_sections.check_level_sections(refs, head.sections)
+    except CorruptArchiveError as e:
+        raise CorruptArchiveError(str(e), path=path) from None
+    _container.check_padding(
+        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
+    )
 
 
 def exported_tables(table: fb.Exported) -> Iterator[fb.Exported]:
@@ -415,12 +469,15 @@ def save(
         UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
     """
     chain, first = _planned(exported, vjp_order, metadata)
+    if len(chain) > 1:
+        atomic_write(path, _with_levels(chain, first))
+        return
     modules = [bytes(exp.mlir_module_serialized) for exp in chain]
     if sum(len(m) for m in modules) < PARALLEL_BYTES:
         chunks, section, refs = module_section(chain, "the Exported")
-        atomic_write(path, [first(refs, section), *chunks])
+        atomic_write(path, [first(refs, [section]), *chunks])
     else:
-        _streamed.save_streamed(path, modules, "the Exported", first)
+        _streamed.save_streamed(path, modules, "the Exported", lambda r, s: first(r, [s]))
 
 
 def load(

@@ -31,6 +31,7 @@ from jaxport.export._compress import compress_section, compress_tensor
 from jaxport.export._section_reader import SectionReader
 from jaxport.export._sections import Section
 from jaxport.export._versions import (
+    LEVELS_FORMAT_VERSION,
     MAX_SUPPORTED_FORMAT_VERSION,
     MIN_SUPPORTED_FORMAT_VERSION,
     section_alignment,
@@ -268,6 +269,14 @@ class ArchiveHeader:
     sections: list[Section]
     payload_start: int
     total_length: int
+
+    @property
+    def chained(self) -> bool:
+        """A version-4 function archive: section ``k`` is decompressed with section ``k - 1``
+        as its prefix (``SectionReader(chained=True)``, ``_level_sections``)."""
+        return (
+            self.preamble.format_version >= LEVELS_FORMAT_VERSION and self.archive.Model() is None
+        )
 
 
 def read_header(head: bytes | memoryview, total_length: int, *, path: str | None) -> ArchiveHeader:

@@ -4,11 +4,13 @@ header alone, each module fetched when it is first read (``exported_from_header`
 now, each VJP when ``.vjp()`` first asks.
 
 jaxport's writers put every module of a function archive (the primal, then the VJP of each
-order) in one zstd section (schema/FORMAT.md, "Modules"), compressed together with
-long-distance matching, so a module's bytes cannot be taken from the stored bytes alone: the
+order) in one zstd section (schema/FORMAT.md, "Modules"; version 1), compressed together with
+long-distance matching, or (version 4) each in a section of its own whose frame refers to the
+module before it, so a module's bytes cannot be taken from the stored bytes alone: the
 server reads the section (its sha256 checked before any byte is used, its declared size
 bounded by the compression ratio, as ``jaxport.loads`` does), decompresses up to the module's
-end and answers the module's bytes with their sha256. The client checks the header against the
+end (version 4: with the module before it, read the same way first) and answers the
+module's bytes with their sha256. The client checks the header against the
 digest in its fixed prefix, each module's length against the header and its bytes against the
 sha256 the server sent, then vets it (custom calls, the sandbox, ``main``'s signature) as a
 local read does (``_archive.checked_module_reader``). Nothing of the format changes.
@@ -23,15 +25,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from jaxport import CorruptArchiveError, IntegrityError, NotFoundError, WrongKindError
-from jaxport.export import _container, _fb, _modules, _vetting
+from jaxport.export import _container, _fb, _level_sections, _modules, _vetting
 from jaxport.export._archive import checked_module_reader, exported_tables, writer_jax
 from jaxport.export._exported import decode_exported
 from jaxport.export._window_check import check_header_window
+from jaxport.schema import fb
 
 if TYPE_CHECKING:
     from jax.export import Exported
-
-    from jaxport.schema import fb
 
 __all__ = [
     "FetchModule",
@@ -134,6 +135,14 @@ def module_of(
     if ref.section >= len(head.sections):
         raise CorruptArchiveError(f"module {index} refers to a section that does not exist")
     section = head.sections[ref.section]
+    previous: bytes | None = None
+    if head.chained and index > 0 and section.compression != fb.Compression.none:
+        # version 4: the level's frame refers to the module before it, read (and checked) first
+        _level_sections.check_level_sections(refs, head.sections)
+        previous, _ = module_of(
+            read_range, total, index - 1, where=where,
+            max_compression_ratio=max_compression_ratio, hold=hold,
+        )  # fmt: skip
     start = head.payload_start + section.offset
     with hold(section.length + ref.length) if hold else contextlib.nullcontext():
         stored = memoryview(read_range(start, start + section.length)).cast("B")
@@ -143,7 +152,10 @@ def module_of(
             stored, [dataclasses.replace(section, offset=0)], payload_start=start, path=where,
             max_compression_ratio=max_compression_ratio,
         )  # fmt: skip
-        return reader.read_hashed(0, ref.offset, ref.length)
+        if previous is None:
+            return reader.read_hashed(0, ref.offset, ref.length)
+        data = reader.read(0, ref.offset, ref.length, prefix=previous)
+        return data, hashlib.sha256(data).hexdigest()
 
 
 class _FetchedSections:

@@ -156,8 +156,14 @@ def module_custom_calls(
         path = str(source)
         view = memoryview(Path(path).read_bytes())
     head = _archive.read_header(view, len(view), path=path)
+    with _fb.translating_read_errors(path):
+        chained = head.chained
     reader = _container.SectionReader(
-        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
+        view[head.payload_start :],
+        head.sections,
+        payload_start=head.payload_start,
+        path=path,
+        chained=chained,
     )
     modules = []
     with _fb.translating_read_errors(path):

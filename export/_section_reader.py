@@ -7,15 +7,22 @@ and zstandard release the GIL): a digest that does not match is still the error 
 whatever the decompressor made of the bytes. A module is decompressed straight into the
 ``bytes`` object jax keeps (``_buffers.BytesWriter``), and ``read_hashed`` also gives its
 sha256, computed in a third thread piece by piece behind the decompressor (the module
-sandbox's verdicts are cached by it).
+sandbox's verdicts are cached by it); a raw section read whole gives its section digest, hashed
+once. In a version-4 function archive (``chained``), the zstd frame of section ``k >= 1`` is
+decompressed with the decompressed section ``k - 1`` (the module of the order before) as a
+raw-content dictionary (``_level_sections``): the caller passes those bytes where it holds
+them (``prefix``), else they are read, checked, first. python-zstandard's C backend copies a
+dictionary's bytes; its cffi backend refers to them, and is used for this where it imports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import zstandard
 
@@ -57,7 +64,9 @@ class SectionReader:
         payload_start: int,
         path: str | None,
         max_compression_ratio: float = _limits.MAX_COMPRESSION_RATIO,
+        chained: bool = False,
     ):
+        self.chained = chained
         self._payload = payload
         self._sections = sections
         self._payload_start = payload_start
@@ -69,11 +78,20 @@ class SectionReader:
             self._check_ratio(i, s, max_compression_ratio)
         self._check_total_ratio(max_compression_ratio)
 
+    def _own(self, index: int) -> int:
+        """What section ``index`` declares beyond its prefix (a ``chained`` section's frame
+        may copy each byte of the section before it: those are not counted)."""
+        declared = self._sections[index].uncompressed_length
+        if self.chained and index > 0:
+            return max(0, declared - self._sections[index - 1].uncompressed_length)
+        return declared
+
     def _check_ratio(self, index: int, s: Section, ratio: float) -> None:
-        within = _limits.within_ratio(s.uncompressed_length, s.length, ratio)
+        within = _limits.within_ratio(self._own(index), s.length, ratio)
         if s.compression == fb.Compression.zstd and not within:
+            beyond = " beyond the section before it" if self.chained and index > 0 else ""
             raise CorruptArchiveError(
-                f"section {index} declares {s.uncompressed_length} bytes decompressed from "
+                f"section {index} declares {self._own(index)} bytes decompressed{beyond} from "
                 f"{s.length} stored, a ratio over the limit of {ratio:g} (pass a larger "
                 "max_compression_ratio to read an archive known to be this compressible)",
                 offset=self._payload_start + s.offset,
@@ -81,8 +99,9 @@ class SectionReader:
             )
 
     def _check_total_ratio(self, ratio: float) -> None:
-        zstd = [s for s in self._sections if s.compression == fb.Compression.zstd]
-        declared, stored = sum(s.uncompressed_length for s in zstd), sum(s.length for s in zstd)
+        indices = [i for i, s in enumerate(self._sections) if s.compression == fb.Compression.zstd]
+        zstd = [self._sections[i] for i in indices]
+        declared, stored = sum(map(self._own, indices)), sum(s.length for s in zstd)
         if not _limits.within_ratio(declared, stored, ratio):
             raise CorruptArchiveError(
                 f"{len(zstd)} zstd sections {_which(zstd, self._sections)}declare {declared} bytes "
@@ -125,8 +144,10 @@ class SectionReader:
             for c in cursors.values():
                 c.close()
 
-    def read(self, index: int, offset: int, length: int) -> bytes:
-        """Bytes ``[offset, offset + length)`` of section ``index`` after decompression.
+    def read(self, index: int, offset: int, length: int, *, prefix: bytes | None = None) -> bytes:
+        """Bytes ``[offset, offset + length)`` of section ``index`` after decompression
+        (``prefix``: the decompressed section ``index - 1`` of a ``chained`` reader, where the
+        caller holds it, checked).
 
         Raises:
             CorruptArchiveError: no such section, a range outside it, or a zstd frame that does
@@ -134,18 +155,35 @@ class SectionReader:
                 range reaches the section's end).
             IntegrityError: the section's stored bytes do not match its digest.
         """
-        return self._read(index, offset, length, None)
+        return self._read(index, offset, length, None, prefix)
 
-    def read_hashed(self, index: int, offset: int, length: int) -> tuple[bytes, str]:
+    def read_hashed(
+        self, index: int, offset: int, length: int, *, prefix: bytes | None = None
+    ) -> tuple[bytes, str]:
         """``read(index, offset, length)`` and the sha256 (hex) of those bytes, hashed while
-        they are decompressed. Raises: as ``read``."""
+        they are decompressed (a raw section read whole: its checked section digest). Raises:
+        as ``read``."""
+        s = self._sections[index] if 0 <= index < len(self._sections) else None
+        whole = s is not None and (offset, length) == (0, s.length)
+        if whole and s is not None and s.compression == fb.Compression.none:
+            return self._read(index, 0, length, None, None), s.sha256.hex()
         with Sha256Beside(threaded=length >= THREADED_BYTES) as digest:
-            data = self._read(index, offset, length, digest)
+            data = self._read(index, offset, length, digest, prefix)
             return data, digest.digest().hex()
 
-    def _read(self, index: int, offset: int, length: int, digest: Sha256Beside | None) -> bytes:
+    def _read(
+        self,
+        index: int,
+        offset: int,
+        length: int,
+        digest: Sha256Beside | None,
+        prefix: bytes | None,
+    ) -> bytes:
         self.check(index, offset, length)
         s = self._sections[index]
+        if self.chained and index > 0 and prefix is None and s.compression != fb.Compression.none:
+            before = self._sections[index - 1].uncompressed_length
+            prefix = self._read(index - 1, 0, before, None, None)
         stored = self._payload[s.offset : s.offset + s.length]
         threaded = index not in self._verified and len(stored) >= THREADED_BYTES
         with contextlib.ExitStack() as stack:
@@ -154,7 +192,7 @@ class SectionReader:
                 pool = stack.enter_context(ThreadPoolExecutor(1, "jaxport-verify"))
             verify = self._verifier(index, stored, pool)
             try:
-                data = self._contents(index, stored, offset, length, digest)
+                data = self._contents(index, stored, offset, length, digest, prefix)
             except BaseException:
                 verify()  # a digest that does not match is the error, as if checked first
                 raise
@@ -189,6 +227,7 @@ class SectionReader:
         offset: int,
         length: int,
         digest: Sha256Beside | None,
+        prefix: bytes | None,
     ) -> bytes:
         s = self._sections[index]
         if s.compression == fb.Compression.none:
@@ -197,9 +236,9 @@ class SectionReader:
         self._check_frame_header(index, stored, where)
         try:
             if (offset, length) == (0, s.uncompressed_length) and digest is None:
-                return self._decompress_all(index, stored, where)
-            return self._decompress_range(index, stored, offset, length, digest)
-        except zstandard.ZstdError as e:
+                return self._decompress_all(index, stored, where, prefix)
+            return self._decompress_range(index, stored, offset, length, digest, prefix)
+        except _zstd_errors() as e:
             raise CorruptArchiveError(
                 f"section {index} does not decompress: {e}", offset=where, path=self._path
             ) from None
@@ -229,12 +268,13 @@ class SectionReader:
                 path=self._path,
             )
 
-    def _decompress_all(self, index: int, stored: memoryview, where: int) -> bytes:
+    def _decompress_all(
+        self, index: int, stored: memoryview, where: int, prefix: bytes | None
+    ) -> bytes:
         """The whole section in one call, into one ``bytes`` (a tensor)."""
         size = self._sections[index].uncompressed_length
-        data = _decompressor().decompress(  # one frame, nothing after it (no polyglots)
-            stored, max_output_size=size, allow_extra_data=False
-        )
+        decompressor = _decompressor(prefix)  # one frame, nothing after it (no polyglots)
+        data: bytes = decompressor.decompress(stored, max_output_size=size, allow_extra_data=False)
         if len(data) < size:
             raise CorruptArchiveError(
                 f"section {index} decompresses to {len(data)} bytes, fewer than {size} declared",
@@ -250,6 +290,7 @@ class SectionReader:
         offset: int,
         length: int,
         digest: Sha256Beside | None,
+        prefix: bytes | None,
     ) -> bytes:
         """Bytes ``[offset, offset + length)``: the frame decompressed from its start (or from
         where an earlier read ``in_order`` stopped), the range written into its ``bytes``."""
@@ -259,7 +300,7 @@ class SectionReader:
         if cursor is None or cursor.position > offset:
             if cursor is not None:
                 cursor.close()
-            cursor = _Cursor(stored)
+            cursor = _Cursor(stored, prefix)
         keep = False
         try:
             cursor.skip_to(offset)
@@ -305,8 +346,8 @@ class SectionReader:
 class _Cursor:
     """One decompression of a frame, from its start, that reads forward."""
 
-    def __init__(self, stored: memoryview):
-        self._reader = _decompressor().stream_reader(
+    def __init__(self, stored: memoryview, prefix: bytes | None = None):
+        self._reader = _decompressor(prefix).stream_reader(
             stored, read_size=1 << 20, read_across_frames=False
         )
         self.position = 0
@@ -338,7 +379,7 @@ class _Cursor:
         return writer.value(filled)
 
     def close(self) -> None:
-        self._reader.close()  # type: ignore[no-untyped-call]
+        self._reader.close()
 
 
 def frame_length(frame: bytes | memoryview) -> int:
@@ -363,8 +404,31 @@ def frame_length(frame: bytes | memoryview) -> int:
             return position + checksum
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    return zstandard.ZstdDecompressor(max_window_size=2**_limits.MAX_WINDOW_LOG)
+def _decompressor(prefix: bytes | None = None) -> Any:
+    """A decompressor whose window is bounded (``MAX_WINDOW_LOG``), with ``prefix`` as its
+    raw-content dictionary where given (by reference, where the cffi backend imports)."""
+    if prefix is None:
+        return zstandard.ZstdDecompressor(max_window_size=2**_limits.MAX_WINDOW_LOG)
+    z = _by_reference()
+    dictionary = z.ZstdCompressionDict(bytes(prefix), dict_type=z.DICT_TYPE_RAWCONTENT)
+    return z.ZstdDecompressor(dict_data=dictionary, max_window_size=2**_limits.MAX_WINDOW_LOG)
+
+
+@functools.cache
+def _by_reference() -> Any:
+    """python-zstandard's cffi backend, whose dictionaries refer to their bytes (its C
+    backend copies them: 0.3 s for a 400 MB module), else the default backend."""
+    try:
+        from zstandard import backend_cffi
+    except ImportError:  # no cffi
+        return zstandard
+    return backend_cffi
+
+
+@functools.cache
+def _zstd_errors() -> tuple[type[Exception], ...]:
+    """zstandard's error, and its cffi backend's (another class) where it imports."""
+    return tuple({zstandard.ZstdError, _by_reference().ZstdError})
 
 
 def _copy(view: memoryview, digest: Sha256Beside | None) -> bytes:

@@ -15,6 +15,10 @@ section is compressed. Changelog, one line per version:
   3 (2026-11-22): a model archive's tensor section may be one zstd frame (its section digest
     is the frame's, the tensor's digest that of the decompressed bytes); no schema change. The
     compression-ratio bound also holds for all zstd sections together (every version).
+  4 (2026-11-28): a function archive with VJPs has one section per VJP level (the module of
+    order k is the whole of section k), 64-byte aligned after a padded header; a level's zstd
+    frame may match into the module of the order before it (a raw-content prefix), so each
+    level is read alone. No schema change. Function archives without VJPs are still version 1.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = [
     "COMPRESSED_MODEL_FORMAT_VERSION",
     "FORMAT_VERSION",
     "FUNCTION_FORMAT_VERSION",
+    "LEVELS_FORMAT_VERSION",
     "MAX_SUPPORTED_FORMAT_VERSION",
     "MIN_SUPPORTED_FORMAT_VERSION",
     "MODEL_FORMAT_VERSION",
@@ -30,9 +35,12 @@ __all__ = [
 ]
 
 #: The newest format version this writer writes.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The version of a function archive (``dumps``): the first, unchanged.
 FUNCTION_FORMAT_VERSION = 1
+#: The version of a function archive with VJPs: one section per VJP level, each level's frame
+#: against the module before it (``_level_sections``).
+LEVELS_FORMAT_VERSION = 4
 #: The version of a model archive (``Model.dumps``) whose tensor sections are all raw.
 MODEL_FORMAT_VERSION = 2
 #: The version of a model archive with a compressed tensor section (``compress=True``).
@@ -40,7 +48,7 @@ COMPRESSED_MODEL_FORMAT_VERSION = 3
 #: The oldest format version this reader reads.
 MIN_SUPPORTED_FORMAT_VERSION = 1
 #: The newest format version this reader reads.
-MAX_SUPPORTED_FORMAT_VERSION = 3
+MAX_SUPPORTED_FORMAT_VERSION = 4
 
 
 def section_alignment(format_version: int) -> int:

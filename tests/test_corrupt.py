@@ -27,10 +27,22 @@ from jaxport.schema import fb
 _PRE = _container.PREAMBLE_LENGTH
 
 
+def version_1(exp: jax.export.Exported, vjp_order: int, metadata: dict[str, str]) -> bytes:
+    """``exp`` as jaxport wrote a function archive with VJPs before version 4: every module in
+    one section (still read; version 4's own layout is tests/test_level_sections.py's)."""
+    from jaxport.export import _archive
+
+    chain = _archive.vjp_chain(exp, vjp_order)
+    chunks, section, refs = _archive.module_section(chain, "the Exported")
+    entries = sorted(metadata.items())
+    header = _archive._encode_header(chain, refs, [section], vjp_order, entries)
+    return _container.encode_preamble(header, 1) + header + b"".join(chunks)
+
+
 @pytest.fixture(scope="module")
 def archive() -> bytes:
     exp = jax.export.export(jax.jit(lambda x: jnp.sin(x) * 2))(jnp.zeros((4, 4)))
-    return jaxport.dumps(exp, vjp_order=1, metadata={"k": "v"})
+    return version_1(exp, 1, {"k": "v"})
 
 
 def _header_length(data: bytes) -> int:
@@ -92,7 +104,7 @@ def test_unsupported_format_version(archive, version):
     with pytest.raises(jaxport.UnsupportedVersionError) as e:
         jaxport.loads(data)
     assert e.value.found_version == version
-    assert e.value.supported == (1, 3)
+    assert e.value.supported == (1, 4)
     assert "archive format version" in str(e.value)
 
 

@@ -79,6 +79,25 @@ def test_golden_v3_model_with_a_compressed_tensor_is_read():
     np.testing.assert_array_equal(model.lookup(np.array([0, 5, 63], np.int32)), [7, 12, 70])
 
 
+def test_golden_v4_function_with_two_vjp_levels_is_read():
+    path = GOLDEN / "v4_poly_vjp2.jaxport"
+    info = jaxport.inspect(path)
+    assert (info.format_version, info.kind, info.metadata) == (4, "function", {"golden": "v4"})
+    assert info.vjp_order == 2
+    sections = info.sections  # one a level: module k is the whole of section k
+    assert [m.length for m in info.modules] == [s.uncompressed_length for s in sections]
+    assert [s.compression for s in sections] == ["zstd", "zstd", "zstd"]
+    assert all(s.offset % 64 == 0 for s in sections)
+    exp = jaxport.load(path)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    y = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_allclose(exp.call(x, y)["out"], np.sin(x) @ y, rtol=1e-5)
+    grad = jax.grad(lambda x: exp.call(x, y)["out"].sum())
+    np.testing.assert_allclose(grad(x), np.cos(x) * y.sum(axis=1), rtol=1e-5)
+    second = jax.grad(lambda x: grad(x).sum())(x)  # reads the VJP of order 2
+    np.testing.assert_allclose(second, -np.sin(x) * y.sum(axis=1), rtol=1e-4, atol=1e-5)
+
+
 def test_every_released_version_has_a_golden_archive():
     versions = range(jaxport.MIN_SUPPORTED_FORMAT_VERSION, jaxport.MAX_SUPPORTED_FORMAT_VERSION + 1)
     for v in versions:

@@ -256,7 +256,8 @@ def test_inspect_reports_header_fields():
     )
     data = jaxport.dumps(exp, vjp_order=1, metadata={"k": "v"})
     info = jaxport.inspect(data)
-    assert info.format_version == 1  # function archives are still version 1
+    assert info.format_version == 4  # with VJPs: one section per level (version 1 without)
+    assert jaxport.inspect(jaxport.dumps(exp)).format_version == 1
     assert info.platforms == ("cpu", "tpu")
     assert info.in_avals[0].shape == ("b", 2) and info.in_avals[0].dtype == "bfloat16"
     assert info.symbolic_constraints == ("b >= 4",)

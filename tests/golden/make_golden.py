@@ -7,7 +7,8 @@ Run once per released format version, from the repository root, and commit the o
 It writes only the archives that are missing. Never regenerate the archive of a released
 version: it is what that release wrote, and the test proves that newer readers still read it.
 Version 1 is a function archive; version 2 a model archive (function archives are still
-written as version 1).
+written as version 1); version 3 a model with a compressed tensor; version 4 a function
+archive with VJPs (one section per VJP level, each level's frame against the module before).
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ def write_v3() -> None:
     _write(GOLDEN / "v3_model_compressed.jaxport", lambda out: model.save(out, compress=True))
 
 
+def write_v4() -> None:
+    (b,) = jax.export.symbolic_shape("b", constraints=["b >= 1"])
+    exp = jax.export.export(jax.jit(golden_function), platforms=("cpu", "cuda", "tpu"))(
+        jax.ShapeDtypeStruct((b, 4), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32)
+    )
+    _write(
+        GOLDEN / "v4_poly_vjp2.jaxport",
+        lambda out: jaxport.save(exp, out, vjp_order=2, metadata={"golden": "v4"}),
+    )
+
+
 def _write(out: Path, save: object) -> None:
     if out.exists():
         print(f"kept {out}")
@@ -112,6 +124,7 @@ def main() -> None:
     write_v1()
     write_v2()
     write_v3()
+    write_v4()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""Format version 4: a function archive with VJPs keeps each level's module in a section of its
+own, the VJP's frame against the module before it (export/_level_sections.py); ``load`` reads
+the primal's section alone, and ``.vjp()`` its level's, digest first (issue 27 §3)."""
+
+from __future__ import annotations
+
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxport
+from jaxport.export import _archive, _container, _level_sections
+from jaxport.schema import fb
+
+_MB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def exported() -> jax.export.Exported:
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    return jax.export.export(jax.jit(lambda x: jnp.tanh(x @ w)))(jnp.zeros((4, 64)))
+
+
+def _head(data: bytes) -> _container.ArchiveHeader:
+    return _container.read_header(memoryview(data), len(data), path=None)
+
+
+def test_each_level_is_a_section_of_its_own(exported):
+    data = jaxport.dumps(exported, vjp_order=2)
+    head = _head(data)
+    assert head.preamble.format_version == 4 and head.chained
+    assert head.payload_start % 64 == 0 and all(s.offset % 64 == 0 for s in head.sections)
+    back = jaxport.loads(data)
+    modules = [back, back.vjp(), back.vjp().vjp()]
+    assert [s.uncompressed_length for s in head.sections] == [
+        len(m.mlir_module_serialized) for m in modules
+    ]
+    expected = _archive.vjp_chain(exported, 2)  # the modules as dumps stores them
+    assert [m.mlir_module_serialized for m in modules] == [
+        e.mlir_module_serialized for e in expected
+    ]
+    assert jaxport.dumps(back, vjp_order=2) == data  # deterministic, read back byte for byte
+    assert jaxport.inspect(jaxport.dumps(exported)).format_version == 1  # no VJP: version 1
+
+
+def test_a_corrupt_vjp_section_fails_its_vjp_not_the_load(exported):
+    data = bytearray(jaxport.dumps(exported, vjp_order=1))
+    head = _head(bytes(data))
+    vjp = head.sections[1]
+    data[head.payload_start + vjp.offset + vjp.length // 2] ^= 0x40
+    loaded = jaxport.loads(bytes(data))  # the primal's section alone is read
+    x = np.ones((4, 64), np.float32)
+    np.testing.assert_array_equal(loaded.call(x), exported.call(x))
+    with pytest.raises(jaxport.IntegrityError, match="section 1 digest") as e:
+        loaded.vjp()
+    assert e.value.expected == vjp.sha256.hex() != e.value.found
+
+
+def test_nothing_of_a_corrupt_vjp_section_is_vetted_or_given_out(exported, monkeypatch):
+    """The decompressor may run beside the digest (FORMAT.md step 9); its output reaches
+    nothing (the sandbox, jax) before the digest matched."""
+    from jaxport.export import _vetting
+
+    data = bytearray(jaxport.dumps(exported, vjp_order=1))
+    head = _head(bytes(data))
+    data[head.payload_start + head.sections[1].offset + 20] ^= 0x01
+    loaded = jaxport.loads(bytes(data))
+    vetted: list[int] = []
+    real = _vetting.vet_module
+    monkeypatch.setattr(
+        _vetting, "vet_module", lambda *a, **k: vetted.append(k["order"]) or real(*a, **k)
+    )
+    with pytest.raises(jaxport.IntegrityError):
+        loaded.vjp()
+    assert vetted == []
+
+
+def test_no_decompressor_outlives_the_vjp_read(exported):
+    loaded = jaxport.loads(jaxport.dumps(exported, vjp_order=1))
+    loaded.vjp()
+    gc.collect()
+    names = {f"{type(o).__module__}.{type(o).__name__}" for o in gc.get_objects()}
+    assert not [n for n in names if n.startswith("zstandard") and "Decompress" in n]
+
+
+def test_a_module_inside_another_section_is_refused_in_version_4(exported):
+    """A version-1 layout (both modules in section 0) labelled version 4 is refused."""
+    chain = _archive.vjp_chain(exported, 1)
+    chunks, section, refs = _archive.module_section(chain, "the Exported")
+    for n in range(64):  # a header that ends 64-byte aligned, as version 4 needs
+        header = _archive._encode_header(chain, refs, [section], 1, [("k", "v" * n)])
+        if (56 + len(header)) % 64 == 0:
+            break
+    data = _container.encode_preamble(header, 4) + header + b"".join(chunks)
+    with pytest.raises(jaxport.CorruptArchiveError, match="1 sections for 2 modules"):
+        jaxport.loads(data)
+
+
+def test_nonzero_padding_between_levels_is_refused(exported):
+    data = bytearray(jaxport.dumps(exported, vjp_order=1))
+    head = _head(bytes(data))
+    gap = head.payload_start + head.sections[0].offset + head.sections[0].length
+    assert head.sections[1].offset > head.sections[0].length, "no padding to corrupt"
+    data[gap] = 1
+    with pytest.raises(jaxport.CorruptArchiveError, match="non-zero padding before section 1"):
+        jaxport.loads(bytes(data))
+
+
+def test_a_level_declares_at_most_the_ratio_beyond_the_module_before_it():
+    digest = bytes(32)
+    sections = [
+        _container.Section(0, 4 * _MB, fb.Compression.none, 4 * _MB, digest),
+        _container.Section(4 * _MB, 64, fb.Compression.zstd, 4 * _MB + 17 * _MB, digest),
+    ]
+    payload = memoryview(bytes(4 * _MB + 64))
+    with pytest.raises(jaxport.CorruptArchiveError, match="beyond the section before it"):
+        _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
+    sections[1] = _container.Section(4 * _MB, 64, fb.Compression.zstd, 4 * _MB + 15 * _MB, digest)
+    _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_large_level_frame_does_not_depend_on_the_threads(monkeypatch, threads):
+    rng = np.random.default_rng(1)
+    prefix = rng.standard_normal(3 * _MB, dtype=np.float32).tobytes()  # 12 MiB
+    module = b"vjp" + prefix + rng.integers(0, 4, _MB, dtype=np.uint8).tobytes()
+    baseline = _level_sections._chained(module, prefix)
+    monkeypatch.setattr(_level_sections, "THREADS", threads)
+    chunks, section = _level_sections._chained(module, prefix)
+    assert b"".join(chunks) == b"".join(baseline[0]) and section == baseline[1]
+    assert section.compression == fb.Compression.zstd and section.length < 2 * _MB
+    reader = _container.SectionReader(
+        memoryview(prefix + b"".join(chunks)),
+        [
+            _container.Section(0, len(prefix), fb.Compression.none, len(prefix), bytes(32)),
+            _container.Section(len(prefix), section.length, section.compression,
+                               section.uncompressed_length, section.sha256),
+        ],
+        payload_start=0, path=None, chained=True,
+    )  # fmt: skip
+    assert reader.read(1, 0, len(module), prefix=prefix) == module
