@@ -48,6 +48,7 @@ from jaxport import (
     ServerUnavailableError,
 )
 from jaxport.registry._oci_auth import OciAuth, find_credentials
+from jaxport.registry._oci_hash import BackgroundSha256
 from jaxport.registry._oci_limits import (
     ATTEMPTS,
     CHUNK_SIZE,
@@ -561,8 +562,9 @@ def _body(data: bytes, headers: dict[str, str]) -> dict[str, Any]:
 
 
 def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[bytes]:
-    """The body's chunks, one held back until the size and digest are checked."""
-    hasher, count, held = hashlib.sha256(), 0, b""
+    """The body's chunks, one held back until the size and digest are checked (the hash
+    computed on another thread as the chunks arrive)."""
+    hasher, count, held = BackgroundSha256(), 0, b""
     try:
         for chunk in response.iter_bytes():
             count += len(chunk)
@@ -574,14 +576,16 @@ def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[byte
             if held:
                 yield held
             held = chunk
+        response.close()
+        _check_hash(digest, size, count, "sha256:" + hasher.hexdigest())
     except httpx.HTTPError as e:
         raise IntegrityError(
             f"blob {digest[:19]}: the read broke off after {count} bytes ({type(e).__name__})",
             expected=digest,
         ) from None
-    finally:
+    finally:  # also when the caller stops early
         response.close()
-    _check_hash(digest, size, count, "sha256:" + hasher.hexdigest())
+        hasher.close()
     if held:
         yield held
 
