@@ -52,7 +52,7 @@ def bundle_export(
     report = CopyReport()
     target = Path(path)
     with tempfile.TemporaryDirectory(prefix=".jaxport-bundle-", dir=target.parent) as tmp:
-        layout = OciLayout(tmp)
+        layout = OciLayout(tmp, durable=False)  # the tar is what is kept
         for ref in refs:
             push_version(registry, str(ref), layout.repository(ref.name), report)
         write_bundle(layout, target)

@@ -66,15 +66,18 @@ _DIRECTORIES = {"blobs", "blobs/sha256"}
 
 
 class OciLayout:
-    """The image layout at ``root`` (made if absent: an empty ``index.json``).
+    """The image layout at ``root`` (made if absent: an empty ``index.json``); ``durable``:
+    each blob fsynced before it is renamed into place (False for a temporary layout, such as
+    the one a bundle is written from).
 
     Raises:
         OciError: ``root`` holds an ``oci-layout`` of another version, or a malformed
             ``index.json``.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.root = Path(root)
+        self.durable = durable
         self.root.joinpath("blobs", "sha256").mkdir(parents=True, exist_ok=True)
         marker = self.root / "oci-layout"
         if not marker.exists():
@@ -161,7 +164,12 @@ class LayoutRepository:
 
         tmp = path.with_name(f".tmp-{path.name}.{secrets.token_hex(4)}")
         try:
-            atomic_write(tmp, hashed())
+            if self.layout.durable:
+                atomic_write(tmp, hashed())
+            else:
+                with tmp.open("wb") as out:
+                    for chunk in hashed():
+                        out.write(chunk)
             if n != size or "sha256:" + h.hexdigest() != digest:
                 raise IntegrityError(
                     f"a blob sent as {digest} of {size} bytes is sha256:{h.hexdigest()} of "
@@ -335,8 +343,10 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
             h.update(chunk)
             yield chunk
 
-    target = root / member.name
-    atomic_write(target, chunks())
+    target = root / member.name  # a temporary layout: written, not synced
+    with target.open("wb") as out:
+        for chunk in chunks():
+            out.write(chunk)
     found = _BLOB_NAME.fullmatch(member.name)
     if found and h.hexdigest() != found.group(1):
         target.unlink()

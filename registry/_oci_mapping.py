@@ -494,19 +494,14 @@ def _part(
         report.blobs_present += 1
         yield data
         return
-    h = hashlib.sha256()
-    n = 0
+    n = 0  # the target checks the layer's digest at its last chunk (OciTarget.fetch_blob)
     for chunk in target.fetch_blob(oci_digest(part.digest), part.size):
         n += len(chunk)
         if n > part.size:
             raise IntegrityError(f"layer {part.digest[:12]} is more than {part.size} bytes")
-        h.update(chunk)
         yield chunk
-    if n != part.size or h.hexdigest() != part.digest:
-        raise IntegrityError(
-            f"layer sha256:{part.digest[:12]} reads as sha256:{h.hexdigest()[:12]} of {n} bytes",
-            expected=part.digest, found=h.hexdigest(),
-        )  # fmt: skip
+    if n != part.size:
+        raise IntegrityError(f"layer sha256:{part.digest[:12]} is {n} bytes, not {part.size}")
     report.blobs += 1
     report.bytes += n
 
