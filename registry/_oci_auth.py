@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import os
 import re
+import ssl
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ __all__ = [
     "OciAuth",
     "find_credentials",
     "parse_challenge",
+    "tls_context",
 ]
 
 USERNAME_ENV = "JAXPORT_OCI_USERNAME"
@@ -174,6 +177,13 @@ def _helper_note(
     return f"; {how}, or log in (the Docker config's auths)"
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of every OCI client of this process: httpx's defaults (certifi's CA
+    bundle), made once (loading the bundle takes about 30 ms)."""
+    return httpx.create_ssl_context()
+
+
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     """A ``WWW-Authenticate`` header's scheme (lower case) and parameters:
     ``Bearer realm="https://auth",service="reg",scope="repository:a:pull"`` ->
@@ -206,7 +216,9 @@ class OciAuth(httpx.Auth):
     ):
         self.credentials, self.note, self._insecure = credentials, note, insecure
         self._header: str | None = None
-        self._tokens = httpx.Client(timeout=timeout, follow_redirects=False)
+        self._tokens = httpx.Client(
+            timeout=timeout, follow_redirects=False, trust_env=False, verify=tls_context()
+        )
 
     def __repr__(self) -> str:
         return f"OciAuth({self.credentials!r})"

@@ -47,7 +47,7 @@ from jaxport import (
     PermissionDeniedError,
     ServerUnavailableError,
 )
-from jaxport.registry._oci_auth import OciAuth, find_credentials
+from jaxport.registry._oci_auth import OciAuth, find_credentials, tls_context
 from jaxport.registry._oci_hash import BackgroundSha256
 from jaxport.registry._oci_limits import (
     ATTEMPTS,
@@ -118,9 +118,15 @@ class OciRepository:
         self._auth = OciAuth(credentials, note, insecure=self._insecure, timeout=timeout)
         limits = httpx.Timeout(timeout, connect=10.0)
         self._client = httpx.Client(
-            auth=self._auth, timeout=limits, follow_redirects=False, trust_env=False
+            auth=self._auth,
+            timeout=limits,
+            follow_redirects=False,
+            trust_env=False,
+            verify=tls_context(),
         )
-        self._bare = httpx.Client(timeout=limits, follow_redirects=False, trust_env=False)
+        self._bare = httpx.Client(
+            timeout=limits, follow_redirects=False, trust_env=False, verify=tls_context()
+        )
         self.bytes_sent = 0
         weakref.finalize(self, self._client.close)
         weakref.finalize(self, self._bare.close)
