@@ -283,6 +283,9 @@ REFERENCE_CALLS: dict[str, Call] = {
     "enqueue_audits": lambda r, s: r.enqueue_audits(s),
     "lineage": lambda r, s: r.lineage(s),
     "forecast": lambda r, s: r.forecast(s),
+    "compile": lambda r, s: r.compile(s, private_key=_signing_key()[0]),
+    "compiled_sets": lambda r, s: r.compiled_sets(s),
+    "use_compiled": lambda r, s: r.use_compiled(s),
 }
 
 
@@ -355,6 +358,7 @@ DIGEST_QUERY_CALLS: dict[str, Call] = {"missing_blobs": lambda r, s: r.missing_b
 #: Every public method of Registry that takes no input an attacker controls as a string.
 NO_STRING_INPUT = {
     "check_audit_queue", "close", "gc", "names", "retention_policies", "verify",
+    "last_compiled_use",  # an attribute: the report of the latest use of compiled sets
 }  # fmt: skip
 
 
@@ -622,6 +626,11 @@ SUBPROCESS_SITES = {
         "provenance at push: [git, -c, core.fsmonitor=false, status, --porcelain=v2, ...] in the"
         " pushing process's working directory, no shell, a 2 s time limit; only where a .git"
         " is found; its output parsed for the commit and whether tracked files changed"
+    ),
+    ("jaxport.registry._compiled_make", "compile_archive"): (
+        "jaxport compile's child: [python, -I, -m, jaxport._compile_child, WORKDIR], no shell, "
+        "the allow-listed environment less JAX_COMPILATION_CACHE*, a time limit; the archive "
+        "reaches it as a file, the cache files come back as files whose names are checked"
     ),
     ("jaxport.audit._watch", "_pip_config_index"): (
         "the index pip is configured with: [python, -m, pip, config, list] through"
