@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jaxport import (
+    ConflictError,
     IntegrityError,
     JaxportError,
     NotFoundError,
@@ -136,6 +137,7 @@ def push_version(
 
     Raises:
         NotFoundError: no such version.
+        ConflictError: the target's tag ``vN`` holds other archives (nothing is written).
         OciError: a model whose manifest would be over ``MAX_MANIFEST_BYTES``; the target's
             refusals.
         IntegrityError: a part of the registry is missing or corrupt.
@@ -165,15 +167,24 @@ def push_version(
 
 def _existing(target: OciTarget, ref: Ref) -> tuple[Descriptor, dict[str, Descriptor]] | None:
     """The target's index of ``ref`` (under its tag) when it lists the same archives, and
-    its variant manifests by archive digest (hex); else None."""
+    its variant manifests by archive digest (hex); None where the tag is absent.
+
+    Raises:
+        ConflictError: the tag holds other archives (another registry's version ``N``).
+        OciError: the tag holds something malformed.
+    """
+    tag = version_tag(ref.version)
     try:
-        _, body = target.fetch_manifest(version_tag(ref.version))
-        entries = parse_index(body, "an index")["manifests"]
-    except (NotFoundError, OciError):
+        _, body = target.fetch_manifest(tag)
+    except NotFoundError:
         return None
+    entries = parse_index(body, f"tag {tag}")["manifests"]
     archives = [e.annotations.get(ANNOTATION["archive"]) for e in entries]
     if archives != [oci_digest(d) for d in ref.digests]:
-        return None
+        raise ConflictError(
+            f"tag {tag} holds other archives than {ref.name}:{ref.version} (another registry's "
+            f"version {ref.version}?): not overwritten; remove the tag or push elsewhere"
+        )
     subjects = {
         e.annotations[ANNOTATION["archive"]][7:]: Descriptor(e.media_type, e.digest, e.size)
         for e in entries

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from _oci_versions import assert_same_versions, function, model, populate
 
-from jaxport import IntegrityError, NotFoundError, OciError, Registry
+from jaxport import ConflictError, IntegrityError, NotFoundError, OciError, Registry
 from jaxport.registry._oci_layout import OciLayout
 from jaxport.registry._oci_mapping import pull_version, push_version, read_version, write_variant
 from jaxport.registry._oci_media import (
@@ -271,3 +271,13 @@ def test_a_model_pushed_unsharded_round_trips_too(registry, tmp_path):
     assert_same_versions(registry, dst, ["plain:1"])
     registry.push(function(), "f2")
     assert registry.names() == ["f2", "plain"]
+
+
+def test_another_registrys_version_n_is_not_overwritten(source, registry, tmp_path):
+    repo = OciLayout(tmp_path / "l").repository("mlp")
+    push_version(source, "mlp:1", repo, CopyReport())
+    registry.push(model(7.0), "mlp")  # this registry's mlp:1 is another archive
+    before = repo.fetch_manifest("v1")
+    with pytest.raises(ConflictError, match="tag v1 holds other archives"):
+        push_version(registry, "mlp:1", repo, CopyReport())
+    assert repo.fetch_manifest("v1") == before
