@@ -19,6 +19,7 @@ reaches but is absent or of another size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -27,6 +28,11 @@ import tarfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: one writer at a time is the caller's affair
+    fcntl = None  # type: ignore[assignment]
 
 from jaxport import IntegrityError, InvalidNameError, NotFoundError, OciError
 from jaxport._io import atomic_write
@@ -78,6 +84,7 @@ class OciLayout:
     def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.root = Path(root)
         self.durable = durable
+        self._depth = 0
         self.root.joinpath("blobs", "sha256").mkdir(parents=True, exist_ok=True)
         marker = self.root / "oci-layout"
         if not marker.exists():
@@ -126,12 +133,29 @@ class OciLayout:
 
     def tag(self, ref: str, descriptor: Descriptor) -> None:
         """Points ``ref`` (``name:tag``) at ``descriptor`` in ``index.json``."""
-        kept = [(r, d) for r, d in self.entries() if r != ref]
-        entry = Descriptor(
-            descriptor.media_type, descriptor.digest, descriptor.size, {REF_NAME: ref},
-            descriptor.artifact_type,
-        )  # fmt: skip
-        self._write_index([d for _, d in kept] + [entry])
+        with self.locked():
+            kept = [(r, d) for r, d in self.entries() if r != ref]
+            entry = Descriptor(
+                descriptor.media_type, descriptor.digest, descriptor.size, {REF_NAME: ref},
+                descriptor.artifact_type,
+            )  # fmt: skip
+            self._write_index([d for _, d in kept] + [entry])
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Holds the layout's write lock (an exclusive ``flock`` of ``oci-layout``, which is
+        never replaced) while ``index.json`` is read and written again, so writers in other
+        processes do not lose each other's tags; re-entrant in this object."""
+        if self._depth or fcntl is None:
+            yield
+            return
+        with self.root.joinpath("oci-layout").open("rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
 
     def _write_index(self, entries: list[Descriptor]) -> None:
         entries = sorted(entries, key=lambda d: d.annotations.get(REF_NAME, ""))
@@ -229,11 +253,12 @@ class LayoutRepository:
 
     def _add_referrer(self, own: Descriptor, subject: Descriptor) -> None:
         tag = fallback_tag(subject.digest)
-        try:
-            _, old = self.fetch_manifest(tag)
-        except NotFoundError:
-            old = None
-        self.push_manifest(tag, IMAGE_INDEX, with_referrer(old, own))
+        with self.layout.locked():
+            try:
+                _, old = self.fetch_manifest(tag)
+            except NotFoundError:
+                old = None
+            self.push_manifest(tag, IMAGE_INDEX, with_referrer(old, own))
 
 
 def write_bundle(layout: OciLayout, path: str | os.PathLike[str]) -> int:

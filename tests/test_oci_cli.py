@@ -110,7 +110,7 @@ def test_mirror_to_and_from_a_registry_server(tmp_path):
     source, everything comes back."""
     from _server import admin_token, serving
 
-    from jaxport.registry import mirror
+    from jaxport.registry import bundle_export, bundle_import, mirror
 
     src = Registry(f"sqlite:///{tmp_path / 'src.db'}", blobs=tmp_path / "src-blobs")
     populate(src, tmp_path)
@@ -127,3 +127,8 @@ def test_mirror_to_and_from_a_registry_server(tmp_path):
         assert back.versions == ["fn:1", "mlp:1", "mlp:2"]
         for ref in ("fn:1", "mlp:1", "mlp:2"):
             assert dst.read_blob(dst.get(ref).digests[0]) == src.read_blob(src.get(ref).digests[0])
+        bundle_export(client, ["mlp", "fn"], tmp_path / "served.tar")  # parts split here
+        third = Registry(f"sqlite:///{tmp_path / 'third.db'}", blobs=tmp_path / "third-blobs")
+        assert bundle_import(third, tmp_path / "served.tar").versions == ["fn:1", "mlp:1", "mlp:2"]
+        for ref in ("fn:1", "mlp:1", "mlp:2"):
+            assert third.get(ref).digests == src.get(ref).digests

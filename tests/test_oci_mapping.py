@@ -281,3 +281,25 @@ def test_another_registrys_version_n_is_not_overwritten(source, registry, tmp_pa
     with pytest.raises(ConflictError, match="tag v1 holds other archives"):
         push_version(registry, "mlp:1", repo, CopyReport())
     assert repo.fetch_manifest("v1") == before
+
+
+def test_writers_in_two_processes_keep_each_others_tags(tmp_path):
+    """``index.json`` is read and written again under the layout's lock: no tag is lost."""
+    import subprocess
+    import sys
+
+    OciLayout(tmp_path / "shared")
+    code = (
+        "import sys\nfrom jaxport.registry._oci_layout import OciLayout\n"
+        "repo = OciLayout(sys.argv[1]).repository(sys.argv[2])\n"
+        "for i in range(30):\n"
+        "    repo.push_manifest(f'v{i}', 'application/vnd.oci.image.index.v1+json',\n"
+        '                       (\'{"schemaVersion":2,"manifests":[],"n":%d}\' % i).encode())\n'
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "shared"), name], cwd=tmp_path)
+        for name in ("a", "b")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    layout = OciLayout(tmp_path / "shared")
+    assert len(layout.repository("a").tags()) == len(layout.repository("b").tags()) == 30
