@@ -11,6 +11,7 @@ the registry answers the referrers API with 404.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from jaxport.registry._oci_media import (
 )
 
 __all__ = [
+    "Attached",
     "fallback_tag",
     "findings_layer",
     "findings_manifest",
@@ -45,6 +47,15 @@ __all__ = [
 FINDING_FIELDS = ("digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
                   "examples_digest", "status", "reason", "details_json", "seconds",
                   "created_at")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Attached:
+    """A variant's referrers, read and checked: signatures ``(digest, bundle, signer,
+    kind)`` and findings rows."""
+
+    signatures: list[tuple[str, bytes, str, str]]
+    findings: list[dict[str, Any]]
 
 
 def fallback_tag(digest: str) -> str:

@@ -303,3 +303,16 @@ def test_writers_in_two_processes_keep_each_others_tags(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     layout = OciLayout(tmp_path / "shared")
     assert len(layout.repository("a").tags()) == len(layout.repository("b").tags()) == 30
+
+
+def test_a_malformed_signature_referrer_stores_nothing(made, registry, tmp_path):
+    repo = _layout(made, tmp_path).repository("fn")
+    index = json.loads(repo.fetch_manifest("v1")[1])
+    subject = index["manifests"][0]["digest"]
+    (sig,) = repo.referrers(subject, SIGNATURE)
+    doc = json.loads(repo.fetch_manifest(sig["digest"])[1])
+    doc["annotations"]["dev.jaxport.signature.signer"] = "../not-a-fingerprint"
+    repo.push_manifest(None, "application/vnd.oci.image.manifest.v1+json", canonical(doc))
+    with pytest.raises(OciError, match="signer or kind"):
+        pull_version(repo, "v1", registry, CopyReport())
+    assert registry.names() == []
