@@ -348,9 +348,13 @@ class _Cursor:
 
     def __init__(self, stored: memoryview, prefix: bytes | None = None):
         self._reader = _decompressor(prefix).stream_reader(
-            stored, read_size=1 << 20, read_across_frames=False
+            stored, read_size=(1 if prefix is None else 8) << 20, read_across_frames=False
         )
         self.position = 0
+        # With a prefix, a frame read in pieces goes through zstd's window buffer (the size of
+        # the module: 400 MB allocated and copied again); read whole, zstd decompresses it in
+        # one pass into the output (0.6 s -> 0.35 s at 400 MB, hashed after; measured).
+        self._piece = _PIECE if prefix is None else None
 
     def skip_to(self, offset: int) -> None:
         """Decompresses (and drops) the bytes up to ``offset``; fewer at the frame's end."""
@@ -367,9 +371,9 @@ class _Cursor:
         """The next ``length`` bytes (fewer at the frame's end), each piece given to
         ``digest`` as soon as it is written."""
         writer = BytesWriter(length)
-        filled = 0
+        filled, piece = 0, self._piece or length
         while filled < length:
-            n = self._reader.readinto(writer.view[filled : filled + _PIECE])
+            n = self._reader.readinto(writer.view[filled : filled + piece])
             if not n:
                 break
             if digest is not None:
