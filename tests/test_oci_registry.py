@@ -307,3 +307,20 @@ def test_cli_push_and_pull(reg, served, tmp_path):
     )
     assert denied.returncode == 1 and denied.stderr.startswith("AuthenticationError: ")
     assert "not-it-123" not in denied.stderr
+
+
+def test_cross_repository_mount(served):
+    from jaxport.registry._oci_client import OciRepository, sha256_digest
+
+    blob = os.urandom(4096)
+    digest = sha256_digest(blob)
+    with (
+        OciRepository(f"oci://{served.host}/team/a") as a,
+        OciRepository(f"oci://{served.host}/team/b") as b,
+    ):
+        a.push_blob(digest, len(blob), [blob])
+        assert not b.has_blob(digest)
+        assert b.mount_blob(digest, "team/a") and b.has_blob(digest)
+        assert b.bytes_sent == 0
+        other = sha256_digest(b"absent")
+        assert not b.mount_blob(other, "team/a") and not b.has_blob(other)  # an upload, cancelled
