@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
 import os
 import threading
 from collections.abc import Sequence
@@ -214,8 +215,8 @@ class _Writer:
             return
         data = memoryview(job.data)
         digest = hashlib.sha256() if todo else None
-        for start in range(0, len(data), CHUNK):
-            chunk = data[start : start + CHUNK]
+        for start, stop in _chunks(job.offset, len(data)):
+            chunk = data[start:stop]
             if digest is not None:
                 digest.update(chunk)
             if self._idle:  # a thread waits for work: it writes what this one hashed
@@ -253,6 +254,15 @@ class _Writer:
                 sync(self._fd)
             except OSError:
                 return
+
+
+def _chunks(offset: int, length: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each chunk of ``length`` bytes written at file offset ``offset``,
+    cut where the file offset is a multiple of ``CHUNK``: no page of the file is written by
+    two chunks (a page the disk is writing out makes a second write to it wait)."""
+    first = -offset % CHUNK or CHUNK
+    bounds = [0, *range(first, length, CHUNK), length]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:

@@ -175,3 +175,15 @@ def test_model_layout_refuses_compressed_contents() -> None:
     contents = model_of(params())._contents(True)
     with pytest.raises(ValueError, match="raw tensors"):
         _model_archive.model_layout(contents)
+
+
+def test_chunks_are_cut_at_multiples_of_chunk_in_the_file() -> None:
+    chunk = _model_writer.CHUNK
+    assert _model_writer._chunks(0, 2 * chunk + 5) == [
+        (0, chunk),
+        (chunk, 2 * chunk),
+        (2 * chunk, 2 * chunk + 5),
+    ]
+    assert _model_writer._chunks(chunk - 64, chunk + 10) == [(0, 64), (64, chunk + 10)]
+    assert _model_writer._chunks(64, 10) == [(0, 10)]
+    assert _model_writer._chunks(64, 0) == []
