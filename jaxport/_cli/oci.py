@@ -73,10 +73,10 @@ def _pulled_text(data: dict[str, Any]) -> str:
 def push(
     ctx: CliContext, reference: str, destination: str, insecure: bool | None, as_json: bool
 ) -> None:
-    """Push a version (its variants, aliases, signatures, findings) to an OCI repository.
+    """Push NAME:VERSION (variants, aliases, signatures, findings) to oci://HOST/REPO[:TAG].
 
     Only the layers the repository lacks are sent. Tags: vN, each alias of the version, and
-    TAG.
+    TAG. NAME@ALIAS and NAME (the newest) work too.
     """
     with ctx.registry() as reg:
         done = reg.oci_push(reference, destination, insecure=insecure)
@@ -106,9 +106,11 @@ def pull(
     insecure: bool | None,
     as_json: bool,
 ) -> None:
-    """Pull a version from an OCI repository into the registry, or one variant to a FILE.
+    """Pull the version at oci://HOST/REPO[:TAG|@DIGEST] into the registry, or one variant.
 
-    Every manifest, layer and the assembled archive are verified before anything is stored.
+    No TAG: latest. With -o FILE, the variant for --platform and --devices is written to FILE
+    and no registry is opened. Every manifest, layer and the assembled archive are verified
+    before anything is stored.
     """
     if output is None:
         if platform is not None or devices is not None:
