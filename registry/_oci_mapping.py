@@ -181,9 +181,11 @@ def _part(
     target: OciTarget, part: Part, have: set[str], registry: Registry | None, report: CopyReport
 ) -> Iterator[bytes]:
     if registry is not None and part.digest in have:
-        data = registry.read_blob(part.digest)  # verified by the registry
         report.blobs_present += 1
-        yield data
+        try:  # a direct registry streams the part, verified as it goes
+            yield from registry.blob_stream(part.digest).chunks()
+        except UnsupportedFeatureError:  # through a server: one verified read
+            yield registry.read_blob(part.digest)
         return
     n = 0  # the target checks the layer's digest at its last chunk (OciTarget.fetch_blob)
     for chunk in target.fetch_blob(oci_digest(part.digest), part.size):

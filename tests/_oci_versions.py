@@ -4,6 +4,7 @@ fine-tune (one tensor changed), each with aliases, a signature and audit finding
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,18 @@ F32 = jnp.float32
 X = jax.ShapeDtypeStruct((4, 8), F32)
 
 
+@functools.cache
 def function() -> Any:
-    """A function exported for cpu and cuda."""
+    """A function exported for cpu and cuda (made once per process: tests only read it)."""
     f = jax.jit(lambda x: jnp.sin(x) * 2.0)
     return jax.export.export(f, platforms=["cpu", "cuda"])(jax.ShapeDtypeStruct((3,), F32))
 
 
+@functools.cache
 def model(bias: float = 1.0, *, sharded: bool = True) -> jaxport.Model:
     """A model whose kernel is sharded over 2 devices (a NamedSharding), exported for cpu and
-    cuda, with its first-order VJP; ``bias`` changes one tensor only."""
+    cuda, with its first-order VJP; ``bias`` changes one tensor only (made once per process
+    for each argument: tests only push and read it)."""
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 

@@ -49,15 +49,6 @@ def test_round_trip_keeps_versions_aliases_signatures_findings(exported, registr
     )  # fmt: skip
 
 
-def test_export_from_each_backend(registry, tmp_path):
-    populate(registry, tmp_path)
-    bundle_export(registry, ["mlp:2", "fn"], tmp_path / "b.tar")
-    dst = _fresh(tmp_path)
-    assert bundle_import(dst, tmp_path / "b.tar").versions == ["fn:1", "mlp:1"]  # by name
-    assert dst.get("mlp:1").digests == registry.get("mlp:2").digests
-    assert dst.read_blob(dst.get("fn:1").digests[0]) == registry.pull_bytes("fn", platform="cpu")
-
-
 def test_export_is_deterministic_and_one_version_at_a_time(exported, tmp_path):
     source, path, _ = exported
     second = tmp_path / "again.tar"
