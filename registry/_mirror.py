@@ -137,13 +137,26 @@ def mirror(
         )
     for name in _names(source, prefix, names):
         if src_oci:
-            import_repository(source.repository(name), destination).run(report)
+            with _opened(source.repository(name)) as target:
+                import_repository(target, destination).run(report)
         elif dst_oci:
-            for ref in versions_of(source, name):
-                push_version(source, str(ref), destination.repository(name), report)
+            with _opened(destination.repository(name)) as target:
+                for ref in versions_of(source, name):
+                    push_version(source, str(ref), target, report)
         else:
             _between_registries(source, destination, name, report)
     return report
+
+
+@contextlib.contextmanager
+def _opened(target: OciTarget) -> Iterator[OciTarget]:
+    """``target``, closed at the end where it holds connections (an OCI registry's)."""
+    try:
+        yield target
+    finally:
+        close = getattr(target, "close", None)
+        if close is not None:
+            close()
 
 
 def _is_registry(place: Place) -> bool:
