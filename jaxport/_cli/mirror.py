@@ -24,9 +24,7 @@ __all__ = ["mirror_cmd"]
     help="Only this name (repeatable); an OCI registry as SRC needs them.",
 )  # fmt: skip
 @click.option("--source-blobs", metavar="DIR|URL", help="SRC's blob store (a database SRC).")
-@click.option(
-    "--destination-blobs", metavar="DIR|URL", help="DST's blob store (a database DST)."
-)
+@click.option("--destination-blobs", metavar="DIR|URL", help="DST's blob store (a database DST).")
 @json_option
 def mirror_cmd(
     source: str, destination: str, prefix: str | None, names: tuple[str, ...],
