@@ -324,3 +324,31 @@ def test_cross_repository_mount(served):
         assert b.bytes_sent == 0
         other = sha256_digest(b"absent")
         assert not b.mount_blob(other, "team/a") and not b.has_blob(other)  # an upload, cancelled
+
+
+def test_sharded_multi_platform_versions_round_trip(reg, other, served, tmp_path):
+    """The OCI tests' versions (``tests/_oci_versions.py``: a two-platform function, a model
+    sharded over 2 devices with its VJP, and its fine-tune; aliases, signatures, findings)
+    through docker-registry and back into another registry, byte for byte."""
+    from _oci_versions import assert_same_versions, model, populate
+
+    public = populate(reg, tmp_path)
+    for name, versions in (("fn", [1]), ("mlp", [1, 2])):
+        for version in versions:
+            reg.oci_push(f"{name}:{version}", f"oci://{served.host}/versions/{name}")
+    got = [
+        other.oci_pull(f"oci://{served.host}/versions/{n}:v{v}")
+        for n, v in (("fn", 1), ("mlp", 1), ("mlp", 2))
+    ]
+    assert [(g.name, g.version) for g in got] == [("fn", 1), ("mlp", 1), ("mlp", 2)]
+    assert_same_versions(reg, other, ["fn:1", "mlp:1", "mlp:2"])
+    for reference in ("fn:1", "mlp:2"):
+        assert all(c.ok for c in other.verify_signatures(reference, [public]))
+    assert {f.digest for f in other.audit_results(name="fn")} == set(reg.get("fn:1").digests)
+    pulled = other.pull_model("mlp:2", platform="cpu")
+    x = np.ones((4, 8), np.float32)
+    (method,) = pulled.methods
+    expected = getattr(model(2.0), method)(x)
+    np.testing.assert_allclose(
+        np.asarray(getattr(pulled, method)(x)), np.asarray(expected), rtol=1e-6
+    )
