@@ -10,7 +10,8 @@ points already) it does not copy again, so a mirror that was interrupted continu
 stopped, and a second run copies nothing (its ``CopyReport`` counts zero). A registry
 numbers the versions it receives itself: a version keeps its number where the destination's
 numbering agrees (an empty one, mirrored oldest first, with no deleted version between); an
-OCI destination keeps the source's numbers as tags ``vN``.
+OCI destination keeps the source's numbers as tags ``vN``. Between two OCI places the content
+is copied as it is (``_oci_copy``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jaxport import InvalidNameError, UnsupportedFeatureError
+from jaxport.registry._oci_copy import copy_repository
 from jaxport.registry._oci_mapping import adopt_attached, push_version, registry_attached
 from jaxport.registry._oci_report import CopyReport
 from jaxport.registry._oci_sync import held_versions, import_repository, versions_of
@@ -121,8 +123,7 @@ def mirror(
         What was copied (``CopyReport``).
 
     Raises:
-        UnsupportedFeatureError: two OCI stores (use ``oras copy`` or ``skopeo``); an OCI
-            registry as the source without ``names``.
+        UnsupportedFeatureError: an OCI registry as the source without ``names``.
         (and see ``Registry.push``, ``Registry.alias`` and the ``OciTarget``)
     """
     if isinstance(source, str):
@@ -131,12 +132,11 @@ def mirror(
         destination = open_place(destination, create=True)
     report = CopyReport()
     src_oci, dst_oci = not _is_registry(source), not _is_registry(destination)
-    if src_oci and dst_oci:
-        raise UnsupportedFeatureError(
-            "a mirror between two OCI stores: copy OCI content with `oras copy` or skopeo"
-        )
     for name in _names(source, prefix, names):
-        if src_oci:
+        if src_oci and dst_oci:
+            with _opened(source.repository(name)) as a, _opened(destination.repository(name)) as b:
+                copy_repository(a, b, name, report)
+        elif src_oci:
             with _opened(source.repository(name)) as target:
                 import_repository(target, destination).run(report)
         elif dst_oci:

@@ -105,11 +105,21 @@ def test_an_interrupted_mirror_resumes(made, tmp_path, monkeypatch):
     assert _nothing(mirror(source, dst))
 
 
+def test_between_two_image_layouts(made, tmp_path):
+    source, public = made
+    mirror(source, f"oci:{tmp_path / 'a'}")
+    copied = mirror(f"oci:{tmp_path / 'a'}", f"oci:{tmp_path / 'b'}")
+    assert copied.versions == ALL and sorted(copied.aliases) == ["fn@prod", "mlp@prod"]
+    assert copied.signatures == 2 and copied.findings == 2
+    assert _nothing(mirror(f"oci:{tmp_path / 'a'}", f"oci:{tmp_path / 'b'}"))
+    dst = _fresh(tmp_path, "dst")
+    mirror(f"oci:{tmp_path / 'b'}", dst)
+    assert_same_versions(source, dst, ALL)
+    assert all(c.ok for c in dst.verify_signatures("mlp:2", [public]))
+
+
 def test_places_it_refuses(made, tmp_path):
     source, _ = made
-    mirror(source, f"oci:{tmp_path / 'a'}", names=["fn"])
-    with pytest.raises(UnsupportedFeatureError):
-        mirror(f"oci:{tmp_path / 'a'}", f"oci:{tmp_path / 'b'}")
     with pytest.raises(InvalidNameError):
         mirror(f"oci:{tmp_path / 'absent'}", source)
     with pytest.raises(UnsupportedFeatureError, match="name them"):

@@ -74,7 +74,7 @@ def test_cli_mirror_copies_once(tmp_path):
 
 def test_mirror_through_a_real_oci_registry(tmp_path, monkeypatch):
     """Registry -> docker-registry (distribution 2.8, referrers by the tag fallback) ->
-    registry; a second run copies nothing."""
+    registry, and an image layout -> docker-registry as it is; a second run copies nothing."""
     from _docker_registry import available, docker_registry
 
     if not available():
@@ -99,9 +99,17 @@ def test_mirror_through_a_real_oci_registry(tmp_path, monkeypatch):
         assert back.versions == ["fn:1", "mlp:1", "mlp:2"] and back.findings == 2
         assert sorted(back.aliases) == ["fn@prod", "mlp@prod"]
         assert not mirror(namespace, dst, names=["fn", "mlp"]).copied_anything
+        layout, copy = f"oci:{tmp_path / 'layout'}", f"oci://{served.host}/copy"
+        mirror(src, layout)
+        copied = mirror(layout, copy)  # OCI to OCI: as it is, referrers by the tag fallback
+        assert copied.versions == ["fn:1", "mlp:1", "mlp:2"] and copied.signatures == 2
+        assert not mirror(layout, copy).copied_anything
+        third = Registry(f"sqlite:///{tmp_path / 'third.db'}", blobs=tmp_path / "third-blobs")
+        assert mirror(copy, third, names=["fn", "mlp"]).signatures == 2
     for ref in ("fn:1", "mlp:1", "mlp:2"):
-        assert dst.get(ref).digests == src.get(ref).digests
+        assert dst.get(ref).digests == third.get(ref).digests == src.get(ref).digests
     assert all(c.ok for c in dst.verify_signatures("mlp:2", [public]))
+    assert all(c.ok for c in third.verify_signatures("mlp:2", [public]))
 
 
 def test_mirror_to_and_from_a_registry_server(tmp_path):
