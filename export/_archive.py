@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveHeader",
-    "check_level_layout",
     "checked_module_reader",
     "dump_chunks",
     "dumps",
@@ -281,9 +280,11 @@ def loads(
 
     Checks, in order: magic, format version, header length, header digest, the FlatBuffer,
     every section's range and digest, decompressed sizes against those declared, then the
-    custom calls (schema/FORMAT.md, *Custom calls on load*). The primal module is read now; the
-    VJPs when ``.vjp()`` first asks for them, and each module's custom calls are checked from
-    its own bytes before jax sees them. Nothing in the archive is executed.
+    custom calls (schema/FORMAT.md, *Custom calls on load*). The primal's header fields and
+    module are read now; each VJP level's (its fields, then its module: in a version-4 archive
+    its own section, digest first) when ``.vjp()`` first asks for it, which then raises the
+    errors below that concern it. Each module's custom calls are checked from its own bytes
+    before jax sees them. Nothing in the archive is executed.
 
     Args:
         data: the archive bytes.
@@ -360,7 +361,12 @@ def loads(
         if table is None:
             raise CorruptArchiveError("the archive holds no Exported", path=path)
         if reader.chained:
-            check_level_layout(head, table, view, path=path)
+            _container.check_padding(
+                view[head.payload_start :],
+                head.sections,
+                payload_start=head.payload_start,
+                path=path,
+            )
         read_module = checked_module_reader(reader, table, policy, path)
         exported: Exported = decode_exported(
             table,
@@ -395,6 +401,11 @@ def checked_module_reader(
     }
     orders = {ref: order for order, ref in sorted(refs.items(), reverse=True)}
     chained = getattr(reader, "chained", False)
+    if chained:  # version 4: each level's module is the whole of its own section
+        try:
+            _level_sections.check_level_sections(list(refs.values()), reader.sections)
+        except CorruptArchiveError as e:
+            raise CorruptArchiveError(str(e), path=path) from None
     held: dict[int, bytes] = {}  # a chained reader's modules: the ones the Exported hold
 
     def read_module(ref: _modules.ModuleRef, fields: Mapping[str, Any]) -> bytes:
@@ -419,30 +430,6 @@ def checked_module_reader(
     return read_module
 
 
-def check_level_layout(
-    head: ArchiveHeader, table: fb.Exported, view: memoryview, *, path: str | None
-) -> None:
-    """A version-4 function archive's layout (``_level_sections.check_level_sections``), and
-    zero bytes between its sections.
-
-    Raises:
-        CorruptArchiveError: another layout, or padding that is not zero.
-    """
-    refs = []
-    for t in exported_tables(table):
-        module = t.Module()
-        if module is None:
-            raise CorruptArchiveError("an Exported without its module", path=path)
-        refs.append(_modules.decode_module(module))
-    try:
-        _level_sections.check_level_sections(refs, head.sections)
-    except CorruptArchiveError as e:
-        raise CorruptArchiveError(str(e), path=path) from None
-    _container.check_padding(
-        view[head.payload_start :], head.sections, payload_start=head.payload_start, path=path
-    )
-
-
 def exported_tables(table: fb.Exported) -> Iterator[fb.Exported]:
     """The primal's table, then each nested VJP's."""
     current: fb.Exported | None = table
@@ -462,7 +449,9 @@ def save(
 
     The bytes go to a unique temporary file in the same directory, which is flushed, fsynced
     and renamed over ``path``: a reader sees the old file or the whole new one, never a part.
-    Modules of 8 MiB or more are written as zstd compresses them (``_streamed``).
+    A function with VJPs (format version 4) has each level's module in a section of its own
+    (``_level_sections``: large ones compressed at once, each in a thread); a module of 8 MiB
+    or more without VJPs is written as zstd compresses it (``_streamed``).
 
     Raises:
         OSError: the directory is missing or not writable.

@@ -78,6 +78,11 @@ class SectionReader:
             self._check_ratio(i, s, max_compression_ratio)
         self._check_total_ratio(max_compression_ratio)
 
+    @property
+    def sections(self) -> Sequence[Section]:
+        """The archive's sections, as the header records them."""
+        return self._sections
+
     def _own(self, index: int) -> int:
         """What section ``index`` declares beyond its prefix (a ``chained`` section's frame
         may copy each byte of the section before it: those are not counted)."""
@@ -235,8 +240,12 @@ class SectionReader:
         where = self._payload_start + s.offset
         self._check_frame_header(index, stored, where)
         try:
-            if (offset, length) == (0, s.uncompressed_length) and digest is None:
-                return self._decompress_all(index, stored, where, prefix)
+            whole = (offset, length) == (0, s.uncompressed_length)
+            if whole and (digest is None or length < THREADED_BYTES):
+                data = self._decompress_all(index, stored, where, prefix)
+                if digest is not None:  # small: hashed after, nothing to overlap
+                    digest.update(data)
+                return data
             return self._decompress_range(index, stored, offset, length, digest, prefix)
         except _zstd_errors() as e:
             raise CorruptArchiveError(
@@ -273,7 +282,7 @@ class SectionReader:
     ) -> bytes:
         """The whole section in one call, into one ``bytes`` (a tensor)."""
         size = self._sections[index].uncompressed_length
-        decompressor = _decompressor(prefix)  # one frame, nothing after it (no polyglots)
+        decompressor = _decompressor(prefix, one_shot=True)  # one frame, nothing after it
         data: bytes = decompressor.decompress(stored, max_output_size=size, allow_extra_data=False)
         if len(data) < size:
             raise CorruptArchiveError(
@@ -408,14 +417,24 @@ def frame_length(frame: bytes | memoryview) -> int:
             return position + checksum
 
 
-def _decompressor(prefix: bytes | None = None) -> Any:
+def _decompressor(prefix: bytes | None = None, *, one_shot: bool = False) -> Any:
     """A decompressor whose window is bounded (``MAX_WINDOW_LOG``), with ``prefix`` as its
-    raw-content dictionary where given (by reference, where the cffi backend imports)."""
+    raw-content dictionary where given (by reference, where the cffi backend imports).
+    ``one_shot``: for one ``decompress`` call, the calling thread's own (making one costs
+    about 25 us, a small archive's whole section read; a stream reader gets a new one)."""
+    if prefix is None and one_shot:
+        kept = getattr(_THREAD, "decompressor", None)
+        if kept is None:
+            kept = _THREAD.decompressor = _decompressor()
+        return kept
     if prefix is None:
         return zstandard.ZstdDecompressor(max_window_size=2**_limits.MAX_WINDOW_LOG)
     z = _by_reference()
     dictionary = z.ZstdCompressionDict(bytes(prefix), dict_type=z.DICT_TYPE_RAWCONTENT)
     return z.ZstdDecompressor(dict_data=dictionary, max_window_size=2**_limits.MAX_WINDOW_LOG)
+
+
+_THREAD = threading.local()
 
 
 @functools.cache

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -84,9 +85,16 @@ class VerdictCache(Protocol):
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$JAXPORT_CACHE``, else ``$XDG_CACHE_HOME/jaxport``, else ``~/.cache/jaxport``."""
     env = os.environ if environ is None else environ
-    if env.get("JAXPORT_CACHE"):
-        return Path(env["JAXPORT_CACHE"])
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return _cache_dir(env.get("JAXPORT_CACHE"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_dir(jaxport_cache: str | None, xdg_cache_home: str | None, home: str | None) -> Path:
+    """``default_cache_dir`` of these variables (looked up once per process for each: every
+    module a reader vets asks, and ``Path.home()`` costs tens of microseconds)."""
+    if jaxport_cache:
+        return Path(jaxport_cache)
+    base = xdg_cache_home or str(Path.home() / ".cache")
     return Path(base) / "jaxport"
 
 
