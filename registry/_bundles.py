@@ -4,9 +4,11 @@ tar file (``bundle_export``), and read back into any registry (``bundle_import``
 A bundle is the mapping of ``schema/OCI.md`` in an image layout (``registry/_oci_layout.py``):
 each name's versions, their aliases (tags), signatures and findings (referrers). An import
 reads the whole tar first, member by member, every blob's digest verified and every
-reference in the layout resolved, and reads every version's manifests and configs; only then
-does it push anything, so a tampered bundle (a changed byte, a missing blob, an extra file, a
-name outside the layout, a link) is a typed error and imports nothing.
+reference in the layout resolved, reads every version's manifests and configs, puts every
+archive together (verified) and reads every referrer; only then does it push anything, so a
+tampered bundle (a changed byte, a missing blob, an extra file, a name outside the layout, a
+link) is a typed error and imports nothing. (An archive whose digests all match but that the
+registry's own validation refuses stops the import there: the versions before it stay.)
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ def bundle_import(
     with tempfile.TemporaryDirectory(prefix="jaxport-bundle-") as tmp:
         layout = open_bundle(path, Path(tmp) / "layout", max_size=max_size)
         plans = [import_repository(layout.repository(n), registry) for n in layout.names()]
+        for i, plan in enumerate(plans):  # every archive of every name verified first
+            staged = Path(tmp) / f"staged-{i}"
+            staged.mkdir()
+            plan.stage(staged, report)
         for plan in plans:
-            plan.run(report)
+            plan.commit(report)
     return report

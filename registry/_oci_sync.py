@@ -1,6 +1,7 @@
 """One name's repository of OCI content brought into a registry: every version tag (``vN``)
-and every alias tag, read and checked first (``import_repository``), then pushed
-(``RepositoryImport.run``). A version the registry holds already (the same archives, in
+and every alias tag, read and checked (``import_repository``), every archive the registry
+lacks assembled and verified and every referrer checked (``RepositoryImport.stage``), and
+only then pushed (``commit``). A version the registry holds already (the same archives, in
 order, under the name) is not pushed again, its signatures and findings are still adopted
 (counted only where new), and each alias tag moves the alias to the version its index is.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jaxport import NotFoundError
@@ -16,11 +19,12 @@ from jaxport.registry._names import parse_reference
 from jaxport.registry._oci_mapping import (
     OciVersion,
     adopt_attached,
-    pull_version,
+    assemble,
     read_attached,
     read_version,
 )
 from jaxport.registry._oci_media import sha256_of
+from jaxport.registry._oci_referrers import Attached
 from jaxport.registry._oci_report import CopyReport
 from jaxport.registry._oci_target import OciTarget
 
@@ -34,32 +38,66 @@ _VERSION_TAG = re.compile(r"v([0-9]+)")
 
 
 @dataclasses.dataclass
+class _Staged:
+    """A version ready to push: its archives assembled and verified (``paths``; None where
+    the registry holds the version already, as ``number``) and its referrers checked."""
+
+    version: OciVersion
+    paths: list[Path] | None
+    number: int | None
+    attached: Attached
+
+
+@dataclasses.dataclass
 class RepositoryImport:
     """The versions (by tag, oldest first) and alias tags (alias -> index digest) of one
-    repository, read and checked, to push into ``registry``."""
+    repository, read and checked, to push into ``registry``: ``stage`` fetches and verifies
+    everything into a directory, ``commit`` then writes (``run`` does both)."""
 
     target: OciTarget
     registry: Registry
     versions: list[tuple[str, OciVersion]]
     aliases: dict[str, str]
+    staged: list[_Staged] = dataclasses.field(default_factory=list)
 
-    def run(self, report: CopyReport) -> None:
-        """Pushes what is not held yet, adopts signatures and findings, moves aliases.
+    def stage(self, directory: Path, report: CopyReport) -> None:
+        """Assembles each version the registry lacks into ``directory`` (every layer and the
+        whole archive verified) and reads every version's signatures and findings; writes
+        nothing to the registry.
 
         Raises:
-            (see ``pull_version`` and ``Registry.alias``)
+            (see ``assemble`` and ``read_attached``)
         """
-        by_index: dict[str, tuple[str, int]] = {}
-        for tag, version in self.versions:
+        for i, (_, version) in enumerate(self.versions):
             held = held_versions(self.registry, version.name)
             number = held.get(tuple(v.digest for v in version.variants))
+            paths = None
             if number is None:
-                result = pull_version(self.target, tag, self.registry, report, version=version)
+                paths = [
+                    assemble(self.target, v, directory / f"{i}-{k}.jaxport", report, self.registry)
+                    for k, v in enumerate(version.variants)
+                ]
+            attached = read_attached(self.target, version)
+            self.staged.append(_Staged(version, paths, number, attached))
+
+    def commit(self, report: CopyReport) -> None:
+        """Pushes what ``stage`` assembled, adopts signatures and findings, moves aliases.
+
+        Raises:
+            (see ``Registry.push`` and ``Registry.alias``)
+        """
+        by_index: dict[str, tuple[str, int]] = {}
+        for item in self.staged:
+            version, number = item.version, item.number
+            if item.paths is not None:
+                result = self.registry.push(item.paths, version.name, metadata=version.metadata)
                 number = result.version
+                where = f"{result.name}:{number}"
+                (report.versions if result.created else report.skipped).append(where)
             else:
                 report.skipped.append(f"{version.name}:{number}")
-                attached = read_attached(self.target, version)
-                adopt_attached(self.registry, attached, f"{version.name}:{number}", report)
+            assert number is not None
+            adopt_attached(self.registry, item.attached, f"{version.name}:{number}", report)
             by_index[version.index.digest] = (version.name, number)
         for alias, digest in sorted(self.aliases.items()):
             if digest not in by_index:
@@ -69,6 +107,12 @@ class RepositoryImport:
             if self.registry.aliases(name).get(alias) != number:
                 self.registry.alias(name, alias, number)
                 report.aliases.append(f"{name}@{alias}")
+
+    def run(self, report: CopyReport) -> None:
+        """``stage`` into a temporary directory, then ``commit``."""
+        with tempfile.TemporaryDirectory(prefix="jaxport-oci-") as tmp:
+            self.stage(Path(tmp), report)
+            self.commit(report)
 
 
 def import_repository(target: OciTarget, registry: Registry) -> RepositoryImport:

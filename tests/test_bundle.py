@@ -190,3 +190,39 @@ def test_a_bundle_over_the_limit_is_refused(exported, tmp_path):
     with pytest.raises(OciError, match="more than 1000 bytes"):
         bundle_import(dst, path, max_size=1000)
     assert dst.names() == []
+
+
+def test_a_consistent_bundle_whose_archive_is_not_its_digest_imports_nothing(exported, tmp_path):
+    """Every blob matches its name, but mlp:2's layers do not make the archive its config
+    names: found while staging, before fn (first by name) is pushed."""
+    import json
+
+    from jaxport.registry import mirror
+    from jaxport.registry._oci_layout import OciLayout, write_bundle
+    from jaxport.registry._oci_media import HEADER, IMAGE_INDEX, IMAGE_MANIFEST, canonical
+
+    source, _, _ = exported
+    mirror(source, f"oci:{tmp_path / 'layout'}")
+    repo = OciLayout(tmp_path / "layout").repository("mlp")
+    index = json.loads(repo.fetch_manifest("v2")[1])
+    manifest = json.loads(repo.fetch_manifest(index["manifests"][0]["digest"])[1])
+    desc = manifest["config"]
+    config = json.loads(b"".join(repo.fetch_blob(desc["digest"], desc["size"])))
+    config["archive"]["digest"] = "sha256:" + "0" * 64
+    body = canonical(config)
+    import hashlib
+
+    new_digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    repo.push_blob(new_digest, len(body), [body])
+    manifest["config"] = {"mediaType": HEADER, "digest": new_digest, "size": len(body)}
+    mbody = canonical(manifest)
+    mdigest = repo.push_manifest(None, IMAGE_MANIFEST, mbody)
+    index["manifests"][0].update(digest=mdigest, size=len(mbody))
+    ibody = canonical(index)
+    repo.push_manifest("v2", IMAGE_INDEX, ibody)
+    repo.push_manifest("prod", IMAGE_INDEX, ibody)
+    write_bundle(OciLayout(tmp_path / "layout"), tmp_path / "consistent.tar")
+    dst = _fresh(tmp_path)
+    with pytest.raises(IntegrityError):
+        bundle_import(dst, tmp_path / "consistent.tar")
+    assert dst.names() == []
