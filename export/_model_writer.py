@@ -1,16 +1,15 @@
-"""Writing a model archive file in one pass over its tensors: each piece of a tensor is hashed,
-then written from the same place in the cache, by threads writing at their own offsets.
+"""Writing a model archive file: each tensor hashed a chunk at a time, each chunk written
+right after it was hashed, at its own offset, the header last.
 
 ``Model.save`` must record each tensor's sha256 in the header, which comes first in the file;
-the header is written last, over the hole left for it. A thread takes the largest tensor left
-and, one ``CHUNK`` at a time, hashes it (hashlib releases the GIL) and writes it with
-``os.pwrite`` (which also does): the bytes are read from memory once for both, where hashing
-all, then writing all, reads them twice. When a thread has no tensor left to take, the threads
-still hashing hand it the chunks they have hashed to write: one large tensor costs the slower
-of hashing it and writing it, not their sum. Runs of small tensors (each under ``CHUNK``) go
-as one write. Meanwhile another thread asks the disk to write what is written so far
-(``fdatasync`` every ``FLUSH_BYTES``), so the final ``fsync`` finds little left; on a file
-system in memory (tmpfs) that costs nothing.
+the header is written last, over the hole left for it. Threads (one per core but one) take the
+largest tensor left and hash it a ``CHUNK`` at a time (hashlib releases the GIL), handing each
+chunk to the caller's thread, which writes it with ``os.pwrite`` (which also releases it) and,
+while every hashing thread is busy, takes a tensor itself. One thread writes, so none waits for
+another on the file's lock, and one large tensor costs the slower of hashing it and writing it,
+not their sum. Runs of small tensors (each under ``CHUNK``) go as one write. Meanwhile another
+thread asks the disk to write what is written so far (``fdatasync`` every ``FLUSH_BYTES``), so
+the final ``fsync`` finds little left; on a file system in memory (tmpfs) that costs nothing.
 
 Memory: no tensor is copied but small ones (each under ``CHUNK``, joined into writes of up to
 ``GROUP_BYTES``). Durability and atomicity as ``jaxport._io.atomic_write``: a temporary file
@@ -49,8 +48,8 @@ def can_write_in_place() -> bool:
 
 def write_model_file(path: str | os.PathLike[str], layout: ModelLayout) -> None:
     """Writes the archive ``layout`` describes to ``path`` atomically and durably: a temporary
-    file beside it, hashed and written by ``THREADS`` threads, its header written once every
-    digest is known, fsynced and renamed over ``path``.
+    file beside it, hashed by ``THREADS - 1`` threads and the caller's, written by the caller's,
+    its header written once every digest is known, fsynced and renamed over ``path``.
 
     Raises:
         OSError: the directory is missing or not writable, the disk is full (no temporary
@@ -116,16 +115,25 @@ def _jobs(layout: ModelLayout) -> list[_Job]:
 
 
 class _Writer:
-    """The threads that hash and write a layout's tensors (see the module's docstring)."""
+    """The caller's thread writes; ``THREADS - 1`` threads hash (see the module's docstring).
+
+    A hashing thread takes the largest job left, hashes it a chunk at a time and hands each
+    chunk to the writer; the writer writes what it is handed, in the order handed, and when
+    every hashing thread has a job and jobs are left, takes one itself (hashing a chunk,
+    writing what was handed meanwhile, then the chunk). Only the writer writes: threads
+    never wait for each other on the file (its lock), whatever else runs on the machine.
+    """
 
     def __init__(self, fd: int, layout: ModelLayout):
         self._fd, self._layout = fd, layout
         self._digests: list[bytes | None] = list(layout.known)
         self._jobs = _jobs(layout)
-        self._handed: collections.deque[tuple[int, memoryview]] = collections.deque()
+        self._handed: collections.deque[tuple[int, bytes | bytearray | memoryview]] = (
+            collections.deque()
+        )
         self._cond = threading.Condition()
-        self._busy = 0  # threads with a job
-        self._idle = 0  # threads waiting for chunks to write
+        self._hashers = min(THREADS - 1, len(self._jobs))  # hashing threads alive
+        self._hashing = 0  # hashing threads with a job
         self._error: BaseException | None = None
         self._written = 0
         self._flush_at = FLUSH_BYTES  # the flusher is woken when this many bytes are written
@@ -134,13 +142,9 @@ class _Writer:
     def run(self) -> list[bytes]:
         """Every tensor's sha256, in tensor order, once all are written (not yet synced).
         Raises: what a thread raised, after every thread stopped."""
-        # One thread per core, fewer for fewer jobs, but two for one large tensor (one hashes
-        # it, one writes what is hashed).
-        large = any(len(j.data) >= 2 * CHUNK for j in self._jobs)
-        count = THREADS if large else min(THREADS, len(self._jobs))
         threads = [
-            threading.Thread(target=self._work, name="jaxport-model-write", daemon=True)
-            for _ in range(count - 1)
+            threading.Thread(target=self._hash_jobs, name="jaxport-model-hash", daemon=True)
+            for _ in range(self._hashers)
         ]
         if self._layout.length >= 2 * FLUSH_BYTES:
             threads.append(
@@ -149,11 +153,11 @@ class _Writer:
         for thread in threads:
             thread.start()
         try:
-            self._work()
+            self._write_all()
+        except BaseException as e:  # the hashing threads stop after their chunk
+            self._fail(e)
         finally:
-            with self._cond:  # every job taken; the others finish theirs
-                while self._busy:
-                    self._cond.wait()
+            with self._cond:
                 self._done = True
                 self._cond.notify_all()
             for thread in threads:
@@ -164,45 +168,59 @@ class _Writer:
         assert len(digests) == len(self._digests)
         return digests
 
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                job, handed = self._next()
-                if job is None and handed is None:
-                    return
-            try:
-                if job is not None:
-                    self._run_job(job)
-                elif handed is not None:
-                    self._write(handed[1], handed[0])
-            except BaseException as e:  # handed to run()'s caller
+    def _fail(self, error: BaseException) -> None:
+        with self._cond:
+            self._error = self._error or error
+            self._cond.notify_all()
+
+    def _hash_jobs(self) -> None:
+        """A hashing thread: jobs until none is left, each chunk handed to the writer."""
+        try:
+            while True:
                 with self._cond:
-                    self._error = self._error or e
-                    self._cond.notify_all()
-                return
-            finally:
-                if job is not None:
+                    if self._error is not None or not self._jobs:
+                        return
+                    job = self._jobs.pop()
+                    self._hashing += 1
+                try:
+                    self._hash(job, hand=True)
+                finally:
                     with self._cond:
-                        self._busy -= 1
+                        self._hashing -= 1
                         self._cond.notify_all()
+        except BaseException as e:  # handed to run()'s caller
+            self._fail(e)
+        finally:
+            with self._cond:
+                self._hashers -= 1
+                self._cond.notify_all()
 
-    def _next(self) -> tuple[_Job | None, tuple[int, memoryview] | None]:
-        """(Under the lock.) A job, or a chunk handed over to write, or (None, None): all
-        done, or a thread failed. Waits while other threads still hash."""
-        while self._error is None:
-            if self._jobs:
-                self._busy += 1
-                return self._jobs.pop(), None
-            if self._handed:
-                return None, self._handed.popleft()
-            if not self._busy:
-                return None, None
-            self._idle += 1
-            self._cond.wait()
-            self._idle -= 1
-        return None, None
+    def _write_all(self) -> None:
+        """The writer: what is handed, and a job of its own while every hashing thread has
+        one; returns once every job is hashed and every chunk written, or a thread failed."""
+        while True:
+            job = None
+            with self._cond:
+                while self._error is None:
+                    if self._handed:
+                        offset, data = self._handed.popleft()
+                        break
+                    if self._jobs and self._hashing >= self._hashers:
+                        job = self._jobs.pop()
+                        break
+                    if not self._jobs and not self._hashing:
+                        return
+                    self._cond.wait()
+                else:
+                    return
+            if job is None:
+                self._write(data, offset)
+            else:
+                self._hash(job, hand=False)
 
-    def _run_job(self, job: _Job) -> None:
+    def _hash(self, job: _Job, *, hand: bool) -> None:
+        """Hashes the tensors of ``job`` not known yet, a chunk at a time, each chunk then
+        handed to the writer (``hand``) or written now, after what was handed meanwhile."""
         todo = [
             (i, s) for i, s in zip(job.indices, job.starts, strict=True) if not self._digests[i]
         ]
@@ -211,7 +229,7 @@ class _Writer:
                 n = len(self._layout.tensors[i][1])
                 view = memoryview(job.data)[start : start + n]
                 self._digests[i] = hashlib.sha256(view).digest()
-            self._write(job.data, job.offset)
+            self._emit(job.data, job.offset, hand)
             return
         data = memoryview(job.data)
         digest = hashlib.sha256() if todo else None
@@ -219,16 +237,25 @@ class _Writer:
             chunk = data[start:stop]
             if digest is not None:
                 digest.update(chunk)
-            if self._idle:  # a thread waits for work: it writes what this one hashed
-                with self._cond:
-                    self._handed.append((job.offset + start, chunk))
-                    self._cond.notify()
-            else:
-                self._write(chunk, job.offset + start)
+            self._emit(chunk, job.offset + start, hand)
             if self._error is not None:
                 return
         if digest is not None:
             self._digests[job.indices[0]] = digest.digest()
+
+    def _emit(self, data: bytes | bytearray | memoryview, offset: int, hand: bool) -> None:
+        if hand:
+            with self._cond:
+                self._handed.append((offset, data))
+                self._cond.notify_all()
+            return
+        while True:  # the writer: first what the hashing threads handed
+            with self._cond:
+                if not self._handed:
+                    break
+                handed_offset, handed = self._handed.popleft()
+            self._write(handed, handed_offset)
+        self._write(data, offset)
 
     def _write(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         _pwrite(self._fd, data, offset)
@@ -239,8 +266,8 @@ class _Writer:
                 self._cond.notify_all()
 
     def _flush(self) -> None:
-        """Asks the disk to write what is written, every ``FLUSH_BYTES``, until the writers
-        are done (an error here is left to the final fsync to report)."""
+        """Asks the disk to write what is written, every ``FLUSH_BYTES``, until the writer
+        is done (an error here is left to the final fsync to report)."""
         flushed = 0
         sync = getattr(os, "fdatasync", os.fsync)
         while True:

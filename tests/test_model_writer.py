@@ -1,14 +1,16 @@
-"""Model.save's one-pass writer (export/_model_writer.py): threads hash and write each tensor a
-chunk at a time at its own offset, hand hashed chunks to a thread that has nothing else to do,
-join runs of small tensors into one write, ask the disk to write as they go, and write the
-header last. The file is the bytes of ``dumps`` whatever the order of the writes; a failed
-write leaves no file and the old one as it was."""
+"""Model.save's writer (export/_model_writer.py): threads hash each tensor a chunk at a time
+and hand each chunk to the caller's thread, which writes it at its own offset (and hashes a
+tensor itself while every hashing thread is busy); runs of small tensors go as one write; the
+disk is asked to write as they go, and the header goes last. The file is the bytes of
+``dumps`` whatever the order of the writes; a failed write leaves no file and the old one as
+it was."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -76,27 +78,39 @@ def test_jobs_join_small_tensors_and_keep_large_ones_whole() -> None:
     assert [len(j.data) for j in jobs] == sorted(len(j.data) for j in jobs)  # largest last
 
 
-def test_one_large_tensor_is_hashed_by_one_thread_and_written_by_another(
+def test_one_large_tensor_is_hashed_by_one_thread_and_written_by_the_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hashing thread hands its chunks to a thread that has no job (when one waits)."""
+    """A hashing thread hands its chunks to the caller's thread, the only one that writes."""
     big = np.random.default_rng(2).normal(size=(512, 512)).astype(np.float32)  # 1 MiB
     model = jaxport.Model(
         {"w": big}, lambda p, x: x + p["w"][0, :3], [jax.ShapeDtypeStruct((3,), jnp.float32)]
     )
     writers: set[str] = set()
-    pwrite = os.pwrite
+    hashers: set[str] = set()
+    pwrite, sha256 = os.pwrite, hashlib.sha256
 
-    def recording(fd: int, data: Any, offset: int) -> int:
+    def recording_pwrite(fd: int, data: Any, offset: int) -> int:
         writers.add(threading.current_thread().name)
         return pwrite(fd, data, offset)
 
-    monkeypatch.setattr(_model_writer.os, "pwrite", recording)
-    for _ in range(20):  # a thread waits for work after the first chunks, at the latest
-        model.save(tmp_path / "m.jaxport")
-        if len(writers) > 1:
-            break
-    assert len(writers) > 1
+    class Recording:
+        def __init__(self, data: Any = b"") -> None:
+            self._hash = sha256(data)
+
+        def update(self, data: Any) -> None:
+            hashers.add(threading.current_thread().name)
+            self._hash.update(data)
+
+        def digest(self) -> bytes:
+            return self._hash.digest()
+
+    monkeypatch.setattr(_model_writer.os, "pwrite", recording_pwrite)
+    monkeypatch.setattr(_model_writer, "hashlib", types.SimpleNamespace(sha256=Recording))
+    model.save(tmp_path / "m.jaxport")
+    monkeypatch.undo()
+    assert writers == {threading.current_thread().name}
+    assert hashers == {"jaxport-model-hash"}
     assert (tmp_path / "m.jaxport").read_bytes() == model.dumps()
 
 
