@@ -205,7 +205,7 @@ class OciRepository:
                 )
             hasher.update(piece)
             headers = {**_OCTETS, "Content-Range": f"{offset}-{offset + len(piece) - 1}"}
-            response = self._send("PATCH", location, **_body(piece, headers))
+            response = self._send_bytes("PATCH", location, piece, headers)
             self._raise_for(response, f"upload of blob {digest[:19]}")
             self.bytes_sent += len(piece)
             offset += len(piece)
@@ -215,10 +215,23 @@ class OciRepository:
 
     def _put_blob(self, location: httpx.URL, digest: str, data: bytes) -> httpx.URL:
         url = location.copy_merge_params({"digest": digest})
-        response = self._send("PUT", url, **_body(data, _OCTETS))
+        response = self._send_bytes("PUT", url, data, _OCTETS)
         self.bytes_sent += len(data)
         self._raise_for(response, f"upload of blob {digest[:19]}")
         return location
+
+    def _send_bytes(
+        self, method: str, url: httpx.URL, data: bytes, headers: dict[str, str]
+    ) -> httpx.Response:
+        """``data`` sent in 1 MiB pieces with its length declared, then let go of: httpx's
+        response and request refer to each other, so without ``release`` every chunk sent
+        would stay in memory until the garbage collector's next cycle."""
+        body = _Body(data)
+        try:
+            headers = {**headers, "Content-Length": str(len(data))}
+            return self._send(method, url, content=body, headers=headers)
+        finally:
+            body.release()
 
     def _cancel(self, location: httpx.URL) -> None:
         with contextlib.suppress(Exception):  # the registry expires abandoned uploads itself
@@ -555,16 +568,16 @@ class _Body:
     so an auth flow can send it twice."""
 
     def __init__(self, data: bytes):
-        self._data = memoryview(data)
+        self._data: bytes | None = data
 
     def __iter__(self) -> Iterator[bytes]:
-        for start in range(0, len(self._data), READ_CHUNK):
-            yield bytes(self._data[start : start + READ_CHUNK])
+        view = memoryview(self._data or b"")
+        for start in range(0, len(view), READ_CHUNK):
+            yield bytes(view[start : start + READ_CHUNK])
 
-
-def _body(data: bytes, headers: dict[str, str]) -> dict[str, Any]:
-    """The keyword arguments of a request that sends ``data``, its length declared."""
-    return {"content": _Body(data), "headers": {**headers, "Content-Length": str(len(data))}}
+    def release(self) -> None:
+        """Drops the bytes (once the request is answered)."""
+        self._data = None
 
 
 def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[bytes]:

@@ -510,3 +510,39 @@ def test_token_realm_must_be_https(monkeypatch):
 
 def test_hashes_are_sha256():
     assert sha256_digest(b"x") == "sha256:" + hashlib.sha256(b"x").hexdigest()
+
+
+def test_large_blobs_are_streamed_not_held(monkeypatch):
+    """A 64 MiB blob goes up in 4 MiB chunks read from a lazy iterator and comes down in
+    pieces: neither direction holds the blob in memory (tracemalloc's peak, the fake
+    registry's own copy made before the measurement)."""
+    import tracemalloc
+
+    monkeypatch.setattr(_oci_client, "MONOLITHIC_LIMIT", 4 << 20)
+    monkeypatch.setattr(_oci_client, "CHUNK_SIZE", 4 << 20)
+    piece = os.urandom(1 << 20)
+    blob_size = 64 << 20
+    digest = "sha256:" + hashlib.sha256(piece * 64).hexdigest()
+    with fake_registry() as server:
+        server.overrides[("PATCH", "/v2/r/blobs/uploads/")] = lambda h: (
+            202,
+            {"Location": h.path, "Range": "0-1"},
+            b"",
+        )  # the bytes are read and dropped
+        server.overrides[("PUT", "/v2/r/blobs/uploads/")] = lambda h: (201, {}, b"")
+        repo = OciRepository(f"oci://{server.host}/r")
+        tracemalloc.start()
+        try:
+            repo.push_blob(digest, blob_size, (piece for _ in range(64)))
+            _, pushed_peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert pushed_peak < 16 << 20, pushed_peak
+        server.blobs[digest] = piece * 64
+        tracemalloc.start()
+        try:
+            count = sum(len(c) for c in repo.fetch_blob(digest, blob_size))
+            _, pulled_peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert count == blob_size and pulled_peak < 16 << 20, pulled_peak
