@@ -236,7 +236,7 @@ def test_wrong_password_and_absent_tag(reg, served, monkeypatch):
         reg.oci_pull(f"oci://{served.host}/team/denied:v9")
 
 
-def test_corrupted_layer_on_the_registry_stores_nothing(reg, other, served):
+def test_corrupted_layer_on_the_registry_stores_nothing(reg, other, served, tmp_path):
     reg.push(jaxport.Model(_params(7), _apply, [X]), "bad")
     reg.oci_push("bad:1", f"oci://{served.host}/team/bad")
     layer = max(_layers(served, "team/bad", "v1"), key=lambda d: d["size"])
@@ -253,6 +253,10 @@ def test_corrupted_layer_on_the_registry_stores_nothing(reg, other, served):
     with pytest.raises(IntegrityError):
         other.oci_pull(f"oci://{served.host}/team/bad:v1")
     assert other.list() == []
+    out = tmp_path / "bad.jaxport"
+    with pytest.raises(IntegrityError):
+        other.oci_pull(f"oci://{served.host}/team/bad:v1", out, platform=None)
+    assert [p.name for p in tmp_path.iterdir() if "bad" in p.name] == []  # no temporary left
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
