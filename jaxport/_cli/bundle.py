@@ -38,8 +38,8 @@ def bundle() -> None:
 @json_option
 @pass_ctx
 def export_cmd(ctx: CliContext, references: tuple[str, ...], output: Path, as_json: bool) -> None:
-    """Write versions to a bundle: NAME is every version of it, NAME:VERSION or NAME@ALIAS
-    one."""
+    """Write NAME[:VERSION]... to a bundle: NAME is every version of it, NAME:VERSION or
+    NAME@ALIAS one."""
     from jaxport.registry import bundle_export
 
     with ctx.registry() as reg:
@@ -48,11 +48,12 @@ def export_cmd(ctx: CliContext, references: tuple[str, ...], output: Path, as_js
 
 
 @bundle.command("import")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", metavar="BUNDLE", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
 @pass_ctx
 def import_cmd(ctx: CliContext, path: Path, as_json: bool) -> None:
-    """Push every version of a bundle into the registry (versions it holds are kept)."""
+    """Push every version of the bundle BUNDLE into the registry (versions it holds are
+    kept)."""
     from jaxport.registry import bundle_import
 
     with ctx.registry(create=True) as reg:
