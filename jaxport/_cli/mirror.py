@@ -32,7 +32,6 @@ def mirror_cmd(
 ) -> None:  # fmt: skip
     """Copy versions (with aliases, signatures, findings) from SRC to DST.
 
-    \b
     SRC and DST are each a registry URL (sqlite:///..., postgresql+psycopg://..., or a
     registry server's http(s)://...; a server's token from $JAXPORT_TOKEN),
     oci://HOST/NAMESPACE (an OCI registry: name N is NAMESPACE/N) or oci:DIR (an OCI
