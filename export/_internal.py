@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from jaxport.export._verdicts import Verdict as Verdict
     from jaxport.export._verdicts import VerdictCache as VerdictCache
     from jaxport.export._verdicts import VerdictKey as VerdictKey
+    from jaxport.export._verdicts import default_cache_dir as default_cache_dir
     from jaxport.export._vetting import newer_modules_passed as newer_modules_passed
 
 

@@ -81,14 +81,18 @@ class Signed:
     kind: str
 
 
-def load_trusted(source: str | os.PathLike[str] | bytes) -> Trusted:
+def load_trusted(source: str | os.PathLike[str] | bytes, *, check_extra: bool = True) -> Trusted:
     """A public key or CA certificates, from a PEM file's path or the PEM bytes.
 
     Raises:
         SignatureError: not a PEM public key or certificate (or not readable).
-        UnsupportedFeatureError: the signing extra is not installed.
+        UnsupportedFeatureError: the signing extra is not installed (``check_extra``; without
+            it only ``cryptography`` is imported: a caller that may never verify a bundle,
+            such as a compiled-set policy whose verdicts are cached, skips the 0.5-1 s import
+            of ``model-signing``).
     """
-    _library()  # the extra as a whole, or UnsupportedFeatureError naming it
+    if check_extra:
+        _library()  # the extra as a whole, or UnsupportedFeatureError naming it
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 

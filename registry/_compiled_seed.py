@@ -4,7 +4,8 @@ compilation cache directory, where the method's first call finds them (``cache_h
 The order of the checks is the rule (``registry/_compiled_types.py`` says why): a set is
 considered only when its signer is a trusted key and its row's key fields match this host;
 then its manifest blob is read (verified against its digest), its bundle verified with the
-trusted keys over the manifest's sha256, the signed manifest's own key fields compared with
+trusted keys over the manifest's sha256 (or this host's cached verdict of that,
+``registry/_compiled_verdicts.py``), the signed manifest's own key fields compared with
 this host and the variant, and every file read and checked against the manifest's sha256 and
 size. Only when every check of a method's set passed are its files written (atomically, each
 file whole or not at all). Anything else is a reason, never an error: the pull goes on and jax
@@ -119,8 +120,8 @@ def _verified(
     chosen = by_trusted[-1]
     try:
         manifest = store.read(chosen.made.manifest_digest)
-        bundle = store.read(chosen.bundle_digest)
-        signer = verify_digest(bundle, chosen.made.manifest_digest, trusted).fingerprint
+        bundle = None if _cached(chosen, trusted) else store.read(chosen.bundle_digest)
+        signer = _signer(bundle, chosen, trusted)
         signed = parse_manifest(manifest)
         if (signed.digest, signed.method) != (variant.digest, method):
             raise _Unused("its signed manifest is of another archive or method")
@@ -131,6 +132,29 @@ def _verified(
     except JaxportError as e:
         raise _Unused(f"{type(e).__name__}: {str(e)[:300]}") from None
     return files, signer
+
+
+def _cached(chosen: StoredSet, trusted: Sequence[Trusted]) -> bool:
+    """This host verified the set's bundle over its manifest with its signer, a trusted key
+    (``registry/_compiled_verdicts.py``)."""
+    from jaxport.registry._compiled_verdicts import verified
+
+    keys = {k.fingerprint for k in trusted if k.kind == "key"}
+    made = chosen.made
+    return made.signer in keys and verified(made.signer, made.manifest_digest, chosen.bundle_digest)
+
+
+def _signer(bundle: bytes | None, chosen: StoredSet, trusted: Sequence[Trusted]) -> str:
+    """The trusted key the bundle verifies with over the manifest's sha256 (``model-signing``),
+    its verdict recorded; None bundle: a cached verdict of this host (``_cached``)."""
+    from jaxport.registry._compiled_verdicts import remember
+
+    if bundle is None:
+        return chosen.made.signer
+    found = verify_digest(bundle, chosen.made.manifest_digest, trusted)
+    if found.kind == "key":
+        remember(found.fingerprint, chosen.made.manifest_digest, chosen.bundle_digest)
+    return found.fingerprint
 
 
 def _file(store: CompiledStore, sha256: str, size: int) -> bytes:

@@ -153,9 +153,17 @@ class CompiledPolicy:
     """
 
     def __init__(self, trusted: Iterable[str | os.PathLike[str] | bytes]) -> None:
-        from jaxport.registry._signatures import SignaturePolicy
+        from jaxport import SignatureError
+        from jaxport._signing import load_trusted
 
-        self.trusted: tuple[Trusted, ...] = SignaturePolicy(trusted).keys
+        if isinstance(trusted, str | bytes | os.PathLike):
+            trusted = [trusted]
+        # model-signing is imported only when a bundle is verified (not on a cached verdict)
+        self.trusted: tuple[Trusted, ...] = tuple(
+            load_trusted(k, check_extra=False) for k in trusted
+        )
+        if not self.trusted:
+            raise SignatureError("a CompiledPolicy needs trusted keys")
 
     def __repr__(self) -> str:
         return f"CompiledPolicy(trusted=[{', '.join(k.short for k in self.trusted)}])"

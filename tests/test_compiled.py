@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -56,6 +57,12 @@ def _key(where, name):
 def keys(tmp_path_factory):
     where = tmp_path_factory.mktemp("keys")
     return {"trusted": _key(where, "trusted"), "other": _key(where, "other")}
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch, tmp_path):
+    """Signature verdicts (``registry/_compiled_verdicts.py``) under the test's directory."""
+    monkeypatch.setenv("JAXPORT_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.fixture(autouse=True)
@@ -171,8 +178,9 @@ def test_a_verified_set_is_used_and_the_first_calls_hit_jax_cache(
         print(json.dumps({{"used": use.used, "methods": sorted(use.methods), "hits": model_hits,
                           "f": use_f.used, "f_hits": use_f.cache_hits, "dir": use.cache_dir}}))
     """)
+    env = {**os.environ, "JAXPORT_CACHE": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)  # fmt: skip
+                          cwd=tmp_path, timeout=300, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said["used"] and said["methods"] == ["hidden", "logits"] and said["hits"] == 2
@@ -301,3 +309,40 @@ def test_a_registry_server_lacks_compiled_executables():
         reg.compile("f")
     with pytest.raises(UnsupportedFeatureError, match="compiled executables"):
         reg.use_compiled("f", policy=None)
+
+
+def test_a_host_remembers_a_verified_signature_owned_by_its_user_only(
+    registry, keys, compiled, monkeypatch, tmp_path
+):
+    """The first use verifies the bundle (model-signing) and records the verdict; the next
+    reads it; a verdict file others may write is not believed."""
+    from jaxport.registry import _compiled_verdicts
+
+    written = tmp_path / "jax-cache"
+    written.mkdir()
+    monkeypatch.setattr(_compiled_seed, "cache_dir", lambda: (str(written), None))
+    xla_caches = jax.config.jax_persistent_cache_enable_xla_caches
+    try:
+        assert registry.use_compiled("f", policy=_policy(keys)).used
+        (stored,) = registry.compiled_sets("f")
+        with registry._backend.engine.connect() as conn:
+            query = sa.text("SELECT bundle_digest FROM compiled WHERE method = ''")
+            bundle = conn.execute(query).scalar_one()
+        assert _compiled_verdicts.verified(stored.signer, stored.manifest_digest, bundle)
+
+        def no_library(*args, **kwargs):
+            raise AssertionError("verified again")
+
+        monkeypatch.setattr(_compiled_seed, "verify_digest", no_library)
+        use = registry.use_compiled("f", policy=_policy(keys))
+        assert (
+            use.used
+            and use.files == 1
+            and [p.name for p in written.iterdir()] == [stored.files[0].name]
+        )
+        marker = tmp_path / "cache" / "compiled-signatures" / stored.signer
+        (marker / f"{stored.manifest_digest}-{bundle}").chmod(0o666)
+        with pytest.raises(AssertionError, match="verified again"):
+            registry.use_compiled("f", policy=_policy(keys))
+    finally:
+        jax.config.update("jax_persistent_cache_enable_xla_caches", xla_caches)
