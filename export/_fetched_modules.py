@@ -185,10 +185,14 @@ class _FetchedSections:
                 path=self._where,
             )
 
-    def read(self, index: int, offset: int, length: int) -> bytes:
+    def read(self, index: int, offset: int, length: int, *, prefix: bytes | None = None) -> bytes:
         return self.read_hashed(index, offset, length)[0]
 
-    def read_hashed(self, index: int, offset: int, length: int) -> tuple[bytes, str]:
+    def read_hashed(
+        self, index: int, offset: int, length: int, *, prefix: bytes | None = None
+    ) -> tuple[bytes, str]:
+        """Module bytes as their sender decompressed them (``prefix``, the module before a
+        version-4 level, is the sender's business)."""
         self.check(index, offset, length)
         order = self._index.get((index, offset, length))
         if order is None:  # decode_exported reads only the header's references
