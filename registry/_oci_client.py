@@ -60,6 +60,7 @@ from jaxport.registry._oci_limits import (
     REDIRECTS,
     TAG_PAGES,
 )
+from jaxport.registry._oci_transport import large_read_transport
 from jaxport.registry._oci_url import OciUrl, is_loopback, parse_oci_url
 
 __all__ = ["INDEX_TYPE", "OciRepository", "referrers_tag", "sha256_digest"]
@@ -122,10 +123,13 @@ class OciRepository:
             timeout=limits,
             follow_redirects=False,
             trust_env=False,
-            verify=tls_context(),
+            transport=large_read_transport(tls_context()),
         )
         self._bare = httpx.Client(
-            timeout=limits, follow_redirects=False, trust_env=False, verify=tls_context()
+            timeout=limits,
+            follow_redirects=False,
+            trust_env=False,
+            transport=large_read_transport(tls_context()),
         )
         self.bytes_sent = 0
         weakref.finalize(self, self._client.close)

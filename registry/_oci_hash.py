@@ -1,6 +1,7 @@
 """``BackgroundSha256``: a sha256 computed on another thread while the caller goes on reading
 and writing (hashlib releases the GIL for updates over 2 KiB), so a blob read from a registry
-is hashed on a second core instead of after each receive. Used by ``registry/_oci_client.py``.
+is hashed on a second core instead of after each receive. Used by ``registry/_oci_client.py``
+(each layer) and ``registry/_oci_mapping.py`` (the assembled archive).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 __all__ = ["BackgroundSha256"]
 
 #: Bytes gathered before they go to the hashing thread (fewer, larger hand-overs).
-BATCH = 4 << 20
+BATCH = 2 << 20
 #: Batches handed over and not yet hashed, at most: the memory held is bounded by
 #: ``BATCH * PENDING``.
-PENDING = 8
+PENDING = 4
 
 
 class BackgroundSha256:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -23,14 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jaxport import (
+    ConflictError,
     IntegrityError,
     JaxportError,
     NotFoundError,
     OciError,
+    SignatureError,
     UnsupportedFeatureError,
 )
-from jaxport._io import atomic_write
+from jaxport._io import create_temporary
 from jaxport.export._internal import Part
+from jaxport.registry._oci_hash import BackgroundSha256
 from jaxport.registry._oci_media import (
     ANNOTATION,
     EMPTY_JSON,
@@ -138,7 +140,15 @@ def assemble(
 ) -> Path:  # fmt: skip
     """Writes the variant's archive to ``path`` (atomically): each part fetched (from
     ``registry`` where it holds the part already, else from ``target``), each verified, zero
-    padding between, then the whole archive's sha256 checked.
+    padding between; the whole archive's sha256 is computed on another thread as the parts
+    arrive and checked before the file is renamed to ``path`` (a failure leaves ``path`` as
+    it was and no temporary file).
+
+    Not fsynced: the file is a download (as ``oras pull`` or ``curl -o`` write one), or a
+    temporary file that ``Registry.push`` copies into a store that syncs its own writes. The
+    rename is atomic; after a power loss the file may be short or zeroed, which loading it
+    reports (``CorruptArchiveError``, ``IntegrityError``: every section has its digest), and
+    pulling again repairs.
 
     Raises:
         NotFoundError: a layer is absent.
@@ -149,7 +159,7 @@ def assemble(
         digests = [p.digest for p in variant.parts]
         with contextlib.suppress(UnsupportedFeatureError):
             have = set(digests) - set(registry.missing_blobs(digests))
-    whole = hashlib.sha256()
+    whole = BackgroundSha256()
 
     def chunks() -> Iterator[bytes]:
         position = 0
@@ -167,14 +177,35 @@ def assemble(
             raise IntegrityError(f"the layers make {position} bytes, not {variant.size}")
 
     out = Path(path)
-    atomic_write(out, chunks())
-    if whole.hexdigest() != variant.digest:
-        out.unlink(missing_ok=True)
-        raise IntegrityError(
-            f"the layers make an archive with sha256:{whole.hexdigest()[:12]}, not "
-            f"sha256:{variant.digest[:12]}", expected=variant.digest, found=whole.hexdigest(),
-        )  # fmt: skip
+    try:
+        _write_verified(out, chunks(), whole, variant.digest)
+    finally:
+        whole.close()
     return out
+
+
+def _write_verified(
+    out: Path, chunks: Iterator[bytes], whole: BackgroundSha256, digest: str
+) -> None:
+    """Writes ``chunks`` to a temporary file beside ``out`` and renames it to ``out`` once
+    ``whole`` (their sha256, hashed on another thread) is ``digest``; on any error the
+    temporary file is removed and ``out`` is as it was. Not fsynced: a download (see
+    ``assemble``)."""
+    fd, tmp = create_temporary(out)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        found = whole.hexdigest()
+        if found != digest:
+            raise IntegrityError(
+                f"the layers make an archive with sha256:{found[:12]}, not "
+                f"sha256:{digest[:12]}", expected=digest, found=found,
+            )  # fmt: skip
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _part(
@@ -251,7 +282,8 @@ def pull_version(
 ) -> PushResult:  # fmt: skip
     """Pushes the version at ``reference`` into ``registry`` as ``name`` (default: the name
     its index records) with its metadata, then stores its signatures and findings where the
-    registry can (a direct one; through a server a note says they were not stored). Nothing
+    registry can (a direct one, a server with the adopt routes; else a note says they were
+    not stored). Nothing
     is pushed before every manifest, layer and referrer is read and verified.
 
     Raises:
@@ -272,26 +304,40 @@ def pull_version(
 
 
 def adopt_attached(registry: Registry, attached: Attached, where: str, report: CopyReport) -> None:
-    """Stores ``attached`` in ``registry`` (at ``where``, for messages), counting only what
-    is new; through a backend that cannot store them (a registry server) a note says so."""
+    """Stores ``attached`` in ``registry`` at the version ``where`` (``NAME:VERSION``),
+    counting only what is new. A signature that is not one of its archive
+    (``registry/_adoption.py``), or whose signer has another stored there, is not stored: a
+    note says so, as it does where the backend cannot store them (a registry server older
+    than the adopt routes).
+
+    Raises:
+        InvalidNameError: a finding that is not one.
+    """
     backend = registry._backend
+    name = where.rpartition(":")[0]
     try:
         for digest, bundle, signer, kind in attached.signatures:
             before = {s.bundle_digest for s in registry.signatures(where)}
-            stored = backend.adopt_signature(digest, bundle, signer, kind)
+            try:
+                stored = backend.adopt_signature(name, digest, bundle, signer, kind)
+            except (ConflictError, SignatureError) as e:  # the source's, kept out
+                report.notes.append(f"{where}: a signature not stored: {e}")
+                continue
             report.signatures += stored.bundle_digest not in before
-        report.findings += backend.adopt_findings(attached.findings) if attached.findings else 0
+        if attached.findings:
+            report.findings += backend.adopt_findings(name, attached.findings)
     except UnsupportedFeatureError as e:
         report.notes.append(f"{where}: signatures and findings not stored: {e}")
 
 
 def write_variant(
     target: OciTarget, reference: str, path: str | os.PathLike[str], *,
-    platform: str | None = None, nr_devices: int | None = None,
+    platform: str | None = None, nr_devices: int | None = None, report: CopyReport | None = None,
 ) -> OciVariant:  # fmt: skip
     """Writes the archive of the variant of the version at ``reference`` that runs on
     ``platform`` with ``nr_devices`` (None: any; as ``Registry.resolve`` chooses within a
-    version) to ``path``, verified; returns the variant.
+    version) to ``path``, verified; returns the variant. ``report`` (optional) counts the
+    layers fetched and their bytes.
 
     Raises:
         NotFoundError: no variant runs there (the message lists those that exist).
@@ -313,5 +359,5 @@ def write_variant(
             f"{reference}: no variant runs on {platform or 'any platform'} with "
             f"{nr_devices or 'any number of'} devices; it has {have}"
         )
-    assemble(target, fits[0], path, CopyReport())
+    assemble(target, fits[0], path, CopyReport() if report is None else report)
     return fits[0]

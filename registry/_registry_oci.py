@@ -42,7 +42,8 @@ class OciTransfer:
         version: its number in the registry (a file: the number the index records, or None).
         path: the archive written (``oci_pull(output=...)``), else None.
         report: what was copied, counted (blobs and bytes sent or fetched, manifests,
-            signatures, findings; what was there already).
+            signatures, findings; what was there already). Written to a file: the layers
+            fetched and their bytes.
     """
 
     url: str
@@ -174,10 +175,13 @@ def oci_pull_file(
     url = parse_oci_url(source, insecure=insecure)
     with _repository(url) as repo:
         found = read_version(repo, url.digest or url.tag or "latest")
-        digest, path = found.index.digest, Path(output)
-        write_variant(repo, digest, path, platform=chosen_platform(platform), nr_devices=nr_devices)
+        digest, path, report = found.index.digest, Path(output), CopyReport()
+        write_variant(
+            repo, digest, path, platform=chosen_platform(platform), nr_devices=nr_devices,
+            report=report,
+        )  # fmt: skip
     where = dataclasses.replace(url, tag=None, digest=digest)
-    return OciTransfer(str(where), digest, found.name, found.version, path, CopyReport())
+    return OciTransfer(str(where), digest, found.name, found.version, path, report)
 
 
 def _repository(url: OciUrl) -> OciRepository:

@@ -173,6 +173,29 @@ def test_write_variant_chooses_and_verifies(made, tmp_path):
         write_variant(repo, "v2", tmp_path / "x", platform="tpu")
 
 
+def test_write_variant_counts_and_a_wrong_archive_digest_leaves_the_file_as_it_was(made, tmp_path):
+    """Every layer verifies but the assembled archive is not the digest the manifest names:
+    an IntegrityError before the rename, so the file already at the path is untouched and no
+    temporary file is left; a good write counts the layers fetched and their bytes."""
+    import dataclasses
+
+    from jaxport.registry._oci_mapping import assemble
+
+    repo = OciLayout(made[1]).repository("mlp")
+    variant = read_version(repo, "v2").variants[0]
+    report = CopyReport()
+    write_variant(repo, "v2", tmp_path / "m.jaxport", platform="cpu", report=report)
+    assert report.blobs == len(variant.parts)
+    assert report.bytes == sum(p.size for p in variant.parts)
+    out = tmp_path / "old.jaxport"
+    out.write_bytes(b"the file that was there")
+    wrong = dataclasses.replace(variant, digest="0" * 64)
+    with pytest.raises(IntegrityError, match="the layers make an archive"):
+        assemble(repo, wrong, out, CopyReport())
+    assert out.read_bytes() == b"the file that was there"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jaxport", "old.jaxport"]
+
+
 def test_a_changed_layer_is_an_integrity_error_and_stores_nothing(made, source, registry, tmp_path):
     layout = _layout(made, tmp_path)
     tensor = source.get("mlp:2").variants[0].tensors[0].sha256

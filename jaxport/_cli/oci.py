@@ -54,9 +54,10 @@ def _pushed_text(data: dict[str, Any]) -> str:
 
 
 def _pulled_text(data: dict[str, Any]) -> str:
-    if data["path"] is not None:
-        return f"wrote {data['path']} from {data['url']}"
     r = data["report"]
+    if data["path"] is not None:
+        fetched = f"{r.blobs} layers, {r.bytes} bytes fetched"
+        return f"wrote {data['path']} from {data['url']} ({fetched})"
     lines = [
         f"{data['name']}:{data['version']} from {data['url']} ({r.blobs} layers, {r.bytes} "
         f"bytes fetched; {r.signatures} signatures, {r.findings} findings)"
