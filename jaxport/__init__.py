@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from jaxport.registry import Lineage as Lineage
     from jaxport.registry import LineageNode as LineageNode
     from jaxport.registry import NewToken as NewToken
+    from jaxport.registry import OciTransfer as OciTransfer
     from jaxport.registry import Provenance as Provenance
     from jaxport.registry import PushResult as PushResult
     from jaxport.registry import QueuedJob as QueuedJob

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from jaxport.registry._mirror import mirror as mirror
     from jaxport.registry._names import parse_reference as parse_reference
     from jaxport.registry._oci_report import CopyReport as CopyReport
+    from jaxport.registry._registry_oci import OciTransfer as OciTransfer
     from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
