@@ -331,16 +331,33 @@ class Backend(abc.ABC):
         """``Registry.verify_signatures`` with loaded keys."""
         self.lacks("signature verification of stored versions")
 
-    def adopt_signature(self, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
+    def adopt_signature(
+        self, name: str, digest: str, bundle: bytes, signer: str, kind: str
+    ) -> Signature:
         """Stores a signature made elsewhere (an OCI referrer, a mirror's source) of the
-        archive ``digest`` as ``sign`` stores its own: ``bundle`` names ``digest`` (checked),
-        ``signer`` and ``kind`` as the source recorded them (they only choose which bundles
-        a check tries, as ever)."""
+        archive ``digest`` of a version of ``name`` as ``sign`` stores its own, checked
+        first (``registry/_adoption.py``: ``bundle`` signs exactly ``digest``; ``signer`` and
+        ``kind`` as the source recorded them choose which bundles a check tries, as ever);
+        the same bundle again stores nothing.
+
+        Raises:
+            SignatureError: a bundle that is not one of ``digest`` by ``signer``.
+            ConflictError: ``signer`` has another signature of ``digest`` stored.
+            NotFoundError: no version of ``name`` has the archive ``digest``.
+            PermissionDeniedError: (a server) the token may not write ``name``.
+        """
         self.lacks("storing a signature made elsewhere (a mirror or an OCI pull)")
 
-    def adopt_findings(self, rows: Sequence[Mapping[str, Any]]) -> int:
+    def adopt_findings(self, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Stores audit findings measured elsewhere (``audits`` rows: ``digest``, ``level``,
-        ``jax_version``, ...), each at most once; returns how many were new."""
+        ``jax_version``, ..., ``registry/_adoption.py``'s ``FINDING_FIELDS``) about archives
+        of versions of ``name``, each at most once; returns how many were new.
+
+        Raises:
+            InvalidNameError: a row that is not a finding.
+            NotFoundError: a finding of an archive that no version of ``name`` has.
+            PermissionDeniedError: (a server) the token may not write ``name``.
+        """
         self.lacks("storing audit findings made elsewhere (a mirror or an OCI pull)")
 
     # -- what needs the database in this process ---------------------------------------------

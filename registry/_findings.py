@@ -23,6 +23,7 @@ from sqlalchemy import Engine, insert, select
 
 from jaxport import NotFoundError
 from jaxport.registry import _db
+from jaxport.registry._adoption import FINDING_FIELDS, check_findings, held
 from jaxport.registry._audit_targets import Target, audit_targets, finding_of, stored_findings
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, header_info, parts_of
@@ -111,24 +112,31 @@ class Findings:
                 conn.execute(insert(AuditRow), rows)
         return findings
 
-    def adopt(self, rows: Sequence[Mapping[str, Any]]) -> int:
+    def adopt(self, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Stores findings measured elsewhere (``audits`` rows as ``_audit_row`` makes them,
-        with ``examples_digest``), each row once: one with the same key and ``created_at`` as
-        a stored one is skipped. Returns how many were stored."""
-        if not rows:
+        with ``examples_digest``) about archives of versions of ``name``, each once checked
+        (``registry/_adoption.py``): one with the same key and ``created_at`` as a stored
+        one is skipped. Returns how many were stored.
+
+        Raises:
+            InvalidNameError: a row that is not a finding, or over ``MAX_FINDINGS`` rows.
+            NotFoundError: a finding of an archive that no version of ``name`` has.
+        """
+        wanted = check_findings(rows)
+        if not wanted:
             return 0
-        wanted = [{k: r[k] for k in _ADOPTED} for r in rows]
         digests = sorted({r["digest"] for r in wanted})
         with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
+            held(conn, name, digests)
             stored = conn.execute(
-                select(*(getattr(AuditRow, k) for k in _ADOPTED)).where(
+                select(*(getattr(AuditRow, k) for k in FINDING_FIELDS)).where(
                     AuditRow.digest.in_(digests)
                 )
             ).all()
             seen = {tuple(r) for r in stored}
             new = []
             for r in wanted:
-                key = tuple(r[k] for k in _ADOPTED)
+                key = tuple(r[k] for k in FINDING_FIELDS)
                 if key not in seen:
                     seen.add(key)
                     new.append(r)
@@ -339,13 +347,6 @@ def _new_finding(
         t.name, t.version, t.measure[0], jax_version, jaxlib_version, t.platform, r.status,
         r.reason, r.checks, r.seconds, now, level=level, devices=devices.get(t.platform),
     )  # fmt: skip
-
-
-#: The columns of an ``audits`` row that ``Findings.adopt`` copies (all but its id).
-_ADOPTED = (
-    "digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
-    "examples_digest", "status", "reason", "details_json", "seconds", "created_at",
-)  # fmt: skip
 
 
 def _audit_row(f: Finding) -> dict[str, Any]:

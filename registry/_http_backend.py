@@ -20,12 +20,13 @@ client's ``jaxport ls`` costs an interpreter start and one request.
 from __future__ import annotations
 
 import builtins
+import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from jaxport import IntegrityError
+from jaxport import IntegrityError, RegistryError, SignatureError
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry._backend import Backend, PushOptions
 from jaxport.registry._config import safe_url
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
     from jaxport.export import Model
 
 __all__ = ["HttpBackend", "HttpTokens"]
+
+#: Findings per adoption request (the server takes at most 1,000), and their JSON's bytes.
+_FINDINGS_BATCH = 500
+_BATCH_BYTES = 1 << 20
 
 
 class HttpTokens:
@@ -267,6 +272,41 @@ class HttpBackend(Backend):
             raise
         return from_wire(PushResult, answer)  # type: ignore[no-any-return]
 
+    def adopt_signature(
+        self, name: str, digest: str, bundle: bytes, signer: str, kind: str
+    ) -> Signature:
+        """``POST /signatures/{name}`` (``server/_api_adopt.py``: the server checks the bundle
+        as a direct registry does); a server without the route (older) is
+        ``UnsupportedFeatureError``."""
+        try:
+            text = bundle.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SignatureError(
+                "a signature bundle that is not UTF-8 JSON", digest=digest
+            ) from None
+        body = {"digest": digest, "bundle": text, "signer": signer, "kind": kind}
+        answer = self._adopting("/signatures", name, body, "a signature made elsewhere")
+        return from_wire(Signature, answer)  # type: ignore[no-any-return]
+
+    def adopt_findings(self, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """``POST /findings/{name}``, in batches of at most ``_FINDINGS_BATCH`` rows and
+        about 1 MiB of JSON; a server without the route (older) is
+        ``UnsupportedFeatureError``."""
+        stored = 0
+        for batch in _batches(rows):
+            body = {"findings": batch}
+            answer = self._adopting("/findings", name, body, "findings made elsewhere")
+            stored += int(answer["stored"])
+        return stored
+
+    def _adopting(self, route: str, name: str, body: dict[str, Any], what: str) -> Any:
+        try:
+            return self._http.json("POST", f"{route}/{_seg(name)}", json=body)
+        except RegistryError as e:
+            if type(e) is RegistryError:  # 404 or 405 of a server without the route
+                self.lacks(f"storing {what} (this server is older than its route)")
+            raise
+
     def missing_blobs(self, digests: Sequence[str]) -> builtins.list[str]:
         answer = self._http.json("POST", "/blobs/missing", json={"digests": list(digests)})
         return list(answer["missing"])
@@ -374,6 +414,22 @@ class HttpBackend(Backend):
         if progress is not None:
             progress(len(found), len(found))
         return found  # type: ignore[no-any-return]
+
+
+def _batches(rows: Sequence[Mapping[str, Any]]) -> Iterator[builtins.list[dict[str, Any]]]:
+    """``rows`` in batches of at most ``_FINDINGS_BATCH`` rows whose JSON is about
+    ``_BATCH_BYTES`` at most (one larger row goes alone: the server's body limit holds it)."""
+    batch: builtins.list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        row_size = len(json.dumps(dict(row)))
+        if batch and (len(batch) == _FINDINGS_BATCH or size + row_size > _BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(dict(row))
+        size += row_size
+    if batch:
+        yield batch
 
 
 def _left_behind(url: str, sent: Sequence[int]) -> str:

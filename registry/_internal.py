@@ -40,6 +40,7 @@ from jaxport.registry._wire import to_wire as to_wire
 from jaxport.registry._workdirs import sweep_commit_dirs as sweep_commit_dirs
 
 if TYPE_CHECKING:
+    from jaxport.registry._adoption import MAX_FINDINGS as MAX_FINDINGS
     from jaxport.registry._config import RegistryConfig as RegistryConfig
     from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
     from jaxport.registry._config import is_server_url as is_server_url

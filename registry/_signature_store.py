@@ -4,9 +4,7 @@ enforcing a ``SignaturePolicy`` (``registry/_signatures.py`` says what a signatu
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -14,8 +12,9 @@ from typing import Any
 from sqlalchemy import Engine, Row, delete, insert, select
 
 from jaxport import SignatureError
-from jaxport._signing import MAX_BUNDLE_BYTES, Trusted, sign_digest, verify_digest
+from jaxport._signing import Trusted, sign_digest, verify_digest
 from jaxport.registry import _db
+from jaxport.registry._adoption import already_stored, check_signature, held
 from jaxport.registry._blobs import BlobStore, read_verified
 from jaxport.registry._model_parts import MODEL, archive_chunks, parts_of
 from jaxport.registry._models import BlobRow, SignatureRow
@@ -109,20 +108,28 @@ class Signatures:
                 found.append(SignatureCheck(variant, signer, None))
         return found
 
-    def adopt(self, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
-        """Stores a bundle made elsewhere (a mirror, an OCI pull) as ``sign`` stores its own,
-        unless that signer's signature of ``digest`` with these bytes is there already.
-        Nothing in it is trusted: a policy or ``verify`` checks it with the caller's keys.
+    def adopt(self, name: str, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
+        """Stores a bundle made elsewhere (a mirror, an OCI pull) of the archive ``digest``
+        of a version of ``name`` as ``sign`` stores its own, once checked
+        (``registry/_adoption.py``); the same bundle again stores nothing. A policy or
+        ``verify`` checks it with the caller's keys.
 
         Raises:
-            SignatureError: a bundle over ``MAX_BUNDLE_BYTES`` or not a JSON object, a signer
-                that is not a sha256 fingerprint, a kind other than key or certificate.
+            SignatureError: a bundle that is not a model-signing bundle of ``digest`` (over
+                ``MAX_BUNDLE_BYTES``, not JSON, another archive's), a signer that is not a
+                sha256 fingerprint, a kind other than key or certificate, a certificate
+                signature whose certificate is not the signer's or does not verify it.
+            ConflictError: the signer has another signature of ``digest`` stored.
+            NotFoundError: no version of ``name`` has the archive ``digest``.
         """
-        _check_adopted(digest, bundle, signer, kind)
-        bundle_digest = hashlib.sha256(bundle).hexdigest()
-        for row, _ in self._stored(digest):
-            if row.signer == signer and row.bundle_digest == bundle_digest:
-                return Signature(digest, signer, row.kind, row.created_at, bundle_digest)
+        check_signature(digest, bundle, signer, kind)
+        with _db.translating_db_errors(), self._engine.connect() as conn:
+            held(conn, name, [digest])
+        stored = self._stored(digest)
+        mine = [(str(row.signer), str(row.bundle_digest)) for row, _ in stored]
+        if already_stored(mine, digest, signer, bundle):
+            row = next(row for row, _ in stored if row.signer == signer)
+            return Signature(digest, signer, row.kind, row.created_at, row.bundle_digest)
         return self._store(digest, bundle, signer, kind)
 
     def _stored(self, digest: str) -> list[tuple[Row[Any], bytes]]:
@@ -176,24 +183,6 @@ class Signatures:
                 expected=variant.digest,
                 found=digest.hexdigest(),
             )
-
-
-def _check_adopted(digest: str, bundle: bytes, signer: str, kind: str) -> None:
-    """What ``adopt`` refuses before storing anything (see it)."""
-    if len(bundle) > MAX_BUNDLE_BYTES:
-        raise SignatureError(
-            f"a signature bundle of {len(bundle)} bytes (at most {MAX_BUNDLE_BYTES})", digest=digest
-        )
-    try:
-        parsed = json.loads(bundle)
-    except (ValueError, RecursionError):
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise SignatureError("a signature bundle that is not a JSON object", digest=digest)
-    if not isinstance(signer, str) or not re.fullmatch(r"[0-9a-f]{64}", signer):
-        raise SignatureError(f"a signer that is not a sha256 fingerprint: {signer!r:.80}")
-    if kind not in ("key", "certificate"):
-        raise SignatureError(f"a signature kind {kind!r:.40}: key or certificate")
 
 
 def _meet(

@@ -318,11 +318,13 @@ class SqlBackend(Backend):
     ) -> builtins.list[SignatureCheck]:
         return self._signatures.verify(self.queries.get(reference), keys)
 
-    def adopt_signature(self, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
-        return self._signatures.adopt(digest, bundle, signer, kind)
+    def adopt_signature(
+        self, name: str, digest: str, bundle: bytes, signer: str, kind: str
+    ) -> Signature:
+        return self._signatures.adopt(name, digest, bundle, signer, kind)
 
-    def adopt_findings(self, rows: Sequence[Mapping[str, Any]]) -> int:
-        return self._findings.adopt(rows)
+    def adopt_findings(self, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        return self._findings.adopt(name, rows)
 
     # -- what needs the database in this process ---------------------------------------------
 

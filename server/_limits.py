@@ -3,7 +3,8 @@
 Bodies. Every body has a limit by route, checked before it is read (by its ``Content-Length``)
 and as it arrives (a body without one): a part upload ``--max-upload`` bytes; a commit, a
 ``missing`` question or an upload's start or completion ``MAX_LIST_BODY`` (a commit of
-``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); any other body ``MAX_BODY``. A JSON
+``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); a signature's or findings'
+adoption ``MAX_ADOPT_BODY``; any other body ``MAX_BODY``. A JSON
 body is parsed in a worker thread (``OffLoopJSON``), never on the event loop, and refused (400)
 past ``MAX_JSON_DEPTH`` levels, ``MAX_JSON_VALUES`` values or a string of ``MAX_JSON_STRING``
 characters, so that what the route's model then validates on the loop is small.
@@ -42,6 +43,7 @@ __all__ = [
     "BUDGET_WAIT",
     "DEFAULT_MEMORY_BUDGET",
     "JSON_MEMORY_FACTOR",
+    "MAX_ADOPT_BODY",
     "MAX_BODY",
     "MAX_COMMIT_PARTS",
     "MAX_DIGESTS",
@@ -62,6 +64,10 @@ MAX_BODY = 64 << 10
 #: The largest commit (``POST /api/v1/versions``) or ``POST /api/v1/blobs/missing`` body,
 #: in bytes: ``MAX_COMMIT_PARTS`` parts at about 110 bytes of JSON each, and slack.
 MAX_LIST_BODY = 16 << 20
+#: The largest body of an adoption (``POST /api/v1/signatures/NAME``, ``/findings/NAME``,
+#: ``server/_api_adopt.py``), in bytes: a bundle of ``MAX_BUNDLE_BYTES`` as a JSON string
+#: (escaped), or findings a client sends in batches of at most 1 MiB.
+MAX_ADOPT_BODY = 4 << 20
 #: Most parts of all the archives of one commit: two models of ``MAX_MODEL_SECTIONS``
 #: (``jaxport.export``: 65,536) sections each.
 MAX_COMMIT_PARTS = 1 << 17
@@ -105,12 +111,18 @@ _LIST_ROUTES = frozenset(
 )
 
 
+#: The POST routes, each followed by a name, whose body is an adoption.
+_ADOPT_ROUTES = (_API + "signatures/", _API + "findings/")
+
+
 def body_limit(method: str, path: str, max_upload: int) -> int:
     """The largest body, in bytes, of a request to ``method path`` (see the module's doc)."""
     if method == "PUT" and path.startswith(_API + "blobs/"):
         return max_upload
     if method == "POST" and path in _LIST_ROUTES:
         return MAX_LIST_BODY
+    if method == "POST" and path.startswith(_ADOPT_ROUTES):
+        return MAX_ADOPT_BODY
     return MAX_BODY
 
 

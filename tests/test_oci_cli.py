@@ -113,9 +113,9 @@ def test_mirror_through_a_real_oci_registry(tmp_path, monkeypatch):
 
 
 def test_mirror_to_and_from_a_registry_server(tmp_path):
-    """Through ``jaxport serve``: a server as the destination stores versions and aliases (its
-    clients cannot store signatures or findings made elsewhere: a note says so); as the
-    source, everything comes back."""
+    """Through ``jaxport serve``: a server as the destination stores versions, aliases,
+    signatures and findings (``server/_api_adopt.py``); as the source, everything comes
+    back."""
     from _server import admin_token, serving
 
     from jaxport.registry import bundle_export, bundle_import, mirror
@@ -127,7 +127,7 @@ def test_mirror_to_and_from_a_registry_server(tmp_path):
         client = Registry(server.url, token=admin_token(db, blobs))
         out = mirror(src, client)
         assert out.versions == ["fn:1", "mlp:1", "mlp:2"]
-        assert any("signatures and findings not stored" in n for n in out.notes)
+        assert out.signatures == 2 and out.findings == 2 and not out.notes
         assert client.aliases("mlp") == {"prod": 2}
         assert not mirror(src, client).copied_anything
         dst = Registry(f"sqlite:///{tmp_path / 'dst.db'}", blobs=tmp_path / "dst-blobs")

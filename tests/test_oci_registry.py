@@ -92,7 +92,7 @@ def _sign(reg: Registry, ref: str, tmp_path: Path) -> None:
 def _finding(digest: str) -> dict:
     return {
         "digest": digest,
-        "level": "run",
+        "level": "full",
         "jax_version": jax.__version__,
         "jaxlib_version": jax.__version__,
         "platform": "cpu",
@@ -109,7 +109,7 @@ def _finding(digest: str) -> dict:
 def test_function_round_trip_with_signatures_and_findings(reg, other, served, tmp_path):
     pushed = reg.push([_function("cpu"), _function("cuda")], "fn", vjp_order=1, aliases=["prod"])
     _sign(reg, "fn:1", tmp_path)
-    reg._backend.adopt_findings([_finding(pushed.variants[0].digest)])
+    reg._backend.adopt_findings("fn", [_finding(pushed.variants[0].digest)])
     url = f"oci://{served.host}/team/fn"
     sent = reg.oci_push("fn:1", url + ":stable")
     assert (
