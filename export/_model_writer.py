@@ -119,9 +119,10 @@ class _Writer:
 
     A hashing thread takes the largest job left, hashes it a chunk at a time and hands each
     chunk to the writer; the writer writes what it is handed, in the order handed, and when
-    every hashing thread has a job and jobs are left, takes one itself (hashing a chunk,
-    writing what was handed meanwhile, then the chunk). Only the writer writes: threads
-    never wait for each other on the file (its lock), whatever else runs on the machine.
+    every hashing thread has a job and more jobs are left than hashing threads, takes one
+    itself (hashing a chunk, writing what was handed meanwhile, then the chunk). Only the
+    writer writes: threads never wait for each other on the file (its lock), whatever else
+    runs on the machine.
     """
 
     def __init__(self, fd: int, layout: ModelLayout):
@@ -197,7 +198,9 @@ class _Writer:
 
     def _write_all(self) -> None:
         """The writer: what is handed, and a job of its own while every hashing thread has
-        one; returns once every job is hashed and every chunk written, or a thread failed."""
+        one and more jobs are left than there are hashing threads (the writer, which also
+        writes everything, would finish the last ones alone while a core idles); returns once
+        every job is hashed and every chunk written, or a thread failed."""
         while True:
             job = None
             with self._cond:
@@ -205,8 +208,8 @@ class _Writer:
                     if self._handed:
                         offset, data = self._handed.popleft()
                         break
-                    if self._jobs and self._hashing >= self._hashers:
-                        job = self._jobs.pop()
+                    if len(self._jobs) > self._hashers and self._hashing >= self._hashers:
+                        job = self._jobs.pop()  # the last ones are left to the hashing threads
                         break
                     if not self._jobs and not self._hashing:
                         return
