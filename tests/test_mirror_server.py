@@ -28,7 +28,9 @@ from jaxport import (
     UnsupportedFeatureError,
 )
 from jaxport._signing import MAX_BUNDLE_BYTES, sign_digest
-from jaxport.registry import mirror
+from jaxport.registry import CopyReport, mirror
+from jaxport.registry._http_backend import HttpBackend
+from jaxport.registry._oci_mapping import Attached, adopt_attached
 from jaxport.server._limits import MAX_ADOPT_BODY
 
 ALL = ["fn:1", "mlp:1", "mlp:2"]
@@ -219,7 +221,22 @@ def test_a_direct_registry_checks_what_it_adopts(registry, tmp_path):
     assert backend.adopt_findings("fn", [_finding(digest)] * 2) == 1
 
 
-def test_a_server_without_the_routes_is_unsupported(teams):
+def test_a_server_without_the_routes_is_a_note(teams, tmp_path, monkeypatch):
+    """A server older than the routes answers 404: the mirror's report says what it did not
+    store, and nothing is."""
     _, admin, _ = teams
-    with pytest.raises(UnsupportedFeatureError, match="older than its route"):
-        admin._backend._adopting("/no-such-route", "team-a-fn", {}, "findings made elsewhere")
+    real = HttpBackend._adopting
+    monkeypatch.setattr(
+        HttpBackend, "_adopting", lambda self, route, *rest: real(self, "/older" + route, *rest)
+    )
+    digest = admin.get("team-a-fn:1").digests[0]
+    signed = sign_digest(digest, signing_key(tmp_path)[0])
+    attached = Attached([(digest, signed.bundle, signed.signer, "key")], [_finding(digest)])
+    report = CopyReport()
+    adopt_attached(admin, attached, "team-a-fn:1", report)
+    [note] = report.notes
+    assert "signatures and findings not stored" in note and "older than its route" in note
+    assert report.signatures == report.findings == 0
+    assert admin.signatures("team-a-fn:1") == [] and admin.audit_results(name="team-a-fn") == []
+    with pytest.raises(UnsupportedFeatureError):
+        admin._backend.adopt_findings("team-a-fn", [_finding(digest)])
