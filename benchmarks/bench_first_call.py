@@ -24,7 +24,22 @@ and the module sandbox's verdict cache every jaxport side reads):
 - ``... + persistent cache``: the same with jax's persistent compilation cache on
   (``jax_compilation_cache_dir``, ``jax_persistent_cache_min_compile_time_secs=0``,
   ``jax_persistent_cache_min_entry_size_bytes=-1``), filled by the warm-up round: the compile
-  is a cache hit (the child counts ``/jax/compilation_cache/cache_hits`` to show it).
+  is a cache hit (the child counts ``/jax/compilation_cache/cache_hits`` to show it);
+- ``jaxport pull_model + persistent cache``: ``pull_model`` as above, its compile a warm hit of
+  the persistent cache (the peer of the next side);
+- ``jaxport pull_model(use_compiled=True)``: the compiled set ``Registry.compile`` stored and
+  signed when the files were built (issue 27 §2), verified and written into jax's cache
+  directory by ``Registry.use_compiled`` ("seed": the trusted key loaded, the signature, the
+  host's key fields, each file's sha256, the writes), then ``pull_model`` and the first call,
+  a cache hit. The signature's verdict is this host's, recorded by the warm-up round's process
+  (``registry/_compiled_verdicts.py``): a replica starting again;
+- ``..., first on the host``: the same with no recorded verdict: ``model-signing`` verifies the
+  bundle (its import included).
+
+The compiled side is compared, ratios of medians from the same rounds, with the warm hit of
+the same path (target <= 1.2x) and the cold ``jaxport pull_model`` (target <= 0.2x); the
+"floor" is the cold total less its compile phase, over the cold total: no executable, however
+fast to load, goes below it.
 
 How the phases are separated: "connect" is ``jaxport.Registry(...)``; the open (``load_model``
 / ``pull_model``; for jax the reads, "read", and ``deserialize``, timed apart) is timed around
@@ -65,10 +80,16 @@ SIDES = [
     "jax deserialize",
     "jax deserialize + persistent cache",
     "jaxport load_model + persistent cache",
+    "jaxport pull_model + persistent cache",
+    "jaxport pull_model(use_compiled=True)",
+    "jaxport pull_model(use_compiled=True), first on the host",
 ]
+#: The compiled sides' ratios: against the warm cache hit of the same path, and the cold compile.
+COMPILED, FIRST, WARM, COLD = SIDES[-2], SIDES[-1], SIDES[-3], SIDES[1]
 PHASES = [
     "connect",
     "read",
+    "seed",
     "open",
     "trace",
     "lower",
@@ -120,6 +141,16 @@ def child(side: str, model: str, where: Path) -> None:
             t = time.perf_counter()
             reg = jaxport.Registry(f"sqlite:///{where / 'reg.db'}", blobs=str(where / "blobs"))
             out["connect"] = time.perf_counter() - t
+            if side in (COMPILED, FIRST):  # the signed set verified, written to jax's cache dir
+                verdicts = os.environ["JAXPORT_CACHE"]
+                if side == FIRST:  # no verdict of an earlier process: model-signing verifies
+                    os.environ["JAXPORT_CACHE"] = tempfile.mkdtemp(dir=where)
+                t = time.perf_counter()
+                use = reg.use_compiled(model, policy=jaxport.CompiledPolicy([where / "key.pub"]))
+                out["seed"] = time.perf_counter() - t
+                os.environ["JAXPORT_CACHE"] = verdicts  # the sandbox's verdicts as the others
+                if not use.used:
+                    raise SystemExit(f"the compiled set was not used: {use.reason}")
             t = time.perf_counter()
             served = reg.pull_model(model)
         else:
@@ -155,7 +186,8 @@ def child(side: str, model: str, where: Path) -> None:
     first_call = time.perf_counter() - t
     out.update(durations)
     out["run"] = first_call - sum(durations.values())
-    out["total"] = out.get("connect", 0.0) + out.get("read", 0.0) + out["open"] + first_call
+    before = out.get("connect", 0.0) + out.get("read", 0.0) + out.get("seed", 0.0)
+    out["total"] = before + out["open"] + first_call
     t = time.perf_counter()
     jax.block_until_ready(call())
     out["2nd call"] = time.perf_counter() - t
@@ -211,8 +243,9 @@ def _gpt2(quick: bool) -> tuple[Any, Any, Any]:
 
 
 def build(name: str, made: tuple[Any, Any, Any], where: Path) -> int:
-    """``name``'s jaxport archive (also pushed to the registry in ``where``), its method's
-    jax serialization, its parameters as safetensors, its input; the parameter count."""
+    """``name``'s jaxport archive (also pushed to the registry in ``where`` and compiled there
+    by ``Registry.compile``, signed with ``where/key.pem``), its method's jax serialization, its
+    parameters as safetensors, its input; the parameter count."""
     import jax
     import numpy as np
     from safetensors.numpy import save_file
@@ -225,7 +258,10 @@ def build(name: str, made: tuple[Any, Any, Any], where: Path) -> int:
     model.save(where / f"{name}.jaxport")
     reg = jaxport.Registry(f"sqlite:///{where / 'reg.db'}", blobs=str(where / "blobs"))
     reg.push(str(where / f"{name}.jaxport"), name)
+    (made_set,) = reg.compile(name, private_key=where / "key.pem")
     reg.close()
+    if made_set.status != "stored":
+        raise SystemExit(f"{name}: compiled set {made_set.status}: {made_set.reason}")
     (where / f"{name}.jaxexport").write_bytes(model.exported["logits"].serialize())
     leaves = jax.tree.leaves(params)
     save_file({f"{i:05d}": np.ascontiguousarray(v) for i, v in enumerate(leaves)},
@@ -286,11 +322,14 @@ def main() -> None:
     gpt2 = "GPT-2 tiny" if args.quick else "GPT-2 small"
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         where = Path(tmp)
+        _signing_key(where)
         sizes = {
             "MLP": build("MLP", _mlp(), where),
             gpt2: build(gpt2.replace(" ", "-"), _gpt2(args.quick), where),
         }
         table: list[str] = []
+        compiled: list[str] = []
+        firsts: list[str] = []
         for model, count in sizes.items():
             key = model.replace(" ", "-")
             runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
@@ -301,6 +340,11 @@ def main() -> None:
                         runs[side].append(result)
             checks = {round(r["checksum"], 3) for rs in runs.values() for r in rs}
             base = statistics.median(r["total"] for r in runs["jax deserialize"])
+            compiled.append(_compiled_ratios(model, runs))
+            first = statistics.median(r["total"] for r in runs[FIRST])
+            warm = statistics.median(r["total"] for r in runs[WARM])
+            cold = statistics.median(r["total"] for r in runs[COLD])
+            firsts.append(f"{model} {first / warm:.2f}x the warm hit, {first / cold:.2f}x cold")
             for side in SIDES:
                 rs = runs[side]
                 cells = [_cell([r[p] for r in rs if p in r]) for p in PHASES]
@@ -317,6 +361,44 @@ def main() -> None:
     print("| model (params) | side | " + " | ".join(PHASES) + " | total / jax | cache hits |")
     print("|---|---|" + "---|" * (len(PHASES) + 2))
     print("\n".join(table))
+    print(f"\n{COMPILED} (issue 27 §2; targets <= 1.2x the warm hit, <= 0.2x the cold compile)")
+    print("| model | vs warm cache hit | vs cold compile | cold's floor (no compile at all) "
+          "| cold compile phase | compile phase with the set |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    print("\n".join(compiled))
+    print(f"first on the host (model-signing verifies): {', '.join(firsts)}")
+
+
+def _compiled_ratios(model: str, runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The compiled side against the warm hit and the cold compile, ratios of medians of the
+    same rounds; the floor is the cold total less its compile phase over the cold total (what
+    no executable, however fast to load, can go below)."""
+
+    def med(side: str, phase: str) -> float:
+        return statistics.median(r[phase] for r in runs[side])
+
+    total = med(COMPILED, "total")
+    floor = (med(COLD, "total") - med(COLD, "compile")) / med(COLD, "total")
+    return (
+        f"| {model} | **{total / med(WARM, 'total'):.2f}x** | **{total / med(COLD, 'total'):.2f}x**"
+        f" | {floor:.2f}x | {med(COLD, 'compile') * 1e3:,.0f} ms"
+        f" | {med(COMPILED, 'compile') * 1e3:,.1f} ms |"
+    )
+
+
+def _signing_key(where: Path) -> None:
+    """An EC P-256 key pair, ``key.pem`` and ``key.pub``, that signs the compiled sets."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())  # fmt: skip
+    (where / "key.pem").write_bytes(pem)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (where / "key.pub").write_bytes(public)
 
 
 if __name__ == "__main__":
