@@ -307,14 +307,16 @@ def adopt_attached(registry: Registry, attached: Attached, where: str, report: C
     """Stores ``attached`` in ``registry`` at the version ``where`` (``NAME:VERSION``),
     counting only what is new. A signature that is not one of its archive
     (``registry/_adoption.py``), or whose signer has another stored there, is not stored: a
-    note says so, as it does where the backend cannot store them (a registry server older
-    than the adopt routes).
+    note says so, as it does where the backend cannot store signatures or findings (a
+    registry server older than the adopt routes; one without the signing extra stores the
+    findings only).
 
     Raises:
         InvalidNameError: a finding that is not one.
     """
     backend = registry._backend
     name = where.rpartition(":")[0]
+    lacking: list[tuple[str, UnsupportedFeatureError]] = []
     try:
         for digest, bundle, signer, kind in attached.signatures:
             before = {s.bundle_digest for s in registry.signatures(where)}
@@ -324,10 +326,16 @@ def adopt_attached(registry: Registry, attached: Attached, where: str, report: C
                 report.notes.append(f"{where}: a signature not stored: {e}")
                 continue
             report.signatures += stored.bundle_digest not in before
+    except UnsupportedFeatureError as e:  # no route, or no signing extra where it is checked
+        lacking.append(("signatures", e))
+    try:
         if attached.findings:
             report.findings += backend.adopt_findings(name, attached.findings)
     except UnsupportedFeatureError as e:
-        report.notes.append(f"{where}: signatures and findings not stored: {e}")
+        lacking.append(("findings", e))
+    if lacking:
+        what = " and ".join(w for w, _ in lacking)
+        report.notes.append(f"{where}: {what} not stored: {lacking[0][1]}")
 
 
 def write_variant(
