@@ -287,6 +287,7 @@ def test_cli_push_and_pull(reg, served, tmp_path):
     )
     assert pulled.returncode == 0, pulled.stderr
     assert out.read_bytes() == reg.pull_bytes("clifn:1")
+    assert f"(1 layers, {out.stat().st_size} bytes fetched)" in pulled.stdout  # one archive
     env_b = {
         **env,
         "JAXPORT_REGISTRY": f"sqlite:///{tmp_path / 'c.db'}",
