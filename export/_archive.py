@@ -18,6 +18,7 @@ from jaxport.export import (
     _container,
     _custom_calls,
     _fb,
+    _fb_builder,
     _level_sections,
     _modules,
     _streamed,
@@ -209,7 +210,7 @@ def _encode_header(
     vjp_order: int,
     metadata: list[tuple[str, str]],
 ) -> bytes:
-    builder = flatbuffers.Builder(4096)
+    builder = _fb_builder.Builder(4096)
     exported = None
     avals = AvalTables()
     for exp, ref in reversed(list(zip(chain, refs, strict=True))):

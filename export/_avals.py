@@ -126,14 +126,17 @@ def _shareable_key(aval: Any) -> Any:
     sharding = getattr(aval, "sharding", None)
     if isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh.axis_names:
         return None
-    if not all(core.is_constant_dim(d) for d in aval.shape):
+    shape = tuple(aval.shape)
+    # ints first: a header has tens of avals, and is_constant_dim costs a call per dimension
+    if not all(type(d) is int or core.is_constant_dim(d) for d in shape):
         return None
+    vma = getattr(aval, "vma", None)
     return (
-        tuple(aval.shape),
+        shape,
         aval.dtype,
         bool(aval.weak_type),
         _compat.memory_space_name(aval),
-        tuple(_compat.vma_of(aval)),
+        tuple(_compat.vma_of(aval)) if vma else (),
     )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from jaxport import CorruptArchiveError
 from jaxport.export import _limits
 from jaxport.export._boundary import translating_read_errors
+from jaxport.export._fb_builder import Builder
 
 __all__ = [
     "bytes_vector",
@@ -43,6 +44,8 @@ T = TypeVar("T")
 
 
 def _offsets_vector(builder: flatbuffers.Builder, offsets: Sequence[int]) -> int:
+    if isinstance(builder, Builder):  # the same bytes, in one step
+        return int(builder.offsets_vector(offsets))
     builder.StartVector(4, len(offsets), 4)
     for off in reversed(offsets):
         builder.PrependUOffsetTRelative(off)
