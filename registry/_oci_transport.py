@@ -3,7 +3,8 @@ at a time (httpcore asks the socket for 64 KiB), so a blob of a GiB passes throu
 and h11's per-read Python code and the client's per-chunk work (count, hash hand-over, file
 write) 16x fewer times: the CPU of a 512 MiB ``oci pull -o`` -15 % (``bench_oci.py``). Used by
 ``registry/_oci_client.py``; a read returns what the socket has, so small answers are as
-before.
+before. Over TLS a read returns at most one record (16 KiB) whatever is asked: the gain is
+on plain ``http`` (a registry on this machine, or ``--insecure``).
 """
 
 from __future__ import annotations

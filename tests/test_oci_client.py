@@ -546,3 +546,92 @@ def test_large_blobs_are_streamed_not_held(monkeypatch):
         finally:
             tracemalloc.stop()
         assert count == blob_size and pulled_peak < 16 << 20, pulled_peak
+
+
+def test_reads_ask_the_socket_for_a_mib():
+    """The client's connections (``registry/_oci_transport.py``) ask for at least
+    ``READ_BYTES`` per receive, whatever httpcore asks (64 KiB), also once TLS is started."""
+    from jaxport.registry._oci_transport import READ_BYTES, _LargeReads
+
+    asked: list[int] = []
+
+    class Inner:
+        def read(self, max_bytes, timeout=None):
+            asked.append(max_bytes)
+            return b"x"
+
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return self
+
+    stream = _LargeReads(Inner())
+    assert stream.read(65536) == b"x"
+    stream.start_tls(None).read(100)
+    stream.read(4 * READ_BYTES)
+    assert asked == [READ_BYTES, READ_BYTES, 4 * READ_BYTES]
+
+
+def _certificate(tmp_path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1: (certificate file, key file)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_file), str(key_file)
+
+
+def test_https_goes_through_the_clients_transport_verified(tmp_path, monkeypatch):
+    """Over https the client's own transport checks the certificate: a registry whose
+    certificate is not trusted is refused before any request reaches it; once trusted, a
+    3 MiB blob comes back whole and verified."""
+    import ssl
+
+    from jaxport import ServerUnavailableError
+    from jaxport.registry._oci_url import OciUrl
+
+    cert_file, key_file = _certificate(tmp_path)
+    data = os.urandom(3 << 20)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    with fake_registry() as server:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert_file, key_file)
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        server.blobs[digest] = data
+        url = OciUrl(server.host, "r", None, None, "https")
+        with pytest.raises(ServerUnavailableError), OciRepository(url) as repo:
+            repo.has_blob(digest)
+        assert server.seen == []
+        trusted = ssl.create_default_context(cafile=cert_file)
+        monkeypatch.setattr(_oci_client, "tls_context", lambda: trusted)
+        with OciRepository(url) as repo:
+            assert b"".join(repo.fetch_blob(digest, len(data))) == data
