@@ -22,6 +22,7 @@ from jaxport.export import (
     _level_sections,
     _modules,
     _streamed,
+    _streamed_levels,
     _vetting,
 )
 from jaxport.export._avals import AvalTables
@@ -451,18 +452,22 @@ def save(
     The bytes go to a unique temporary file in the same directory, which is flushed, fsynced
     and renamed over ``path``: a reader sees the old file or the whole new one, never a part.
     A function with VJPs (format version 4) has each level's module in a section of its own
-    (``_level_sections``: large ones compressed at once, each in a thread); a module of 8 MiB
-    or more without VJPs is written as zstd compresses it (``_streamed``).
+    (``_level_sections``: large ones compressed at once, each in a thread, and from 8 MiB in
+    all each section written as soon as it and those before it are known, ``_streamed_levels``);
+    a module of 8 MiB or more without VJPs is written as zstd compresses it (``_streamed``).
 
     Raises:
         OSError: the directory is missing or not writable.
         UnsupportedFeatureError, UnsupportedVersionError: see ``dumps``.
     """
     chain, first = _planned(exported, vjp_order, metadata)
+    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
+    if len(chain) > 1 and sum(len(m) for m in modules) >= PARALLEL_BYTES:
+        _streamed_levels.save_levels_streamed(path, modules, "the Exported", first)
+        return
     if len(chain) > 1:
         atomic_write(path, _with_levels(chain, first))
         return
-    modules = [bytes(exp.mlir_module_serialized) for exp in chain]
     if sum(len(m) for m in modules) < PARALLEL_BYTES:
         chunks, section, refs = module_section(chain, "the Exported")
         atomic_write(path, [first(refs, [section]), *chunks])

@@ -41,6 +41,7 @@ __all__ = [
     "compress_tensor",
     "frame_chunks",
     "raw_section",
+    "samples_pay",
 ]
 
 #: A section whose zstd frame would be more than this fraction of its bytes is stored raw.
@@ -94,7 +95,7 @@ def frame_chunks(parts: Sequence[bytes | memoryview], digest: Sha256Beside) -> I
             can only grow), or at once for one large part whose samples do not compress.
     """
     total = sum(len(p) for p in parts)
-    if len(parts) == 1 and total >= SAMPLED_BYTES and not _samples_pay(parts[0]):
+    if len(parts) == 1 and total >= SAMPLED_BYTES and not samples_pay(parts[0]):
         raise DoesNotPay
     compressor = zstandard.ZstdCompressor(compression_params=_section_parameters(total))
     stream = compressor.compressobj(size=total)
@@ -108,7 +109,7 @@ def frame_chunks(parts: Sequence[bytes | memoryview], digest: Sha256Beside) -> I
             yield chunk
 
 
-def _samples_pay(part: bytes | memoryview) -> bool:
+def samples_pay(part: bytes | memoryview) -> bool:
     """Whether ``_SAMPLES`` pieces of ``part``, spread across it and each compressed alone at
     the section's level, keep at most ``RAW_ABOVE`` of their bytes."""
     view = memoryview(part).cast("B")

@@ -33,7 +33,15 @@ from jaxport.export._limits import MAX_WINDOW_LOG, within_ratio
 from jaxport.export._versions import LEVELS_FORMAT_VERSION
 from jaxport.schema import fb
 
-__all__ = ["check_level_sections", "level_sections", "pad_header", "padded_chunks", "placed"]
+__all__ = [
+    "check_level_sections",
+    "level_refs",
+    "level_section",
+    "level_sections",
+    "pad_header",
+    "padded_chunks",
+    "placed",
+]
 
 #: The input is fed to zstd in pieces of this size (views of the module, not copies).
 _PIECE = 16 << 20
@@ -55,24 +63,30 @@ def level_sections(
     large = sum(len(m) for m in modules) >= _compress.PARALLEL_BYTES
     if not large:
         targets = _modules.writable_targets(modules, what)  # refused before compressing
-        sections = [_section(modules, k) for k in range(len(modules))]
+        sections = [level_section(modules, k) for k in range(len(modules))]
     else:
         with ThreadPoolExecutor(len(modules) + 1, "jaxport-levels") as pool:
             listed = pool.submit(_modules.writable_targets, modules, what)
-            futures = [pool.submit(_section, modules, k) for k in range(len(modules))]
+            futures = [pool.submit(level_section, modules, k) for k in range(len(modules))]
             sections = [f.result() for f in futures]
             targets = listed.result()
-    refs = [
+    return [c for c, _ in sections], [s for _, s in sections], level_refs(modules, targets)
+
+
+def level_refs(
+    modules: Sequence[bytes], targets: Sequence[tuple[str, ...]]
+) -> list[_modules.ModuleRef]:
+    """Each module's reference: the whole of its own section, ``targets`` its custom calls."""
+    return [
         _modules.ModuleRef(k, 0, len(m), _modules.stablehlo_version(m), listed)
         for k, (m, listed) in enumerate(zip(modules, targets, strict=True))
     ]
-    return [c for c, _ in sections], [s for _, s in sections], refs
 
 
-def _section(modules: Sequence[bytes], k: int) -> tuple[list[bytes | memoryview], Section]:
-    """Section ``k``: against the module before it where a default reader believes its size
-    (what it declares beyond that module within ``MAX_COMPRESSION_RATIO`` of its stored
-    bytes, ``_section_reader``), else alone."""
+def level_section(modules: Sequence[bytes], k: int) -> tuple[list[bytes | memoryview], Section]:
+    """Section ``k`` (``offset`` 0, for ``placed``): against the module before it where a
+    default reader believes its size (what it declares beyond that module within
+    ``MAX_COMPRESSION_RATIO`` of its stored bytes, ``_section_reader``), else alone."""
     if k > 0:
         chunks, section = _chained(modules[k], modules[k - 1])
         beyond = max(0, len(modules[k]) - len(modules[k - 1]))

@@ -183,11 +183,11 @@ def test_one_large_module_is_judged_on_samples():
     size = _compress.SAMPLED_BYTES + 8 * _MB
     rng = np.random.default_rng(2)
     random = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
-    assert not _compress._samples_pay(random)
+    assert not _compress.samples_pay(random)
     chunks, section = _compress.compress_section([random])
     assert section.compression == fb.Compression.none and chunks == [random]
     mostly_zeros = random[: 4 * _MB] + bytes(size - 4 * _MB)
-    assert _compress._samples_pay(mostly_zeros)
+    assert _compress.samples_pay(mostly_zeros)
     chunks, section = _compress.compress_section([mostly_zeros])
     assert section.compression == fb.Compression.zstd and section.length < 5 * _MB
     assert _reader(chunks, section).read(0, 0, size) == mostly_zeros
