@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxport import InvalidNameError, JaxportWarning
+from jaxport import InvalidNameError, JaxportWarning, UnsupportedFeatureError
 from jaxport.registry._backend import Backend
 from jaxport.registry._compiled_types import (
     CompiledPolicy,
@@ -164,12 +164,14 @@ class RegistryCompiled:
         policy = use_compiled if isinstance(use_compiled, CompiledPolicy) else self._policy()
         if policy is None and use_compiled is None:
             return
-        use = (
-            CompiledUse(False, "no trusted key: give Registry(compiled=CompiledPolicy(trusted="
-                        "[...])) or $JAXPORT_COMPILED_KEYS")
-            if policy is None
-            else self._seeded(chosen, method, policy)
-        )  # fmt: skip
+        if policy is None:
+            use = CompiledUse(False, "no trusted key: give Registry(compiled=CompiledPolicy("
+                              "trusted=[...])) or $JAXPORT_COMPILED_KEYS")  # fmt: skip
+        else:
+            try:
+                use = self._seeded(chosen, method, policy)
+            except UnsupportedFeatureError as e:  # a registry server: the pull goes on
+                use = CompiledUse(False, str(e))
         self.last_compiled_use = use
         if not use.used or use.skipped:
             what = f"{chosen.name}:{chosen.version}"

@@ -311,6 +311,15 @@ def test_a_registry_server_lacks_compiled_executables():
         reg.use_compiled("f", policy=None)
 
 
+def test_a_pull_through_a_server_falls_back(registry, keys, monkeypatch):
+    """A pull that asks for compiled sets where the backend has none goes on, saying why."""
+    registry.push(_function(), "f")
+    lacks = registry._backend.lacks  # what a registry server's backend says
+    monkeypatch.setattr(registry, "_compiled_store", lambda: lacks("compiled executables"))
+    with pytest.warns(CompiledFallbackWarning, match="compiled executables"):
+        registry.pull("f", use_compiled=_policy(keys))
+
+
 def test_a_host_remembers_a_verified_signature_owned_by_its_user_only(
     registry, keys, compiled, monkeypatch, tmp_path
 ):
