@@ -35,11 +35,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from jaxport import ConflictError, InvalidNameError, NotFoundError, SignatureError
 from jaxport._signing import MAX_BUNDLE_BYTES
-from jaxport.registry._models import NameRow, VariantRow
+from jaxport.registry._models import NameRow, VariantRow, VersionRow
 
 __all__ = [
     "FINDING_FIELDS",
@@ -141,23 +141,26 @@ def check_findings(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def held(conn: Connection, name: str, digests: Sequence[str]) -> None:
-    """Refuses archives that no version of ``name`` has.
+def held(conn: Connection, name: str, digests: Sequence[str]) -> dict[str, int]:
+    """The oldest version of ``name`` that has each archive of ``digests``.
 
     Raises:
-        NotFoundError: the first such digest (a token's other names are never said).
+        NotFoundError: an archive that no version of ``name`` has (the first; a token's
+            other names are never said).
     """
     wanted = sorted(set(digests))
     query = (
-        select(VariantRow.digest)
+        select(VariantRow.digest, func.min(VersionRow.version))
+        .join(VersionRow, VersionRow.id == VariantRow.version_id)
         .join(NameRow, NameRow.id == VariantRow.model_id)
         .where(NameRow.name == name, VariantRow.digest.in_(wanted))
-        .distinct()
+        .group_by(VariantRow.digest)
     )
-    found = set(conn.execute(query).scalars())
+    found = {str(d): int(v) for d, v in conn.execute(query).all()}
     for digest in wanted:
         if digest not in found:
             raise NotFoundError(f"no version of {name!r} has the archive sha256:{digest[:12]}")
+    return found
 
 
 # -- signatures ------------------------------------------------------------------------------

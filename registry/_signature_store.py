@@ -108,11 +108,14 @@ class Signatures:
                 found.append(SignatureCheck(variant, signer, None))
         return found
 
-    def adopt(self, name: str, digest: str, bundle: bytes, signer: str, kind: str) -> Signature:
+    def adopt(
+        self, name: str, digest: str, bundle: bytes, signer: str, kind: str
+    ) -> tuple[Signature, int | None]:
         """Stores a bundle made elsewhere (a mirror, an OCI pull) of the archive ``digest``
         of a version of ``name`` as ``sign`` stores its own, once checked
         (``registry/_adoption.py``); the same bundle again stores nothing. A policy or
-        ``verify`` checks it with the caller's keys.
+        ``verify`` checks it with the caller's keys. Returns the signature and, where it
+        was stored now, the oldest version of ``name`` with that archive (for its event).
 
         Raises:
             SignatureError: a bundle that is not a model-signing bundle of ``digest`` (over
@@ -124,13 +127,13 @@ class Signatures:
         """
         check_signature(digest, bundle, signer, kind)
         with _db.translating_db_errors(), self._engine.connect() as conn:
-            held(conn, name, [digest])
+            version = held(conn, name, [digest])[digest]
         stored = self._stored(digest)
         mine = [(str(row.signer), str(row.bundle_digest)) for row, _ in stored]
         if already_stored(mine, digest, signer, bundle):
             row = next(row for row, _ in stored if row.signer == signer)
-            return Signature(digest, signer, row.kind, row.created_at, row.bundle_digest)
-        return self._store(digest, bundle, signer, kind)
+            return Signature(digest, signer, row.kind, row.created_at, row.bundle_digest), None
+        return self._store(digest, bundle, signer, kind), version
 
     def _stored(self, digest: str) -> list[tuple[Row[Any], bytes]]:
         with _db.translating_db_errors(), self._engine.connect() as conn:

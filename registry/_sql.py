@@ -321,7 +321,11 @@ class SqlBackend(Backend):
     def adopt_signature(
         self, name: str, digest: str, bundle: bytes, signer: str, kind: str
     ) -> Signature:
-        return self._signatures.adopt(name, digest, bundle, signer, kind)
+        signature, version = self._signatures.adopt(name, digest, bundle, signer, kind)
+        if version is not None:  # stored now: a "sign" event, as signing here records
+            detail = {"signers": [signer], "adopted": True}
+            self.event_log.record("sign", name, version, detail)
+        return signature
 
     def adopt_findings(self, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
         return self._findings.adopt(name, rows)

@@ -137,6 +137,9 @@ def test_another_teams_valid_token_is_refused(teams, tmp_path):
     again = team_b._backend.adopt_signature("team-b-fn", b_digest, body["bundle"].encode(),
                                             body["signer"], "key")  # fmt: skip
     assert again == stored and len(admin.signatures("team-b-fn:1")) == 1
+    [event] = [e for e in admin.events(name="team-b-fn") if e.kind == "sign"]  # once
+    assert (event.actor, event.version) == ("team-b", 1)
+    assert event.detail == {"signers": [body["signer"]], "adopted": True}
     assert team_b._backend.adopt_findings("team-b-fn", [_finding(b_digest)]) == 1
     assert team_b._backend.adopt_findings("team-b-fn", [_finding(b_digest)]) == 0
     assert len(admin.audit_results(name="team-b-fn")) == 1
