@@ -14,7 +14,8 @@ before any lookup; an archive no version of the name has is 404 (a token's other
 never said). A body that is not a signature of that archive is 400 (``SignatureError``, typed
 as a direct registry raises it), a finding that is not one 400 (``InvalidNameError``), another
 bundle by a signer who has a signature of that archive stored 409 (``ConflictError``: an
-adopted signature never replaces one). The same signature or findings again store nothing.
+adopted signature never replaces one). The same signature or findings again store nothing;
+a signature stored now is a ``sign`` event whose actor is the token.
 Bodies are bounded by ``server/_limits.py`` (``MAX_ADOPT_BODY``) and ``MAX_BUNDLE_BYTES``.
 """
 
