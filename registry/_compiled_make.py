@@ -100,4 +100,3 @@ def _with_files(base: CompiledSet, files: tuple[CompiledFile, ...]) -> CompiledS
 
 def _where(variant: VariantInfo) -> str:
     return f"{variant.name}:{variant.version} (variant sha256:{variant.digest[:12]})"
-
