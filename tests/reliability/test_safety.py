@@ -263,6 +263,11 @@ NAME_CALLS: dict[str, Call] = {
     "restore(name)": lambda r, s: r.restore(s, 1),
     "rescue(expiring_before)": lambda r, s: r.rescue(s, dry_run=True),
     "watch_jax(index_url)": lambda r, s: r.watch_jax(index_url=s, dry_run=True, enqueue=False),
+    # Nothing listens on port 9 of the loopback: a repository that passes the checks is refused
+    # by the connection (ServerUnavailableError), never by a file.
+    "oci_push(destination)": lambda r, s: r.oci_push("ok:1", f"oci://127.0.0.1:9/{s}"),
+    "oci_pull(source)": lambda r, s: r.oci_pull(f"oci://127.0.0.1:9/{s}"),
+    "oci_pull(name)": lambda r, s: r.oci_pull("oci://127.0.0.1:9/ok", name=s),
 }
 REFERENCE_CALLS: dict[str, Call] = {
     "resolve": lambda r, s: r.resolve(s),
@@ -284,6 +289,7 @@ REFERENCE_CALLS: dict[str, Call] = {
     "lineage": lambda r, s: r.lineage(s),
     "forecast": lambda r, s: r.forecast(s),
     "compile": lambda r, s: r.compile(s, private_key=_signing_key()[0]),
+    "oci_push": lambda r, s: r.oci_push(s, "oci://127.0.0.1:9/ok"),
     "compiled_sets": lambda r, s: r.compiled_sets(s),
     "use_compiled": lambda r, s: r.use_compiled(s),
 }
