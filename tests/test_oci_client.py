@@ -23,7 +23,7 @@ from jaxport import (
     OciError,
     PermissionDeniedError,
 )
-from jaxport.registry import _oci_client, _oci_limits
+from jaxport.registry import _oci_client, _oci_hash, _oci_limits, _oci_transport
 from jaxport.registry._oci_auth import Credentials, find_credentials, parse_challenge
 from jaxport.registry._oci_client import OciRepository, sha256_digest
 from jaxport.registry._oci_url import parse_oci_url
@@ -545,7 +545,11 @@ def test_large_blobs_are_streamed_not_held(monkeypatch):
             _, pulled_peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        assert count == blob_size and pulled_peak < 16 << 20, pulled_peak
+        # What a read may hold: the hasher's queue (BATCH x PENDING, 8 MiB), the batch being
+        # gathered, the piece held back until the digest matches and the socket's reads (1
+        # MiB each): about 17 MB on Python 3.12-3.13, far below the 64 MiB blob.
+        bound = _oci_hash.BATCH * (_oci_hash.PENDING + 2) + 8 * _oci_transport.READ_BYTES
+        assert count == blob_size and pulled_peak < bound, (pulled_peak, bound)
 
 
 def test_reads_ask_the_socket_for_a_mib():
