@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from jaxport.registry._blobs import LocalBlobStore as LocalBlobStore
     from jaxport.registry._blobs import Stray as Stray
     from jaxport.registry._blobs import open_blob_store as open_blob_store
+    from jaxport.registry._bundles import bundle_export as bundle_export
+    from jaxport.registry._bundles import bundle_import as bundle_import
     from jaxport.registry._compiled_types import COMPILED_KEYS_ENV as COMPILED_KEYS_ENV
     from jaxport.registry._compiled_types import USE_COMPILED_ENV as USE_COMPILED_ENV
     from jaxport.registry._compiled_types import CompiledPolicy as CompiledPolicy
     from jaxport.registry._compiled_types import CompiledSet as CompiledSet
     from jaxport.registry._compiled_types import CompiledUse as CompiledUse
-    from jaxport.registry._bundles import bundle_export as bundle_export
-    from jaxport.registry._bundles import bundle_import as bundle_import
     from jaxport.registry._config import BLOBS_ENV as BLOBS_ENV
     from jaxport.registry._config import BLOBS_OPTIONS_ENV as BLOBS_OPTIONS_ENV
     from jaxport.registry._config import HOME_ENV as HOME_ENV
@@ -48,19 +48,19 @@ if TYPE_CHECKING:
     from jaxport.registry._lineage import Lineage as Lineage
     from jaxport.registry._lineage import LineageNode as LineageNode
     from jaxport.registry._lineage import Provenance as Provenance
+    from jaxport.registry._mirror import mirror as mirror
     from jaxport.registry._names import DESCRIPTION_KEY as DESCRIPTION_KEY
     from jaxport.registry._names import MAX_DESCRIPTION_BYTES as MAX_DESCRIPTION_BYTES
     from jaxport.registry._names import Reference as Reference
-    from jaxport.registry._mirror import mirror as mirror
     from jaxport.registry._names import parse_reference as parse_reference
     from jaxport.registry._oci_report import CopyReport as CopyReport
-    from jaxport.registry._registry_oci import OciTransfer as OciTransfer
     from jaxport.registry._platforms import LOCAL_PLATFORM as LOCAL_PLATFORM
     from jaxport.registry._queue import QueuedJob as QueuedJob
     from jaxport.registry._registry import Registry as Registry
     from jaxport.registry._registry_compiled import (
         CompiledFallbackWarning as CompiledFallbackWarning,
     )
+    from jaxport.registry._registry_oci import OciTransfer as OciTransfer
     from jaxport.registry._rescue_queue import QueuedRescue as QueuedRescue
     from jaxport.registry._retention_types import RetentionDecision as RetentionDecision
     from jaxport.registry._retention_types import RetentionPlan as RetentionPlan

@@ -62,9 +62,7 @@ def _python(release: str) -> str:
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
     # Run where a user would: outside the checkout, whose `jaxport/` source folder would
     # otherwise shadow the package installed in the release's venv.
-    done = subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=600, cwd=cwd
-    )
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     return done.stdout
