@@ -91,6 +91,8 @@ def _direct(api: Http, path: str, digest: str, max_size: int) -> bytes:
             response = connection.getresponse()
             if response.status not in RETRY_STATUS or attempt == ATTEMPTS:
                 return _body(response, digest, max_size)
+        except RegistryError:  # the server's typed answer (a 403 is also a PermissionError)
+            raise
         except (OSError, http.client.HTTPException) as e:
             if attempt == ATTEMPTS:
                 raise ServerUnavailableError(

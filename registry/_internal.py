@@ -41,6 +41,9 @@ from jaxport.registry._workdirs import sweep_commit_dirs as sweep_commit_dirs
 
 if TYPE_CHECKING:
     from jaxport.registry._adoption import MAX_FINDINGS as MAX_FINDINGS
+    from jaxport.registry._compiled_served import read_set_blob as read_set_blob
+    from jaxport.registry._compiled_served import sets_on_wire as sets_on_wire
+    from jaxport.registry._compiled_served import store_sent as store_sent
     from jaxport.registry._config import RegistryConfig as RegistryConfig
     from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
     from jaxport.registry._config import is_server_url as is_server_url

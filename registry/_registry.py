@@ -105,7 +105,7 @@ class Registry(
         compiled: a ``CompiledPolicy``: every pull writes the compiled executables its keys
             signed for this host into jax's cache (``use_compiled``; ``Registry.compile``).
             Default: ``$JAXPORT_USE_COMPILED`` with ``$JAXPORT_COMPILED_KEYS``, else none (a
-            pull never uses compiled executables unless asked). Not through a server.
+            pull never uses compiled executables unless asked).
         token: for a registry server only: its bearer token (default ``$JAXPORT_TOKEN``).
         timeout: for a registry server only: seconds one request may wait (uploads and audits
             included).

@@ -78,22 +78,25 @@ class RegistryCompiled:
             ``"already stored"``, ``"not stored"``, ``"skipped"`` with ``reason``).
 
         Raises:
-            UnsupportedFeatureError: through a registry server (compile with a direct
-                registry); the child cannot read an archive or crashed.
+            UnsupportedFeatureError: a registry server older than the compiled sets'
+                routes; the child cannot read an archive or crashed.
             TimeLimitError: a compile took over ``timeout`` seconds.
-            SignatureError: the key cannot be read.
+            SignatureError: the key cannot be read (through a server: or the server found
+                the bundle not signing the set's manifest).
+            PermissionDeniedError: through a server, a token without ``write`` on the name.
             (and see ``get``)
         """
         from jaxport._signing import sign_digest
         from jaxport.registry._compiled_make import compile_archive
 
-        store = self._compiled_store()
         self._backend.check_writable()
         timeout = check_timeout(timeout, "timeout")
         allowed = check_allowlist(allow_custom_calls)
         wanted, here = chosen_platform(platform), chosen_platform(LOCAL_PLATFORM)
         out: builtins.list[CompiledSet] = []
-        for variant in self._backend.get(reference).variants:
+        ref = self._backend.get(reference)
+        store = self._compiled_store(ref.name)
+        for variant in ref.variants:
             if wanted != here or here not in variant.platforms:
                 out.append(_skipped(variant, here, wanted))
                 continue
@@ -120,11 +123,11 @@ class RegistryCompiled:
         ``use_compiled`` verifies).
 
         Raises:
-            UnsupportedFeatureError: through a registry server.
+            UnsupportedFeatureError: a registry server older than the compiled sets' routes.
             (and see ``get``)
         """
-        store = self._compiled_store()
         ref = self._backend.get(reference)
+        store = self._compiled_store(ref.name)
         return [s.made for v in ref.variants for s in store.sets_of(v.digest)]
 
     def use_compiled(
@@ -145,10 +148,9 @@ class RegistryCompiled:
         that cannot be used: the report says why (``CompiledUse.reason``, ``skipped``).
 
         Raises:
-            UnsupportedFeatureError: through a registry server.
+            UnsupportedFeatureError: a registry server older than the compiled sets' routes.
             (and see ``resolve``)
         """
-        self._compiled_store()  # through a server: UnsupportedFeatureError before any request
         chosen = self._chosen(reference, version, platform, nr_devices)  # type: ignore[attr-defined]
         return self._seeded(chosen, method, policy or self._policy())
 
@@ -187,7 +189,7 @@ class RegistryCompiled:
         from jaxport._compiled_host import host_key
         from jaxport.registry._compiled_seed import seed
 
-        store = self._compiled_store()
+        store = self._compiled_store(chosen.name)
         if chosen.kind != "model":
             methods = [""]
         else:
@@ -199,10 +201,15 @@ class RegistryCompiled:
     def _policy(self) -> CompiledPolicy | None:
         return self.compiled if self.compiled is not None else policy_from_env()
 
-    def _compiled_store(self) -> Any:
+    def _compiled_store(self, name: str | None = None) -> Any:
         from jaxport.registry._compiled_store import CompiledStore
 
         engine, blobs = getattr(self._backend, "engine", None), self._backend.blobs
+        http = getattr(self._backend, "_http", None)
+        if engine is None and http is not None and name is not None:
+            from jaxport.registry._compiled_http import HttpCompiledStore
+
+            return HttpCompiledStore(http, name, self._backend.lacks)
         if engine is None or blobs is None:
             self._backend.lacks("compiled executables (compile and use them with a direct "
                                 "registry)")  # fmt: skip

@@ -28,6 +28,7 @@ from jaxport.registry import Registry
 from jaxport.registry._internal import sql_backend, sweep_commit_dirs
 from jaxport.server import (
     _api_adopt,
+    _api_compiled,
     _api_gates,
     _api_modules,
     _api_read,
@@ -107,6 +108,7 @@ def create_app(
     app.include_router(_api_modules.router, prefix=API)  # a function archive's modules
     app.include_router(_api_write.router, prefix=API)
     app.include_router(_api_adopt.router, prefix=API)  # signatures, findings made elsewhere
+    app.include_router(_api_compiled.router, prefix=API)  # compiled sets (issue 27 §2)
     app.include_router(_api_gates.router, prefix=API)
     app.include_router(_api_retention.router, prefix=API)
     app.include_router(_api_rescue.router, prefix=API)

@@ -36,6 +36,7 @@ SLOW_MODULES = frozenset({
     "test_issue26_cli.py", "test_rescue_across_releases.py", "test_remote_lazy.py",
     "test_registry_s3.py", "test_newer_format.py", "test_oci_registry.py",
     "test_oci_cli.py", "test_compiled_cli.py", "test_mirror_server.py",
+    "test_compiled_server.py",
 })  # fmt: skip
 
 

@@ -303,19 +303,28 @@ def test_gc_forgets_the_sets_of_deleted_versions(registry, keys, compiled):
     assert stored.files[0].sha256 in removed and stored.manifest_digest in removed
 
 
-def test_a_registry_server_lacks_compiled_executables():
+def test_a_registry_server_without_the_routes_lacks_compiled_executables(monkeypatch):
+    """A server older than ``server/_api_compiled.py`` answers 404 (an untyped
+    ``RegistryError``): an ``UnsupportedFeatureError`` naming compiled executables."""
+    from jaxport.registry._compiled_http import HttpCompiledStore
+
+    def not_found(*args, **kwargs):
+        raise jaxport.RegistryError("HTTP 404: Not Found")
+
     reg = jaxport.Registry("http://127.0.0.1:9", token="jxp_x")
+    store = HttpCompiledStore(reg._backend._http, "f", reg._backend.lacks)
+    monkeypatch.setattr(reg._backend._http, "json", not_found)
     with pytest.raises(UnsupportedFeatureError, match="compiled executables"):
-        reg.compile("f")
-    with pytest.raises(UnsupportedFeatureError, match="compiled executables"):
-        reg.use_compiled("f", policy=None)
+        store.sets_of("0" * 64)
 
 
 def test_a_pull_through_a_server_falls_back(registry, keys, monkeypatch):
     """A pull that asks for compiled sets where the backend has none goes on, saying why."""
     registry.push(_function(), "f")
     lacks = registry._backend.lacks  # what a registry server's backend says
-    monkeypatch.setattr(registry, "_compiled_store", lambda: lacks("compiled executables"))
+    monkeypatch.setattr(
+        registry, "_compiled_store", lambda name=None: lacks("compiled executables")
+    )
     with pytest.warns(CompiledFallbackWarning, match="compiled executables"):
         registry.pull("f", use_compiled=_policy(keys))
 
