@@ -3,7 +3,8 @@
 compiles here and stores the signed set there; a fresh process pulls with
 ``use_compiled=True`` through the server and its first calls are jax cache hits; a file the
 server serves tampered is a fallback with a reason and nothing written; another team's valid
-token is refused; the server refuses a set whose bundle does not sign its manifest."""
+token is refused; the server refuses a set whose bundle does not sign its manifest; the CLI
+(``jaxport compile``, ``jaxport run --use-compiled``) does the same against a server."""
 
 from __future__ import annotations
 
@@ -149,3 +150,25 @@ def test_the_server_refuses_a_bundle_that_does_not_sign_the_manifest(served, key
     with pytest.raises(SignatureError):
         store.store(one, manifest_bytes(one), wrong.bundle, {})
     assert [s.signer for s in team.compiled_sets("team-a-f")] == [made.signer]
+
+
+def test_the_cli_compiles_and_runs_through_a_server(served, keys, tmp_path):
+    """``jaxport compile`` against a server stores the set there; ``jaxport run
+    --use-compiled`` through it loads the executable (a jax cache hit)."""
+    import numpy as np
+    from test_compiled_cli import _run
+
+    np.savez(tmp_path / "in.npz", np.ones(8, np.float32))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JAXPORT_", "PIP_"))}
+    env = {**base, "JAX_PLATFORMS": "cpu", "JAXPORT_HOME": str(tmp_path / "home"),
+           "JAXPORT_REGISTRY": served["server"].url,
+           "JAXPORT_TOKEN": served["tokens"]["a"]}  # fmt: skip
+    served["team"].push(_function(), "team-a-g")
+    made = _run(env, "compile", "team-a-g", "--key", str(keys["trusted"][0]), "--json",
+                cwd=tmp_path)  # fmt: skip
+    (one,) = json.loads(made.stdout)["sets"]
+    assert one["status"] == "stored"
+    ran = _run(env, "run", "team-a-g", "-i", "in.npz", "--use-compiled", "--trusted-key",
+               str(keys["trusted"][1]), "--json", cwd=tmp_path)  # fmt: skip
+    compiled = json.loads(ran.stdout)["compiled"]
+    assert compiled["used"] and compiled["cache_hits"] == 1 and compiled["reason"] is None
