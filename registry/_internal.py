@@ -6,7 +6,8 @@ its public names: the one private module of ``jaxport.registry`` another package
   registry server does with it: its tokens' ``authenticate`` and ``within=`` checks, what a
   prefix-limited token ``reach``-es, the names holding a blob, the event ``listeners``.
 - The pushes in parts a server receives: ``ArchiveParts``, ``plan_parts``,
-  ``sweep_commit_dirs``; golden examples as a server reads them.
+  ``sweep_commit_dirs``; golden examples as a server reads them; the compiled sets it stores
+  and serves (``store_sent``, ``sets_on_wire``, ``read_set_blob``).
 - The wire format of results (``to_wire``, ``from_wire``); the actor a request's events
   name (``acting_as``, ``current_actor``); the provenance a pushing client reports
   (``LIMITS``, ``check_provenance``, ``reported_provenance``) and the lineage a
