@@ -20,11 +20,12 @@ import pytest
 from _server import admin_token, serving
 from test_compiled import _function, _key, _model
 
-from jaxport import CompiledPolicy, PermissionDeniedError, Registry, SignatureError
+from jaxport import CompiledPolicy, NotFoundError, PermissionDeniedError, Registry, SignatureError
 from jaxport._signing import sign_digest
 from jaxport.registry import _compiled_make, _compiled_seed
 from jaxport.registry._compiled_http import HttpCompiledStore
 from jaxport.registry._compiled_types import manifest_bytes
+from jaxport.registry._wire import to_wire
 
 _CACHE: dict[str, object] = {}
 
@@ -172,3 +173,26 @@ def test_the_cli_compiles_and_runs_through_a_server(served, keys, tmp_path):
                str(keys["trusted"][1]), "--json", cwd=tmp_path)  # fmt: skip
     compiled = json.loads(ran.stdout)["compiled"]
     assert compiled["used"] and compiled["cache_hits"] == 1 and compiled["reason"] is None
+
+
+def test_a_set_may_name_only_blobs_its_token_reaches(served, keys, request):
+    """Team b cannot store a set of its own name whose file is team a's blob it never
+    uploaded (it could then read the blob through its set): 404, nothing stored."""
+    other = Registry(served["server"].url, token=served["tokens"]["b"])
+    request.addfinalizer(other.close)
+    other.push(_model(), "team-b-m")
+    mine = other.get("team-b-m").variants[0].digest
+    theirs = served["made"]["team-a-f"][0]
+    made = dataclasses.replace(theirs, digest=mine, method="logits", status="", reason="")
+    signed = sign_digest(hashlib.sha256(manifest_bytes(made)).hexdigest(), keys["other"][0])
+    made = dataclasses.replace(made, signer=signed.signer)
+    http = other._backend._http
+    for data in (manifest_bytes(made), signed.bundle):
+        digest = hashlib.sha256(data).hexdigest()
+        http.json("PUT", f"/blobs/{digest}", content=data, params={"name": "team-b-m"})
+    manifest_digest = hashlib.sha256(manifest_bytes(made)).hexdigest()
+    body = {"set": to_wire(made), "manifest_digest": manifest_digest,
+            "bundle_digest": hashlib.sha256(signed.bundle).hexdigest()}  # fmt: skip
+    with pytest.raises(NotFoundError, match="not uploaded"):
+        http.json("POST", "/compiled/team-b-m", json=body)
+    assert other.compiled_sets("team-b-m") == []
