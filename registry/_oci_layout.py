@@ -42,11 +42,11 @@ from jaxport.registry._oci_media import (
     MAX_MANIFEST_BYTES,
     Descriptor,
     canonical,
+    checked_manifest,
     hex_of,
     parse_index,
     parse_json,
     parse_manifest,
-    sha256_of,
 )
 from jaxport.registry._oci_referrers import fallback_tag, referrer_descriptor, with_referrer
 
@@ -448,14 +448,7 @@ def _read_manifest(path: Path, digest: str) -> bytes:
             body = f.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise NotFoundError(f"the image layout has no manifest {digest}") from None
-    if len(body) > MAX_MANIFEST_BYTES:
-        raise OciError(f"manifest {digest} is over {MAX_MANIFEST_BYTES} bytes")
-    if sha256_of(body) != digest:
-        raise IntegrityError(
-            f"manifest {digest} reads as {sha256_of(body)}", expected=hex_of(digest),
-            found=hex_of(sha256_of(body)),
-        )  # fmt: skip
-    return body
+    return checked_manifest(body, digest)
 
 
 def _media_type_of(body: bytes) -> str:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxport import OciError
+from jaxport import IntegrityError, OciError
 
 __all__ = [
     "ANNOTATION",
@@ -43,6 +43,7 @@ __all__ = [
     "Descriptor",
     "annotations_of",
     "canonical",
+    "checked_manifest",
     "descriptor",
     "descriptors_json",
     "hex_of",
@@ -151,6 +152,23 @@ def canonical(value: Any) -> bytes:
 def sha256_of(data: bytes | memoryview) -> str:
     """The OCI digest of ``data``."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def checked_manifest(body: bytes, digest: str) -> bytes:
+    """``body``, read as the manifest ``digest``, once it is within the manifest limit and has
+    that digest.
+
+    Raises:
+        OciError: over ``MAX_MANIFEST_BYTES``. IntegrityError: not ``digest``'s bytes.
+    """
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise OciError(f"manifest {digest} is over {MAX_MANIFEST_BYTES} bytes")
+    found = sha256_of(body)
+    if found != digest:
+        raise IntegrityError(
+            f"manifest {digest} reads as {found}", expected=hex_of(digest), found=hex_of(found)
+        )
+    return body
 
 
 def oci_digest(hex_digest: str) -> str:

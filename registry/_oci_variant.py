@@ -23,18 +23,17 @@ from jaxport.registry._oci_media import (
     HEADER,
     IMAGE_MANIFEST,
     MAX_CONFIG_BYTES,
-    MAX_MANIFEST_BYTES,
     SKELETON,
     TENSOR,
     TITLE,
     VARIANT,
     Descriptor,
     canonical,
+    checked_manifest,
     hex_of,
     oci_digest,
     parse_json,
     parse_manifest,
-    sha256_of,
 )
 from jaxport.registry._oci_target import OciTarget
 
@@ -216,14 +215,7 @@ def fetch_manifest_checked(target: OciTarget, digest: str) -> dict[str, Any]:
     """
     hex_of(digest)
     _, body = target.fetch_manifest(digest)
-    if len(body) > MAX_MANIFEST_BYTES:
-        raise OciError(f"manifest {digest} is over {MAX_MANIFEST_BYTES} bytes")
-    if sha256_of(body) != digest:
-        raise IntegrityError(
-            f"manifest {digest} reads as {sha256_of(body)}", expected=hex_of(digest),
-            found=hex_of(sha256_of(body)),
-        )  # fmt: skip
-    return parse_manifest(body, digest)
+    return parse_manifest(checked_manifest(body, digest), digest)
 
 
 def fetch_small(target: OciTarget, descriptor: Descriptor, limit: int) -> bytes:
