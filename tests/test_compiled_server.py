@@ -17,41 +17,21 @@ import sys
 import textwrap
 
 import pytest
+import test_compiled
 from _server import admin_token, serving
-from test_compiled import _function, _key, _model
+from test_compiled import _function, _model
 
 from jaxport import CompiledPolicy, NotFoundError, PermissionDeniedError, Registry, SignatureError
 from jaxport._signing import sign_digest
-from jaxport.registry import _compiled_make, _compiled_seed
+from jaxport.registry import _compiled_seed
 from jaxport.registry._compiled_http import HttpCompiledStore
 from jaxport.registry._compiled_types import manifest_bytes
 from jaxport.registry._wire import to_wire
 
-_CACHE: dict[str, object] = {}
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    where = tmp_path_factory.mktemp("keys")
-    return {"trusted": _key(where, "trusted"), "other": _key(where, "other")}
-
-
-@pytest.fixture(autouse=True)
-def _own_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("JAXPORT_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(autouse=True)
-def _one_compile(monkeypatch):
-    """The compile child runs once per archive in this module (its result reused)."""
-    real = _CACHE.setdefault("real", _compiled_make.compile_archive)
-
-    def cached(path, variant, allowed, timeout):
-        if variant.digest not in _CACHE:
-            _CACHE[variant.digest] = real(path, variant, allowed, timeout)
-        return _CACHE[variant.digest]
-
-    monkeypatch.setattr(_compiled_make, "compile_archive", cached)
+# test_compiled's fixtures: its signing keys, a verdict cache per test, one compile per archive.
+keys = test_compiled.keys
+_own_cache = test_compiled._own_cache
+_one_compile = test_compiled._one_compile
 
 
 @pytest.fixture
