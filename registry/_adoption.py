@@ -40,6 +40,7 @@ from sqlalchemy import Connection, func, select
 from jaxport import ConflictError, InvalidNameError, NotFoundError, SignatureError
 from jaxport._signing import MAX_BUNDLE_BYTES
 from jaxport.registry._models import NameRow, VariantRow, VersionRow
+from jaxport.registry._types import FINDING_FIELDS
 
 __all__ = [
     "FINDING_FIELDS",
@@ -50,10 +51,6 @@ __all__ = [
     "held",
 ]
 
-#: The fields of one adopted finding: an ``audits`` row less its id.
-FINDING_FIELDS = ("digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
-                  "examples_digest", "status", "reason", "details_json", "seconds",
-                  "created_at")  # fmt: skip
 #: Most findings one adoption stores (a client sends more in several).
 MAX_FINDINGS = 1000
 #: The audit's check levels (``jaxport.audit``'s ``LEVELS``).

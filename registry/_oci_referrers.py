@@ -31,6 +31,7 @@ from jaxport.registry._oci_media import (
     parse_json,
     parse_manifest,
 )
+from jaxport.registry._types import FINDING_FIELDS
 
 __all__ = [
     "Attached",
@@ -42,11 +43,6 @@ __all__ = [
     "signature_manifest",
     "with_referrer",
 ]
-
-#: The fields of one finding in a findings layer (an ``audits`` row, less its id).
-FINDING_FIELDS = ("digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
-                  "examples_digest", "status", "reason", "details_json", "seconds",
-                  "created_at")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

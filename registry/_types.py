@@ -30,6 +30,12 @@ __all__ = [
 
 #: Hex digits in a short digest (``VariantInfo.short_digest``).
 SHORT_DIGEST_HEX = 12
+#: The fields of one finding as it travels between registries (an ``audits`` row, less its
+#: id): a findings layer of an OCI referrer (``registry/_oci_referrers.py``) and a finding
+#: adopted by a registry (``registry/_adoption.py``).
+FINDING_FIELDS = ("digest", "level", "jax_version", "jaxlib_version", "platform", "devices",
+                  "examples_digest", "status", "reason", "details_json", "seconds",
+                  "created_at")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
