@@ -32,7 +32,9 @@ def compiled_use(
 ) -> Any:
     """``run --use-compiled``: the ``CompiledUse`` of the variant of ``source`` (a registry
     reference) for ``method``, its sets written into this process's jax cache directory
-    (which the run's child is given); a ``CompiledFallbackWarning`` says what was not used.
+    (which the run's child is given). Where none is used the result's line says why
+    (``compiled_said``); where some are and others not, a ``CompiledFallbackWarning`` names
+    the others.
 
     Raises:
         click.UsageError: ``source`` is a file.
@@ -61,8 +63,8 @@ def compiled_use(
             kwargs["platform"] = platform
         with ctx.registry() as reg:
             use = reg.use_compiled(source, policy=CompiledPolicy(keys), **kwargs)
-    if not use.used or use.skipped:
-        why = use.reason or "; ".join(use.skipped.values())
+    if use.used and use.skipped:  # the result's line says only what was used
+        why = "; ".join(use.skipped.values())
         warnings.warn(f"not used, jax compiles: {why}", CompiledFallbackWarning, stacklevel=2)
     return use
 
@@ -82,13 +84,14 @@ def compiled_said(use: Any, cache_hits: int) -> dict[str, Any]:
 
 
 def compiled_text(data: dict[str, Any]) -> str:
-    """One line per method of each variant: what was stored, or why not."""
+    """A line per method of each variant, what was stored (and a second, indented: for
+    which host, its files, its signer) or why not: within 80 columns for a short name."""
     lines = []
     for s in data["sets"]:
         what = f"{data['reference']} sha256:{s.digest[:12]} {s.method or '(function)'}"
         if s.status in ("stored", "already stored"):
             lines.append(
-                f"{s.status}: {what} for {s.platform} {s.device_kind!r}, jaxlib "
+                f"{s.status}: {what}\n  for {s.platform} {s.device_kind!r}, jaxlib "
                 f"{s.jaxlib_version}: {len(s.files)} file(s), {s.size} bytes, signed by "
                 f"{s.signer[:12]}"
             )
