@@ -108,7 +108,11 @@ def test_cli_db_current_and_upgrade(db_url):
     result = runner.invoke(main, ["--registry", db_url, "db", "current"])
     assert result.exit_code == 0 and "database: none" in result.output
     result = runner.invoke(main, ["--registry", db_url, "db", "upgrade"])
-    assert result.exit_code == 0 and f"to {HEAD}" in result.output
+    assert result.exit_code == 0 and result.output == f"upgraded from empty to {HEAD}\n"
+    result = runner.invoke(main, ["--registry", db_url, "db", "upgrade"])
+    assert (
+        result.exit_code == 0 and result.output == f"already at {HEAD} (head): nothing to upgrade\n"
+    )
     result = runner.invoke(main, ["--registry", db_url, "db", "current"])
     assert f"database: {HEAD}" in result.output
     bad = "sqlite:////nonexistent-dir/x.db"

@@ -57,12 +57,16 @@ def db_current(ctx: CliContext, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def db_upgrade(ctx: CliContext, as_json: bool) -> None:
-    """Upgrade the database's schema to this jaxport's (back it up first)."""
+    """Upgrade the database's schema to this jaxport's (back it up first); a database already
+    at it is said to be so (``already at REVISION (head)``)."""
     from jaxport.registry._internal import upgrade_database
 
     before, after = upgrade_database(_url(ctx, create=True))
-    emit(
-        as_json,
-        {"before": before, "after": after},
-        lambda d: f"upgraded from {d['before'] or 'empty'} to {d['after']}",
-    )
+    emit(as_json, {"before": before, "after": after}, _upgraded)
+
+
+def _upgraded(done: dict[str, str | None]) -> str:
+    """What ``db upgrade`` did, in words."""
+    if done["before"] == done["after"]:
+        return f"already at {done['after']} (head): nothing to upgrade"
+    return f"upgraded from {done['before'] or 'empty'} to {done['after']}"
