@@ -2,9 +2,10 @@
 (``jaxport audit-worker``, ``registry/_queue.py``) registers, run by one of them per tick.
 
 The schedule is ``$JAXPORT_RETAIN_CRON`` (cron, five fields, or six with seconds first:
-procrastinate's), by default ``RETAIN_CRON`` (daily at 03:17 UTC); ``off`` disables it. Each
-tick defers one job (procrastinate's periodic defers are unique per task and tick, whichever
-worker defers first), on the queue of the worker that deferred it: it runs
+procrastinate's; ``registry/_cron.py``), by default ``RETAIN_CRON`` (daily at 03:17 UTC; also
+where it is empty); ``off`` disables it. Each tick defers one job (procrastinate's periodic
+defers are unique per task and tick, whichever worker defers first), on the queue of the
+worker that deferred it: it runs
 ``Registry.retain()`` over every name a policy covers, recorded as the worker (its events'
 actor). A worker started more than procrastinate's 10 minutes after a tick does not catch it
 up.
@@ -12,10 +13,9 @@ up.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from jaxport import InvalidNameError
+from jaxport.registry._cron import schedule
 
 if TYPE_CHECKING:
     from procrastinate import App
@@ -40,14 +40,9 @@ def register_retention(app: App, registry: Registry, queue: str) -> None:
         InvalidNameError: ``$JAXPORT_RETAIN_CRON`` is not a cron expression of five or six
             fields.
     """
-    cron = os.environ.get(RETAIN_CRON_ENV, RETAIN_CRON).strip()
-    if cron.lower() == "off":
+    cron = schedule(RETAIN_CRON_ENV, RETAIN_CRON)
+    if cron is None:
         return
-    if len(cron.split()) not in (5, 6) or len(cron) > 200:
-        raise InvalidNameError(
-            f"{RETAIN_CRON_ENV} must be a cron expression (5 or 6 fields) or 'off', "
-            f"got {cron[:60]!r}"
-        )
 
     def retain(context: Any, timestamp: int) -> str:
         plan = registry.retain()

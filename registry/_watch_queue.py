@@ -2,7 +2,8 @@
 worker (``jaxport audit-worker``, ``registry/_queue.py``) registers when
 ``$JAXPORT_WATCH_CRON`` names a schedule, run by one of them per tick.
 
-The schedule is cron (five fields, or six with seconds first: procrastinate's), e.g.
+The schedule is cron (five fields, or six with seconds first: procrastinate's;
+``registry/_cron.py``), e.g.
 ``23 * * * *`` for hourly; unset or ``off`` (the default), no worker watches: reading the
 package index is a network request a worker should make only when asked. Each tick defers one
 job (procrastinate's periodic defers are unique per task and tick, whichever worker defers
@@ -13,10 +14,9 @@ Two watches at once record each release once (``registry/_releases.py``).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from jaxport import InvalidNameError
+from jaxport.registry._cron import OFF, schedule
 
 if TYPE_CHECKING:
     from procrastinate import App
@@ -39,14 +39,9 @@ def register_watch(app: App, registry: Registry, queue: str) -> None:
         InvalidNameError: ``$JAXPORT_WATCH_CRON`` is not a cron expression of five or six
             fields.
     """
-    cron = os.environ.get(WATCH_CRON_ENV, "off").strip()
-    if cron.lower() in ("off", ""):
+    cron = schedule(WATCH_CRON_ENV, OFF)
+    if cron is None:
         return
-    if len(cron.split()) not in (5, 6) or len(cron) > 200:
-        raise InvalidNameError(
-            f"{WATCH_CRON_ENV} must be a cron expression (5 or 6 fields) or 'off', "
-            f"got {cron[:60]!r}"
-        )
 
     def watch(context: Any, timestamp: int) -> str:
         report = registry.watch_jax()
