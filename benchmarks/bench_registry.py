@@ -9,7 +9,8 @@ runs.
 MLflow (``pip install ".[bench-mlflow]"``) runs in this process: ``bench_mlflow_peer.py`` has
 its side. Both registries are filled to each size the same way: 10 versions per name (``m0``
 ...), alias ``prod`` on each name's version 10, platforms mixed; rows bulk-inserted (all of
-jaxport's variants pointing at one real archive; MLflow's rows into its own tables). Then the
+jaxport's variants pointing at one real archive, its blob store given the 256 prefix
+directories a registry of that size has; MLflow's rows into its own tables). Then the
 same operations are timed on each, ``--repeat`` times: pushes to a name ``target``, alias
 moves, get, resolve (the newest version, and by alias; of ``target`` and of a random name), a
 page of ``list`` and of ``search`` with and without matches, and jaxport's ``pull`` (MLflow
@@ -298,6 +299,15 @@ def sqlite_synchronous(engine: sa.Engine, level: str) -> None:
     engine.dispose()
 
 
+def prefixes(root: Path) -> None:
+    """The blob store's 256 prefix directories (``sha256/00`` ... ``ff``), as a registry of
+    1,000 versions or more has them: the rows ``prefill`` inserts share one archive, so without
+    them most of the timed pushes would make a directory (and fsync it into its parent) that
+    such a registry made long ago, while MLflow's side writes into a directory it has."""
+    for i in range(256):
+        (root / "sha256" / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+
+
 def bench_pair(
     urls: dict[int, tuple[str, str]], blobs: Path, repeat: int, synchronous: str | None
 ) -> tuple[dict[int, Results], dict[int, Any]]:
@@ -317,6 +327,7 @@ def bench_pair(
                 sqlite_synchronous(reg._backend.engine, synchronous)
             t = time.perf_counter()
             prefill(reg, n)
+            prefixes(blobs / f"blobs-{n}")
             print(f"jaxport: prefilled {n:,} versions in {time.perf_counter() - t:.1f} s")
             ours[n] = Sized(reg, n, repeat)
             theirs[n] = peer.Sized(mlflow_url, n, repeat, synchronous)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["atomic_write", "create_temporary"]
+__all__ = ["atomic_write", "create_temporary", "make_durable_dirs", "sync_directory"]
 
 
 def atomic_write(
@@ -55,11 +55,41 @@ def atomic_write(
         Path(tmp).unlink(missing_ok=True)
         raise
     if sync_dir:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_directory(path.parent)
+
+
+def sync_directory(directory: str | os.PathLike[str]) -> None:
+    """fsyncs ``directory``, so that the entries made or renamed in it survive a crash.
+
+    Raises:
+        OSError: it cannot be opened (missing, not a directory, no permission).
+    """
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def make_durable_dirs(directory: Path) -> None:
+    """Makes ``directory`` and its missing parents, each new one fsynced into its parent
+    (POSIX makes a new directory entry durable only by an fsync of the directory holding it:
+    without it a crash could lose a directory whose files were each written durably). A
+    directory another process makes meanwhile is taken as it is.
+
+    Raises:
+        FileExistsError: a component is a file.
+        OSError: a parent is not writable.
+    """
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True)
+        sync_directory(made.parent)
 
 
 def _while_flushing(fd: int, compute: Callable[[], bytes]) -> bytes:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from jaxport import IntegrityError, JaxportError, RegistryError
 from jaxport._files import open_regular_file
-from jaxport._io import atomic_write
+from jaxport._io import atomic_write, make_durable_dirs
 from jaxport.registry._config import is_fsspec_url, safe_url
 from jaxport.registry._masking import masked, masked_options, secret_values
 from jaxport.registry._names import check_digest
@@ -195,7 +195,7 @@ class LocalBlobStore:
         if not replace and path.exists():
             return
         if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_durable_dirs(path.parent)  # its entry fsynced too: once per prefix
             # Checked again now that the directory is there, whoever made it (a symlink made
             # between the first check and is_dir must not be written through); a directory
             # that was there was checked by the first.

@@ -188,6 +188,35 @@ def test_open_reads_ranges(store):
         assert f.read(16) == data[1000:1016]
 
 
+def test_a_local_blob_and_every_directory_made_for_it_are_fsynced(tmp_path, monkeypatch):
+    """POSIX makes a new directory entry durable only by an fsync of its parent: the first blob
+    of a prefix fsyncs the file, its prefix directory and each directory made for it into its
+    parent (``_io.make_durable_dirs``); a second blob of that prefix only the file and the
+    prefix directory."""
+    import os
+    import stat
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}") if stat.S_ISDIR(st.st_mode) else "file")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = LocalBlobStore(tmp_path / "blobs")
+    digest, data = _blob(b"first of its prefix")
+    store.put(digest, data)
+    prefix = str(tmp_path / "blobs" / "sha256" / digest[:2])
+    made = [str(tmp_path), str(tmp_path / "blobs"), str(tmp_path / "blobs" / "sha256")]
+    assert synced[:3] == made and synced[3:] == ["file", prefix]
+    synced.clear()
+    other = next(_blob(b"%d" % i) for i in range(999) if _blob(b"%d" % i)[0][:2] == digest[:2])
+    store.put(*other)
+    assert synced == ["file", prefix]
+
+
 def test_verify():
     digest, data = _blob(b"abc")
     assert verify(digest, data) == data
