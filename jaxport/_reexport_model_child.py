@@ -7,7 +7,7 @@ limit before importing jax, then reads from ``WORKDIR``:
 - ``in.jaxport``: the source model archive. Only its skeleton (header and modules' section) is
   read to write the new archive (``export/_model_rewrite.py``): each method's modules are
   re-serialized as this jax serializes its own exports and given named shardings where they
-  are in the HloSharding form only (as ``jaxport/_reexport_child.py`` does for a function);
+  are in the HloSharding form only (``jaxport/_reexport_common.py``, as for a function);
   each tensor's stored section is copied a bounded slice at a time, byte for byte;
 - ``golden.npz`` (optional): the source version's golden examples (a model's, per method);
 - ``request.json``: the custom-call targets the registry admitted, the source's sha256;
@@ -21,20 +21,19 @@ The check loads the archives memory-mapped (``jaxport.load_model``): its tensors
 when the methods run, as an audit reads them (``jaxport.audit.audit_archive``).
 
 Exit status 0: written (whatever the check says); 3: the source cannot be read here; 4: what
-was read cannot be written again here (the error on stdout).
+was read cannot be written again here (the error on stdout). What it shares with the function's
+child (``jaxport/_reexport_child.py``) is ``jaxport/_reexport_common.py``.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
-import resource
 import sys
 from pathlib import Path
 from typing import Any
 
-from jaxport._reexport_child import NOT_READ, NOT_WRITTEN, SOURCE_KEY
+from jaxport._reexport_common import NOT_READ, NOT_WRITTEN
 
 __all__ = ["NotWritten", "rewrite"]
 
@@ -52,11 +51,11 @@ def rewrite(
 
     Raises:
         JaxportError, ValueError: the source cannot be read, or a sharding cannot be named
-            (``_reexport_child._named_of``).
+            (``_reexport_common.named_shardings``).
         NotWritten: what was read cannot be written again by this jax.
     """
     from jaxport._errors import JaxportError
-    from jaxport._reexport_child import _named_shardings, _refresh
+    from jaxport._reexport_common import named_shardings, refreshed, said
     from jaxport.export._internal import read_skeleton, rewritten_chunks
 
     fd = os.open(source, os.O_RDONLY)
@@ -65,8 +64,8 @@ def rewrite(
         header = read_skeleton(fd, total, allow_custom_calls=allowed, path=str(source))
         exported, modules, shardings = {}, set(), set()
         for name, exp in header.exported.items():
-            named, sharding = _named_shardings(exp)
-            exported[name], module = _refresh(named)
+            named, sharding = named_shardings(exp)
+            exported[name], module = refreshed(named)
             modules.add(module)
             shardings.add(sharding)
         chunks = rewritten_chunks(fd, header, exported, {**header.metadata, **metadata})
@@ -75,7 +74,7 @@ def rewrite(
                 for chunk in chunks:
                     out.write(chunk)
         except JaxportError as e:
-            raise NotWritten(f"{type(e).__name__}: {str(e)[:300]}") from None
+            raise NotWritten(said(e)) from None
     finally:
         os.close(fd)
     return header, _said(modules), _said(shardings)
@@ -115,8 +114,9 @@ def _check(header: Any, work: Path, allowed: list[str]) -> dict[str, Any]:
     """The goldens, else the source's outputs on deterministic arguments (``examples.npz``),
     re-run on ``archive.jaxport`` by an audit; the check's facts. A method with symbolic
     input shapes has no deterministic arguments: only goldens check it (their shapes)."""
+    from jaxport._reexport_common import audited, source_failed
     from jaxport._rescue_child import skip_reason
-    from jaxport.audit import audit_archive, decode_model_examples
+    from jaxport.audit import decode_model_examples
     from jaxport.export import load_model
     from jaxport.export._internal import local_device_count, local_platform
 
@@ -135,56 +135,39 @@ def _check(header: Any, work: Path, allowed: list[str]) -> dict[str, Any]:
                                 outside_window="allow")  # fmt: skip
             blob = _own_examples(source)
         except Exception as e:  # what jax raises running a module is not a fixed set
-            return {"check": "error", "reason": f"the source: {type(e).__name__}: {e}"[:400],
-                    "compared": 0}  # fmt: skip
+            return source_failed(e)
         kind = "own"
         (work / "examples.npz").write_bytes(blob)
     archive: Any = _mapped(work / "archive.jaxport")  # tensors mapped, read as methods run
-    result = audit_archive(archive, platform=here, examples=blob)
     count = sum(len(pairs) for pairs in decode_model_examples(blob).values())
-    if result.status != "ok":
-        check = "mismatch" if result.status == "mismatch" else "error"
-        return {"check": check, "reason": f"{result.status}: {result.reason}", "compared": count}
-    return {"check": kind, "reason": None, "compared": count}
+    return audited(archive, blob, kind, count)
 
 
 def _child(workdir: str, memory_limit: int) -> int:
-    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    import importlib.metadata
+    from jaxport._reexport_common import finish, said, start
 
-    import jax
+    asked = start(workdir, memory_limit)  # before jax is imported
 
     from jaxport._errors import JaxportError
-    from jaxport._rescue_child import RESCUED_KEY
     from jaxport.export import load_model
 
-    work = Path(workdir)
-    request = json.loads((work / "request.json").read_text())
-    allowed = [str(t) for t in request["allow_custom_calls"]]
-    meta = {RESCUED_KEY: f"jax {jax.__version__}", SOURCE_KEY: str(request["source_digest"])}
-    target = work / "archive.jaxport"
+    target = asked.work / "archive.jaxport"
     try:
-        header, module, shardings = rewrite(work / "in.jaxport", target, allowed, meta)
+        header, module, shardings = rewrite(
+            asked.work / "in.jaxport", target, asked.allowed, asked.metadata
+        )
     except NotWritten as e:
         print(e)
         return NOT_WRITTEN
     except (JaxportError, ValueError) as e:
-        print(f"{type(e).__name__}: {str(e)[:300]}")
+        print(said(e))
         return NOT_READ
     try:
-        load_model(target, allow_custom_calls=allowed)  # through the format, as a user will
+        load_model(target, allow_custom_calls=asked.allowed)  # through the format, as a user will
     except JaxportError as e:
-        print(f"{type(e).__name__}: {str(e)[:300]}")
+        print(said(e))
         return NOT_WRITTEN
-    facts = {
-        "jax": jax.__version__,
-        "jaxlib": importlib.metadata.version("jaxlib"),
-        "module": module,
-        "shardings": shardings,
-        **_check(header, work, allowed),
-    }
-    (work / "facts.json").write_text(json.dumps(facts))
-    return 0
+    return finish(asked.work, module, shardings, _check(header, asked.work, asked.allowed))
 
 
 if __name__ == "__main__":

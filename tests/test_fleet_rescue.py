@@ -148,6 +148,33 @@ def test_constants_shared_with_the_child():
     assert _fleet_rescue.RESCUE_JAX == DEFAULT_RESCUE_JAX
 
 
+def test_both_children_share_one_rewrite_and_one_check():
+    """The function's and the model's re-export children take what they share from one module
+    (``jaxport/_reexport_common.py``): the named form of HloSharding-only shardings, the check's
+    facts from an audit of the re-export, the constants the parent reads."""
+    from jaxport import _reexport_child, _reexport_model_child
+    from jaxport import _reexport_common as common
+    from jaxport.audit import encode_examples
+
+    assert _reexport_child.SOURCE_KEY == common.SOURCE_KEY == "jaxport.rescued_from"
+    assert (_reexport_child.NOT_READ, _reexport_model_child.NOT_WRITTEN) == (3, 4)
+    named, said = common.named_shardings(_hlo_only(_sharded()))
+    assert said.startswith("named form derived") and None not in named._in_named_shardings
+    one_device = _export()
+    assert common.named_shardings(one_device) == (one_device, "as stored")
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    archive = jaxport.dumps(one_device)
+    right = encode_examples([([x], [np.sin(x)])])
+    assert common.audited(archive, right, "own", 1) == {"check": "own", "reason": None,
+                                                        "compared": 1}  # fmt: skip
+    wrong = common.audited(archive, encode_examples([([x], [np.cos(x)])]), "golden", 1)
+    assert wrong["check"] == "mismatch" and wrong["reason"].startswith("mismatch: ")
+    failed = common.source_failed(RuntimeError("x" * 500))
+    assert failed["check"] == "error" and failed["reason"].startswith("the source: RuntimeError")
+    assert len(failed["reason"]) == 400 and failed["compared"] == 0
+    assert common.said(ValueError("y" * 400)) == "ValueError: " + "y" * 300
+
+
 def test_selection_dry_run_and_prefix(registry):
     old = _written_by(_export())
     registry.push(_written_by(_export(jnp.cos)), "team-enc", aliases=["prod"])  # v1, aliased
