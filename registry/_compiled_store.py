@@ -19,7 +19,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from jaxport.registry import _db
 from jaxport.registry._blobs import BlobStore, read_verified
-from jaxport.registry._compiled_types import CompiledFile, CompiledSet
+from jaxport.registry._compiled_types import CompiledFile, CompiledSet, check_set_files
 from jaxport.registry._models import BlobRow, CompiledFileRow, CompiledRow
 
 __all__ = ["CompiledStore", "StoredSet"]
@@ -46,7 +46,12 @@ class CompiledStore:
         """Writes the set's blobs and rows in one write transaction holding the shared blob
         lock (``gc`` sees all or nothing). A set of the same key by the same signer is kept
         as it is (``status == "already stored"``: jax's cache files hold the compile time, so
-        two compiles never make the same bytes); one by another signer is replaced."""
+        two compiles never make the same bytes); one by another signer is replaced.
+
+        Raises:
+            InvalidNameError: more than ``MAX_SET_FILES`` files (``check_set_files``).
+        """
+        check_set_files(made)
         manifest_digest = hashlib.sha256(manifest).hexdigest()
         bundle_digest = hashlib.sha256(bundle).hexdigest()
         now = time.time()
@@ -115,6 +120,7 @@ class CompiledStore:
 
 
 def _key(made: CompiledSet) -> list[Any]:
+    """The rows of ``made``'s key (``_compiled_types.same_key`` compares two sets')."""
     return [
         CompiledRow.digest == made.digest,
         CompiledRow.method == made.method,

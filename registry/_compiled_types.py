@@ -30,16 +30,19 @@ from jaxport._signing import Trusted
 __all__ = [
     "COMPILED_KEYS_ENV",
     "MANIFEST_FORMAT",
+    "MAX_SET_FILES",
     "USE_COMPILED_ENV",
     "CompiledFile",
     "CompiledPolicy",
     "CompiledSet",
     "CompiledUse",
     "check_file_name",
+    "check_set_files",
     "manifest_bytes",
     "mismatch",
     "parse_manifest",
     "policy_from_env",
+    "same_key",
 ]
 
 #: The manifest's ``format`` field.
@@ -51,7 +54,10 @@ COMPILED_KEYS_ENV = "JAXPORT_COMPILED_KEYS"
 #: A file name jax's cache writes: no separator, no leading dot, at most 255 characters.
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
 _KEY_FIELDS = ("platform", "device_kind", "jax_version", "jaxlib_version")
-_MAX_FILES = 64
+#: Most files one set may have, stored (directly or through a server) or read: jax's cache
+#: writes one file per compiled computation, a few for most methods, some hundreds for a
+#: model whose method compiles many sub-computations.
+MAX_SET_FILES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,8 +223,8 @@ def parse_manifest(data: bytes) -> CompiledSet:
         if body.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"format {str(body.get('format'))[:40]!r}")
         files = tuple(_file(f) for f in body["files"])
-        if not files or len(files) > _MAX_FILES or len({f.name for f in files}) != len(files):
-            raise ValueError(f"{len(files)} files (1 to {_MAX_FILES}, names unique)")
+        if not files or len(files) > MAX_SET_FILES or len({f.name for f in files}) != len(files):
+            raise ValueError(f"{len(files)} files (1 to {MAX_SET_FILES}, names unique)")
         options = {str(k): str(v) for k, v in dict(body["options"]).items()}
         strings = {f: _text(body[f]) for f in ("digest", "method", *_KEY_FIELDS)}
         nr_devices = body["nr_devices"]
@@ -227,6 +233,28 @@ def parse_manifest(data: bytes) -> CompiledSet:
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise CorruptArchiveError(f"not a compiled set's manifest: {str(e)[:200]}") from None
     return CompiledSet(**strings, nr_devices=nr_devices, options=options, files=files)
+
+
+def check_set_files(made: CompiledSet) -> CompiledSet:
+    """``made`` if it has at most ``MAX_SET_FILES`` files.
+
+    Raises:
+        InvalidNameError: more files than that (nothing is uploaded or stored).
+    """
+    if len(made.files) > MAX_SET_FILES:
+        raise InvalidNameError(
+            f"a compiled set has at most {MAX_SET_FILES:,} files; the one of "
+            f"{made.method or 'the function'} has {len(made.files):,}"
+        )
+    return made
+
+
+def same_key(one: CompiledSet, other: CompiledSet) -> bool:
+    """Whether two sets have the same key (archive, method, host fields, compile options):
+    a store keeps one set per key (``registry/_compiled_store.py``'s ``_key``)."""
+    fields = ("digest", "method", *_KEY_FIELDS)
+    same = all(getattr(one, f) == getattr(other, f) for f in fields)
+    return same and dict(one.options) == dict(other.options)
 
 
 def check_file_name(name: str) -> str:

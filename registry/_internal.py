@@ -7,7 +7,8 @@ its public names: the one private module of ``jaxport.registry`` another package
   prefix-limited token ``reach``-es, the names holding a blob, the event ``listeners``.
 - The pushes in parts a server receives: ``ArchiveParts``, ``plan_parts``,
   ``sweep_commit_dirs``; golden examples as a server reads them; the compiled sets it stores
-  and serves (``store_sent``, ``sets_on_wire``, ``read_set_blob``).
+  and serves (``store_sent``, ``sets_on_wire``, ``read_set_blob``) and their cap
+  (``MAX_SET_FILES``, ``check_set_files``).
 - The wire format of results (``to_wire``, ``from_wire``); the actor a request's events
   name (``acting_as``, ``current_actor``); the provenance a pushing client reports
   (``LIMITS``, ``check_provenance``, ``reported_provenance``) and the lineage a
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from jaxport.registry._compiled_served import read_set_blob as read_set_blob
     from jaxport.registry._compiled_served import sets_on_wire as sets_on_wire
     from jaxport.registry._compiled_served import store_sent as store_sent
+    from jaxport.registry._compiled_types import MAX_SET_FILES as MAX_SET_FILES
+    from jaxport.registry._compiled_types import check_set_files as check_set_files
     from jaxport.registry._config import RegistryConfig as RegistryConfig
     from jaxport.registry._config import check_sqlite_directory as check_sqlite_directory
     from jaxport.registry._config import is_server_url as is_server_url

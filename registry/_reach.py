@@ -7,7 +7,9 @@ part of one's own version, and then read it. For a token limited to name prefixe
 (``TokenInfo.prefixes``) a blob is *reachable* when
 
 1. it belongs to a version of a name the token may see: a variant's archive, a part of a model
-   variant (its skeleton or a tensor: ``variant_parts``) or a version's golden examples; or
+   variant (its skeleton or a tensor: ``variant_parts``), a version's golden examples, or the
+   manifest, bundle or a file of a compiled set of a variant's archive (what
+   ``GET /compiled/NAME/DIGEST/blobs/BLOB`` serves that token already); or
 2. the token uploaded it itself within the last ``UPLOAD_TTL`` seconds: an ``uploads`` row
    (token name, digest), written once the upload's bytes were checked against the digest, so
    the token held them. Token names are never reused (``Tokens.create``), so the key is sound.
@@ -30,6 +32,8 @@ from sqlalchemy import Engine, delete, func, or_, select
 
 from jaxport.registry import _db
 from jaxport.registry._models import (
+    CompiledFileRow,
+    CompiledRow,
     ExamplesRow,
     NameRow,
     UploadRow,
@@ -119,7 +123,8 @@ def _named(column: Any, prefixes: Sequence[str]) -> Any:
 
 def _holders(chunk: Sequence[str], prefixes: Sequence[str]) -> list[Any]:
     """Queries of the digests in ``chunk`` that a version of a name in ``prefixes`` holds: as
-    a variant's archive, a model variant's part, a version's golden examples."""
+    a variant's archive, a model variant's part, a version's golden examples, a blob of a
+    compiled set of a variant's archive."""
     archives = (
         select(VariantRow.digest)
         .join(NameRow, NameRow.id == VariantRow.model_id)
@@ -137,4 +142,26 @@ def _holders(chunk: Sequence[str], prefixes: Sequence[str]) -> list[Any]:
         .join(NameRow, NameRow.id == VersionRow.model_id)
         .where(ExamplesRow.digest.in_(chunk), _named(NameRow.name, prefixes))
     )
-    return [archives.distinct(), parts.distinct(), examples.distinct()]
+    held = [archives.distinct(), parts.distinct(), examples.distinct()]
+    return held + _compiled_holders(chunk, prefixes)
+
+
+def _compiled_holders(chunk: Sequence[str], prefixes: Sequence[str]) -> list[Any]:
+    """Queries of the digests in ``chunk`` that a compiled set of an archive of a name in
+    ``prefixes`` names: its manifest, its bundle, its files."""
+    visible = (
+        select(VariantRow.digest)
+        .join(NameRow, NameRow.id == VariantRow.model_id)
+        .where(_named(NameRow.name, prefixes))
+    )
+    sets = CompiledRow.digest.in_(visible)
+    manifests = select(CompiledRow.manifest_digest).where(
+        CompiledRow.manifest_digest.in_(chunk), sets
+    )
+    bundles = select(CompiledRow.bundle_digest).where(CompiledRow.bundle_digest.in_(chunk), sets)
+    files = (
+        select(CompiledFileRow.digest)
+        .join(CompiledRow, CompiledRow.id == CompiledFileRow.compiled_id)
+        .where(CompiledFileRow.digest.in_(chunk), sets)
+    )
+    return [manifests.distinct(), bundles.distinct(), files.distinct()]

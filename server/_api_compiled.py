@@ -5,7 +5,9 @@
   body is the set (``CompiledSet`` on the wire) with ``manifest_digest`` and
   ``bundle_digest``. The server checks what it can (``registry/_compiled_served.py``): the
   archive is ``name``'s, the manifest is the set's, the bundle signs its sha256, each blob's
-  sha256; a prefix-limited token names only blobs it reaches.
+  sha256; a prefix-limited token names only blobs it reaches. A set has at most
+  ``MAX_SET_FILES`` files (400 above), its body at most ``MAX_COMPILED_BODY`` bytes
+  (``server/_limits.py``); the client sends only the blobs ``/blobs/missing`` names.
 - ``GET /compiled/{name}/{digest}`` (``read``): the sets of the archive ``digest``;
 - ``GET /compiled/{name}/{digest}/blobs/{blob}`` (``read``): one manifest, bundle or file of them.
 
@@ -24,6 +26,7 @@ from pydantic import BaseModel, Field
 from jaxport import NotFoundError, SignatureError
 from jaxport.registry import CompiledSet, Registry, TokenInfo
 from jaxport.registry._internal import (
+    check_set_files,
     from_wire,
     read_set_blob,
     sets_on_wire,
@@ -33,10 +36,11 @@ from jaxport.registry._internal import (
 )
 from jaxport.server._auth import check_name, scope
 from jaxport.server._errors import RESPONSES, error_body, public_message
+from jaxport.server._limits import OffLoopJSON
 
 __all__ = ["router"]
 
-router = APIRouter(responses=RESPONSES)
+router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parsed in threads
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 
@@ -57,7 +61,7 @@ class SetBody(BaseModel):
 def store(request: Request, p: Writer, name: str, body: SetBody) -> Any:
     """Stores a compiled set (see the module's doc); answers it as stored."""
     check_name(p, name)
-    made = from_wire(CompiledSet, body.set, source="a compiled set")
+    made = check_set_files(from_wire(CompiledSet, body.set, source="a compiled set"))
     backend = sql_backend(_reg(request))
     blobs = {body.manifest_digest, body.bundle_digest, *(f.sha256 for f in made.files)}
     if backend.reach.reachable(p, blobs) != blobs:

@@ -4,7 +4,8 @@ Bodies. Every body has a limit by route, checked before it is read (by its ``Con
 and as it arrives (a body without one): a part upload ``--max-upload`` bytes; a commit, a
 ``missing`` question or an upload's start or completion ``MAX_LIST_BODY`` (a commit of
 ``MAX_COMMIT_PARTS`` parts, each about 110 bytes of JSON); a signature's or findings'
-adoption ``MAX_ADOPT_BODY``; any other body ``MAX_BODY``. A JSON
+adoption ``MAX_ADOPT_BODY``; a compiled set ``MAX_COMPILED_BODY``; any other body
+``MAX_BODY``. A JSON
 body is parsed in a worker thread (``OffLoopJSON``), never on the event loop, and refused (400)
 past ``MAX_JSON_DEPTH`` levels, ``MAX_JSON_VALUES`` values or a string of ``MAX_JSON_STRING``
 characters, so that what the route's model then validates on the loop is small.
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_ADOPT_BODY",
     "MAX_BODY",
     "MAX_COMMIT_PARTS",
+    "MAX_COMPILED_BODY",
     "MAX_DIGESTS",
     "MAX_JSON_DEPTH",
     "MAX_JSON_STRING",
@@ -68,6 +70,10 @@ MAX_LIST_BODY = 16 << 20
 #: ``server/_api_adopt.py``), in bytes: a bundle of ``MAX_BUNDLE_BYTES`` as a JSON string
 #: (escaped), or findings a client sends in batches of at most 1 MiB.
 MAX_ADOPT_BODY = 4 << 20
+#: The largest body of ``POST /api/v1/compiled/NAME`` (``server/_api_compiled.py``), in
+#: bytes: a set of ``MAX_SET_FILES`` (4,096) files, each at most about 380 bytes of JSON (a
+#: name of 255 characters, its sha256, its size), and slack.
+MAX_COMPILED_BODY = 2 << 20
 #: Most parts of all the archives of one commit: two models of ``MAX_MODEL_SECTIONS``
 #: (``jaxport.export``: 65,536) sections each.
 MAX_COMMIT_PARTS = 1 << 17
@@ -113,6 +119,8 @@ _LIST_ROUTES = frozenset(
 
 #: The POST routes, each followed by a name, whose body is an adoption.
 _ADOPT_ROUTES = (_API + "signatures/", _API + "findings/")
+#: The POST route, followed by a name, whose body is a compiled set.
+_COMPILED_ROUTE = _API + "compiled/"
 
 
 def body_limit(method: str, path: str, max_upload: int) -> int:
@@ -123,6 +131,8 @@ def body_limit(method: str, path: str, max_upload: int) -> int:
         return MAX_LIST_BODY
     if method == "POST" and path.startswith(_ADOPT_ROUTES):
         return MAX_ADOPT_BODY
+    if method == "POST" and path.startswith(_COMPILED_ROUTE):
+        return MAX_COMPILED_BODY
     return MAX_BODY
 
 

@@ -31,6 +31,7 @@ import jaxport
 from jaxport import CompiledFallbackWarning, CompiledPolicy, UnsupportedFeatureError
 from jaxport._compiled_host import host_key
 from jaxport.registry import _compiled_make, _compiled_seed
+from jaxport.registry._compiled_types import CompiledFile
 
 _CACHE: dict[str, object] = {}
 
@@ -364,3 +365,32 @@ def test_a_host_remembers_a_verified_signature_owned_by_its_user_only(
             registry.use_compiled("f", policy=_policy(keys))
     finally:
         jax.config.update("jax_persistent_cache_enable_xla_caches", xla_caches)
+
+
+def _with_files(made, count, name_length=20):
+    names = [f"{i:05d}".ljust(name_length, "a") for i in range(count)]
+    files = tuple(CompiledFile(n, "f" * 64, 1) for n in names)
+    return dataclasses.replace(made, files=files)
+
+
+def test_the_most_files_a_set_may_have_fit_the_routes_body_and_one_more_is_refused(
+    registry, keys, compiled
+):
+    """A set of ``MAX_SET_FILES`` files of the longest names fits ``POST /compiled/NAME``'s
+    body limit; its manifest reads; one file more is an ``InvalidNameError`` of the store
+    (a direct registry here; ``test_compiled_server`` for client and server)."""
+    from jaxport.registry._compiled_types import MAX_SET_FILES, manifest_bytes, parse_manifest
+    from jaxport.registry._wire import to_wire
+    from jaxport.server._limits import MAX_COMPILED_BODY, body_limit
+
+    most = _with_files(compiled["f"][0], MAX_SET_FILES, name_length=255)
+    body = {"set": to_wire(most), "manifest_digest": "0" * 64, "bundle_digest": "0" * 64}
+    assert len(json.dumps(body)) <= MAX_COMPILED_BODY
+    assert body_limit("POST", "/api/v1/compiled/f", 1) == MAX_COMPILED_BODY
+    assert len(parse_manifest(manifest_bytes(most)).files) == MAX_SET_FILES
+    over = _with_files(compiled["f"][0], MAX_SET_FILES + 1)
+    with pytest.raises(jaxport.InvalidNameError, match="at most 4,096 files"):
+        registry._compiled_store().store(over, manifest_bytes(over), b"", {})
+    with pytest.raises(jaxport.CorruptArchiveError, match="files"):
+        parse_manifest(manifest_bytes(over))
+    assert [s.files for s in registry.compiled_sets("f")] == [compiled["f"][0].files]

@@ -4,7 +4,10 @@ compiles here and stores the signed set there; a fresh process pulls with
 ``use_compiled=True`` through the server and its first calls are jax cache hits; a file the
 server serves tampered is a fallback with a reason and nothing written; another team's valid
 token is refused; the server refuses a set whose bundle does not sign its manifest; the CLI
-(``jaxport compile``, ``jaxport run --use-compiled``) does the same against a server."""
+(``jaxport compile``, ``jaxport run --use-compiled``) does the same against a server. A repeat
+compile sends no blob (another signer only its bundle), counted on the client's requests; a
+set of 2,000 files is stored, one over ``MAX_SET_FILES`` refused by client and server; ``read``
+serves the blobs of any archive listed, whatever was listed after it."""
 
 from __future__ import annotations
 
@@ -16,17 +19,30 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.export
+import jax.numpy as jnp
 import pytest
+import sqlalchemy as sa
 import test_compiled
 from _server import admin_token, serving
 from test_compiled import _function, _model
 
-from jaxport import CompiledPolicy, NotFoundError, PermissionDeniedError, Registry, SignatureError
+from jaxport import (
+    CompiledPolicy,
+    InvalidNameError,
+    NotFoundError,
+    PermissionDeniedError,
+    Registry,
+    SignatureError,
+)
 from jaxport._signing import sign_digest
 from jaxport.registry import _compiled_seed
 from jaxport.registry._compiled_http import HttpCompiledStore
-from jaxport.registry._compiled_types import manifest_bytes
+from jaxport.registry._compiled_types import MAX_SET_FILES, CompiledFile, manifest_bytes
+from jaxport.registry._download import download
 from jaxport.registry._wire import to_wire
+from jaxport.server._limits import MAX_BODY
 
 # test_compiled's fixtures: its signing keys, a verdict cache per test, one compile per archive.
 keys = test_compiled.keys
@@ -113,8 +129,10 @@ def test_another_teams_token_is_refused(served, keys, request):
     store = HttpCompiledStore(other._backend._http, "team-a-f", other._backend.lacks)
     with pytest.raises(PermissionDeniedError):
         store.sets_of(digest)
+    manifest_digest = served["made"]["team-a-f"][0].manifest_digest
+    path = f"/compiled/team-a-f/{digest}/blobs/{manifest_digest}"
     with pytest.raises(PermissionDeniedError):
-        store.read(served["made"]["team-a-f"][0].manifest_digest)
+        download(other._backend._http, path, manifest_digest, 1 << 20)
     made = dataclasses.replace(served["made"]["team-a-f"][0], files=())
     manifest = manifest_bytes(made)
     signed = sign_digest(hashlib.sha256(manifest).hexdigest(), keys["trusted"][0])
@@ -167,6 +185,9 @@ def test_a_set_may_name_only_blobs_its_token_reaches(served, keys, request):
     signed = sign_digest(hashlib.sha256(manifest_bytes(made)).hexdigest(), keys["other"][0])
     made = dataclasses.replace(made, signer=signed.signer)
     http = other._backend._http
+    blobs = [theirs.manifest_digest, *(f.sha256 for f in theirs.files)]
+    asked = http.json("POST", "/blobs/missing", json={"digests": blobs, "name": "team-b-m"})
+    assert asked["missing"] == blobs  # team a's set's blobs: not reached, as if absent
     for data in (manifest_bytes(made), signed.bundle):
         digest = hashlib.sha256(data).hexdigest()
         http.json("PUT", f"/blobs/{digest}", content=data, params={"name": "team-b-m"})
@@ -176,3 +197,112 @@ def test_a_set_may_name_only_blobs_its_token_reaches(served, keys, request):
     with pytest.raises(NotFoundError, match="not uploaded"):
         http.json("POST", "/compiled/team-b-m", json=body)
     assert other.compiled_sets("team-b-m") == []
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _counted(monkeypatch, registry):
+    """The requests of ``registry``'s server connection that store compiled sets or ask for
+    them (method, path; not the archive's own download) and each blob PUT (digest, bytes),
+    from now on."""
+    http = registry._backend._http
+    real = http.json
+    calls, sent = [], []
+
+    def json(method, path, **kwargs):
+        if path.startswith("/compiled/") or (method != "GET" and path.startswith("/blobs/")):
+            calls.append((method, path))
+        if method == "PUT":
+            sent.append((path.rsplit("/", 1)[1], len(kwargs["content"])))
+        return real(method, path, **kwargs)
+
+    monkeypatch.setattr(http, "json", json)
+    return calls, sent
+
+
+def _forget_uploads(served):
+    """As if ``UPLOAD_TTL`` had passed since every upload (``registry/_reach.py``)."""
+    engine = sa.create_engine(served["server"].db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM uploads"))
+    engine.dispose()
+
+
+def test_a_repeat_compile_sends_no_blob(served, keys, monkeypatch):
+    """Compiling again with the same key asks for the archive's sets and sends nothing; with
+    another key, a day after the uploads, it sends only the new bundles: the files and the
+    manifest are reached through the stored sets of a name the token reads."""
+    team, made = served["team"], served["made"]["team-a-m"]
+    calls, sent = _counted(monkeypatch, team)
+    again = team.compile("team-a-m", private_key=keys["trusted"][0])
+    assert [s.status for s in again] == ["already stored"] * 2
+    assert sent == []
+    assert calls == [("GET", f"/compiled/team-a-m/{made[0].digest}")] * 2
+    _forget_uploads(served)
+    del calls[:]
+    other = team.compile("team-a-m", private_key=keys["other"][0])
+    assert [s.status for s in other] == ["stored"] * 2
+    assert {s.signer for s in other} != {s.signer for s in made}
+    held = {d for s in made for d in (s.manifest_digest, *(f.sha256 for f in s.files))}
+    assert len(sent) == 2 and not {d for d, _ in sent} & held  # the two bundles
+    assert [m for m, _ in calls].count("PUT") == 2
+
+
+def test_read_serves_a_blob_of_any_archive_listed(served, keys):
+    """Two archives' sets listed, then the first one's blobs read: each from its own
+    archive's route (a blob of no listed set is not asked for)."""
+    team = served["team"]
+    team.push(
+        jax.export.export(jax.jit(lambda x: jnp.cos(x) + 1))(
+            jax.ShapeDtypeStruct((8,), jnp.float32)
+        ),
+        "team-a-f",
+    )
+    team.compile("team-a-f:2", private_key=keys["trusted"][0])
+    first, second = (team.get(f"team-a-f:{v}").variants[0].digest for v in (1, 2))
+    store = HttpCompiledStore(team._backend._http, "team-a-f", team._backend.lacks)
+    (one,) = store.sets_of(first)
+    (two,) = store.sets_of(second)
+    assert one.made.files != two.made.files
+    assert store.read(one.made.manifest_digest) == manifest_bytes(one.made)
+    for f in (*one.made.files, *two.made.files):
+        assert _sha(store.read(f.sha256)) == f.sha256
+    with pytest.raises(NotFoundError, match="no compiled set listed"):
+        store.read("0" * 64)
+
+
+def _many(base, count: int) -> tuple[object, dict[str, bytes]]:
+    """``base`` with ``count`` files (ten distinct contents), of a key of its own."""
+    contents = {f"jit_f-{i:05d}-cache": b"native %d" % (i % 10) for i in range(count)}
+    files = tuple(CompiledFile(n, _sha(d), len(d)) for n, d in contents.items())
+    made = dataclasses.replace(base, jax_version="0.0.0.test", files=files, manifest_digest="",
+                               signer="", status="", reason=None)  # fmt: skip
+    return made, contents
+
+
+def test_a_set_of_2000_files_is_stored_and_one_over_the_cap_refused(served, keys, monkeypatch):
+    team = served["team"]
+    store = HttpCompiledStore(team._backend._http, "team-a-f", team._backend.lacks)
+    made, contents = _many(served["made"]["team-a-f"][0], 2000)
+    manifest = manifest_bytes(made)
+    signed = sign_digest(_sha(manifest), keys["trusted"][0])
+    made = dataclasses.replace(made, signer=signed.signer)
+    body = {"set": to_wire(made), "manifest_digest": _sha(manifest),
+            "bundle_digest": _sha(signed.bundle)}  # fmt: skip
+    assert len(json.dumps(body)) > MAX_BODY  # over the limit of any other route
+    calls, sent = _counted(monkeypatch, team)
+    stored = store.store(made, manifest, signed.bundle, contents)
+    assert stored.status == "stored" and len(stored.files) == 2000
+    assert len(sent) == 12  # the manifest, the bundle, ten distinct files
+    (listed,) = [s for s in store.sets_of(made.digest) if s.made.jax_version == "0.0.0.test"]
+    assert listed.made.files == made.files
+    over, _ = _many(made, MAX_SET_FILES + 1)
+    del calls[:]
+    with pytest.raises(InvalidNameError, match="at most 4,096 files"):
+        store.store(over, b"", b"", {})
+    assert calls == []  # refused before anything was sent
+    body = {"set": to_wire(over), "manifest_digest": "0" * 64, "bundle_digest": "0" * 64}
+    with pytest.raises(InvalidNameError, match="at most 4,096 files"):
+        team._backend._http.json("POST", "/compiled/team-a-f", json=body)
