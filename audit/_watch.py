@@ -8,9 +8,10 @@ else https://pypi.org/simple/. It is read through the JSON simple API (PEP 691:
 deadline and a cap on the answer's size, and checked in a fixed order: status 200 → the JSON
 content type → at most ``MAX_ANSWER_BYTES`` → a JSON object → ``meta.api-version`` 1.x →
 ``files`` a list of at most ``MAX_FILES`` objects → each file's name parses as a wheel or an
-sdist of that package (``packaging``) → ``upload-time`` ISO 8601 where given. Anything else is
-an ``AuditError`` naming the index (without user info) and what was wrong. A release is its
-files' version; it is yanked when every file is, pre- or dev-release as ``packaging`` says.
+sdist of that package (``packaging``) → ``upload-time`` ISO 8601 where given. Anything else,
+or an index that cannot be reached, is a ``PackageIndexError`` (an ``AuditError``; HTTP 502
+through a registry server) naming the index (without user info) and what was wrong. A release
+is its files' version; it is yanked when every file is, pre- or dev-release as ``packaging`` says.
 
 **The judgement** (``release_verdict``) is the static audit (``_static.static_verdict``) with
 the release's own capabilities where its audit environment is ready (the registry asks one
@@ -37,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from jaxport import AuditError
+from jaxport import AuditError, PackageIndexError
 from jaxport._window import ENFORCED_SINCE, jax_window, release_date
 from jaxport.audit._report import AuditResult
 from jaxport.audit._static import Capabilities, Facts, static_verdict
@@ -154,8 +155,10 @@ def read_releases(
         client: an httpx client to use (default: one for this call, ``TIMEOUT`` seconds).
 
     Raises:
-        AuditError: the index cannot be reached, or answered anything but a PEP 691 page
-            within the limits (module docstring): the message names the index and the fault.
+        AuditError: ``url`` is not an http(s) URL with a host.
+        PackageIndexError: the index cannot be reached, or answered anything but a PEP 691
+            page within the limits (module docstring): the message names the index and the
+            fault.
     """
     try:
         parsed: httpx.URL | None = httpx.URL(url)
@@ -183,18 +186,18 @@ def _fetch(client: httpx.Client, page: str, where: str) -> bytes:
     try:
         with client.stream("GET", page, headers={"Accept": _ACCEPT}) as answer:
             if answer.status_code != 200:
-                raise AuditError(
+                raise PackageIndexError(
                     f"{where} answered HTTP {answer.status_code} for {shown_url(page)}"
                 )
             kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != _ACCEPT:
-                raise AuditError(
+                raise PackageIndexError(
                     f"{where} does not speak the JSON simple API (PEP 691): content type "
                     f"{kind[:60]!r}, not {_ACCEPT}"
                 )
             return _bounded(answer.iter_bytes(), where)
     except (httpx.HTTPError, httpx.InvalidURL) as e:
-        raise AuditError(f"{where} cannot be read: {type(e).__name__}") from None
+        raise PackageIndexError(f"{where} cannot be read: {type(e).__name__}") from None
 
 
 def _bounded(chunks: Iterator[bytes], where: str) -> bytes:
@@ -202,7 +205,7 @@ def _bounded(chunks: Iterator[bytes], where: str) -> bytes:
     for chunk in chunks:
         body += chunk
         if len(body) > MAX_ANSWER_BYTES:
-            raise AuditError(f"{where} answered more than {MAX_ANSWER_BYTES:,} bytes")
+            raise PackageIndexError(f"{where} answered more than {MAX_ANSWER_BYTES:,} bytes")
     return bytes(body)
 
 
@@ -211,18 +214,18 @@ def _document(body: bytes, where: str) -> list[dict[str, Any]]:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
-        raise AuditError(f"{where} answered JSON that does not parse") from None
+        raise PackageIndexError(f"{where} answered JSON that does not parse") from None
     if not isinstance(data, dict):
-        raise AuditError(f"{where} answered {type(data).__name__}, not a JSON object")
+        raise PackageIndexError(f"{where} answered {type(data).__name__}, not a JSON object")
     meta = data.get("meta")
     version = meta.get("api-version") if isinstance(meta, dict) else None
     if not isinstance(version, str) or version.split(".")[0] != "1":
-        raise AuditError(f"{where} answered API version {str(version)[:20]!r}, not 1.x")
+        raise PackageIndexError(f"{where} answered API version {str(version)[:20]!r}, not 1.x")
     files = data.get("files")
     if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
-        raise AuditError(f"{where} answered no list of file objects")
+        raise PackageIndexError(f"{where} answered no list of file objects")
     if len(files) > MAX_FILES:
-        raise AuditError(f"{where} listed {len(files):,} files, more than {MAX_FILES:,}")
+        raise PackageIndexError(f"{where} listed {len(files):,} files, more than {MAX_FILES:,}")
     return files
 
 
@@ -251,8 +254,8 @@ def _file_version(filename: Any, package: str, where: str) -> Any:
     (``.egg``, ``.zip``, a metadata file).
 
     Raises:
-        AuditError: not a string, or a wheel/sdist name of another package or that does not
-            parse.
+        PackageIndexError: not a string, or a wheel/sdist name of another package or that
+            does not parse.
     """
     from packaging.utils import (
         InvalidSdistFilename,
@@ -264,7 +267,7 @@ def _file_version(filename: Any, package: str, where: str) -> Any:
     from packaging.version import InvalidVersion
 
     if not isinstance(filename, str) or len(filename) > 300:
-        raise AuditError(f"{where} listed a file without a usable filename")
+        raise PackageIndexError(f"{where} listed a file without a usable filename")
     try:
         if filename.endswith(".whl"):
             name, version, _, _ = parse_wheel_filename(filename)
@@ -273,11 +276,11 @@ def _file_version(filename: Any, package: str, where: str) -> Any:
         else:
             return None
     except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        raise AuditError(
+        raise PackageIndexError(
             f"{where} listed a file named {filename[:80]!r} that does not parse"
         ) from None
     if name != canonicalize_name(package):
-        raise AuditError(f"{where} listed {filename[:80]!r} on the page of {package}")
+        raise PackageIndexError(f"{where} listed {filename[:80]!r} on the page of {package}")
     return version
 
 
@@ -288,7 +291,7 @@ def _upload_time(value: Any, where: str) -> float | None:
         text = str(value)[:40].replace("Z", "+00:00")
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise AuditError(f"{where} gave an upload-time that is not ISO 8601") from None
+        raise PackageIndexError(f"{where} gave an upload-time that is not ISO 8601") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()

@@ -34,6 +34,7 @@ from jaxport._errors import NotFoundError as NotFoundError
 from jaxport._errors import OciError as OciError
 from jaxport._errors import OutsideJaxWindowError as OutsideJaxWindowError
 from jaxport._errors import OutsideJaxWindowWarning as OutsideJaxWindowWarning
+from jaxport._errors import PackageIndexError as PackageIndexError
 from jaxport._errors import ParamsMismatchError as ParamsMismatchError
 from jaxport._errors import PermissionDeniedError as PermissionDeniedError
 from jaxport._errors import RegistryError as RegistryError

@@ -34,8 +34,11 @@ working for code that does not know jaxport::
     ├── InvalidArgumentError (TypeError)       an argument of a type the function does not take
     │                                          (``Model.from_orbax(subtree=3)``)
     ├── AuditError                             an audit could not be carried out at all (its
-    │                                          worker did not start); failures of an archive
-    │                                          are findings, not errors
+    │   │                                      worker did not start); failures of an archive
+    │   │                                      are findings, not errors
+    │   └── PackageIndexError                  the package index the jax-release watcher reads
+    │                                          cannot be reached, or answered outside PEP 691
+    │                                          or its limits (HTTP 502 through a server)
     ├── SignatureError                         an artifact is not signed as required: no
     │                                          signature, one by another key, one that does not
     │                                          verify (a file or a registry version)
@@ -90,6 +93,7 @@ __all__ = [
     "OciError",
     "OutsideJaxWindowError",
     "OutsideJaxWindowWarning",
+    "PackageIndexError",
     "ParamsMismatchError",
     "PermissionDeniedError",
     "RegistryError",
@@ -352,6 +356,14 @@ class InvalidArgumentError(JaxportError, TypeError):
 class AuditError(JaxportError):
     """An audit could not be carried out: e.g. the worker process did not start in the given
     Python environment. What an archive fails on is a finding (``jaxport.Finding``), not this."""
+
+
+class PackageIndexError(AuditError):
+    """The package index the jax-release watcher reads (PEP 691's JSON simple API) cannot be
+    reached, or answered what jaxport refuses: an error status, another content type or API
+    version, more than its size limit, a page that does not parse. Through a registry server
+    it is an HTTP 502 (the server's upstream failed, not the server). The message names the
+    index without its user info or query."""
 
 
 class SignatureError(JaxportError):

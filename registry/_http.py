@@ -1,7 +1,9 @@
 """The HTTP side of the registry server's client: one ``httpx.Client``, retries, typed errors.
 
-Retries: a connection error, a timeout or a 503 is retried with exponential backoff (0.2 s
-doubling, ``ATTEMPTS`` tries), then ``ServerUnavailableError``. An error answer (``{"error":
+Retries: a connection error, a timeout or a 502, 503 or 504 is retried with exponential backoff
+(0.2 s doubling, ``ATTEMPTS`` tries), then ``ServerUnavailableError``; not a request's answer
+that is the server's own error of another type (a ``PackageIndexError``'s 502: the server's
+upstream failed, and asking again would only repeat the work). An error answer (``{"error":
 {"type", "message", "attrs"}}``, ``server/_errors.py``) is raised as the jaxport error of that
 type with its attributes; an unknown type as ``RegistryError``. The token is sent in the
 ``Authorization`` header only; it is in no message, ``repr`` or URL.
@@ -95,7 +97,7 @@ class Http:
                 if attempt == ATTEMPTS:
                     raise self._unavailable(e) from None
             else:
-                if response.status_code not in RETRY_STATUS or attempt == ATTEMPTS:
+                if not _retried(response) or attempt == ATTEMPTS:
                     if response.is_error:
                         raise error_from(response)
                     return response
@@ -107,6 +109,18 @@ class Http:
             f"the registry server {self.url} cannot be reached after {ATTEMPTS} tries: "
             f"{type(error).__name__}"
         )
+
+
+def _retried(response: httpx.Response) -> bool:
+    """Whether an answer is worth another try: a 502, 503 or 504 of a proxy (no error body of
+    jaxport's) or of a busy server (``ServerUnavailableError``)."""
+    if response.status_code not in RETRY_STATUS:
+        return False
+    try:
+        kind = response.json()["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return True
+    return bool(kind == "ServerUnavailableError")
 
 
 def backoff(attempt: int) -> None:

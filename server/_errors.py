@@ -57,6 +57,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (e.ParamsMismatchError, 422),
     (e.RunError, 422),
     (e.ServerUnavailableError, 503),
+    (e.PackageIndexError, 502),
     (e.AuditError, 500),
     (e.JaxportError, 400),
 )
@@ -88,6 +89,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "The request body is too large"),
         (422, "A parameter or body that does not fit, or an archive that is refused"),
         (500, "Internal error"),
+        (502, "An upstream the server reads for the request (the package index) failed"),
         (503, "The server is unavailable; retry"),
     )
 }

@@ -1,10 +1,10 @@
 """Issue 26's server routes against valid tokens used where they must not reach: another team's
 tokens (prefix-limited, each scope), a write token of the same team, a prefix-limited admin;
 and odd bodies on every new route. Each attack is a typed 4xx (``server/_errors.py``), never a
-500 (the one 500 here: the server's own package index cannot be read, ``AuditError``); no
-answer names another team's names, versions or digests; the server never reads a package
-index a client names, and no secret (a token, an index password) is in any answer or in the
-server's log.
+500 (the one 5xx here: the server's own package index cannot be read, a 502
+``PackageIndexError``); no answer names another team's names, versions or digests; the server
+never reads a package index a client names, and no secret (a token, an index password) is in
+any answer or in the server's log.
 
 One ``jaxport serve`` per database (SQLite, and PostgreSQL where the fixture gives it) serves
 the module: ``team-a-m`` (1: sin, ``@prod``, protected by a goldens gate; 2: cos with golden
@@ -265,8 +265,14 @@ def test_watch_reads_the_servers_index_only_and_never_shows_its_password(t):
     before = t.listener.connections
     body = {"dry_run": True, "timeout": 5, "index_url": f"http://127.0.0.1:{t.listener.port}/"}
     r = t.call("admin", "POST", "/watch", json=body)
-    error = _typed(r, 500, "AuditError")  # the server's index (a dead port) cannot be read
-    assert "127.0.0.1" in error["message"] and INDEX_PASSWORD not in r.text
+    error = _typed(r, 502, "PackageIndexError")  # the server's index (a dead port): upstream
+    assert error["message"].startswith("the package index http://127.0.0.1:")
+    assert error["message"].endswith("/simple/ cannot be read: ConnectError")
+    assert INDEX_PASSWORD not in r.text and "pip" not in error["message"]
+    admin = jaxport.Registry(t.server.url, token=t.tokens["admin"])
+    with admin, pytest.raises(jaxport.PackageIndexError) as caught:  # typed, an AuditError too
+        admin.watch_jax(dry_run=True)
+    assert isinstance(caught.value, jaxport.AuditError) and str(caught.value) == error["message"]
     assert t.listener.connections == before
     events = t.call("admin", "GET", "/events").json()
     assert INDEX_PASSWORD not in json.dumps(events)

@@ -138,7 +138,7 @@ def test_watch_refuses_an_index_url_that_is_no_http_url_in_one_line(tmp_path, ur
     _one_line(err, "AuditError: the package index must be an http(s) URL")
     assert shown in err and "secret" not in err
     unreachable = _run(env, "watch", "--index-url", NOWHERE, code=1).stderr
-    _one_line(unreachable, "AuditError: the package index http://127.0.0.1:9/simple/ cannot be")
+    _one_line(unreachable, "PackageIndexError: the package index http://127.0.0.1:9/simple/ ")
 
 
 def test_watch_checks_each_webhook_before_reading_the_index(env):

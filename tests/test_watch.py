@@ -375,6 +375,33 @@ def test_watch_and_forecast_through_a_server(db_url, tmp_path, index):
         assert remote == direct.forecast()
 
 
+def test_an_index_that_fails_is_a_502_through_a_server_asked_once(db_url, tmp_path, index):
+    """The server's index answering 500: ``POST /api/v1/watch`` is a 502 whose body is the
+    API's error (``PackageIndexError``, the index without its credentials), and the client
+    raises it without asking again (the server is fine: its upstream failed)."""
+    import httpx
+    from _server import admin_token, serving
+
+    blobs = str(tmp_path / "blobs")
+    jaxport.Registry(db_url, blobs=blobs, upgrade=True).close()
+    admin = admin_token(db_url, blobs)
+    index.answer = (500, "text/plain", b"down")
+    port = index.url.split(":")[2].split("/")[0]
+    env = {"PIP_INDEX_URL": f"http://pip:hunter2@127.0.0.1:{port}/simple/?token=s3cret"}
+    with serving(db_url, blobs, tmp_path / "log", env=env) as s:
+        with jaxport.Registry(s.url, token=admin) as reg, pytest.raises(AuditError) as caught:
+            reg.watch_jax()
+        assert type(caught.value) is jaxport.PackageIndexError and len(index.requests) == 1
+        said = f"the package index http://127.0.0.1:{port}/simple/ answered HTTP 500"
+        assert str(caught.value).startswith(said)
+        auth = {"Authorization": f"Bearer {admin}"}
+        answer = httpx.post(f"{s.url}/api/v1/watch", json={}, headers=auth, timeout=60)
+    assert answer.status_code == 502 and "hunter2" not in answer.text
+    assert "s3cret" not in answer.text
+    assert answer.json() == {"error": {"type": "PackageIndexError", "message": str(caught.value),
+                                       "attrs": {}}}  # fmt: skip
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
@@ -415,9 +442,10 @@ def test_cli_watch_and_forecast(db_url, tmp_path, index):
 
     index.answer = (200, "text/html", b"<html>")
     failed = _cli(env, "watch", code=1)
-    assert failed.stderr.startswith("AuditError: the package index") and failed.stdout == ""
+    assert failed.stderr.startswith("PackageIndexError: the package index")
+    assert failed.stdout == ""
     error = json.loads(_cli(env, "watch", "--json", code=1).stderr)
-    assert error["error"]["type"] == "AuditError"
+    assert error["error"]["type"] == "PackageIndexError"
 
 
 # -- the audit queue (PostgreSQL, real workers) ----------------------------------------------
