@@ -47,6 +47,7 @@ from jaxport._errors import UnsafeArchiveError as UnsafeArchiveError
 from jaxport._errors import UnsafeModuleError as UnsafeModuleError
 from jaxport._errors import UnsupportedFeatureError as UnsupportedFeatureError
 from jaxport._errors import UnsupportedVersionError as UnsupportedVersionError
+from jaxport._errors import WebhookError as WebhookError
 from jaxport._errors import WrongKindError as WrongKindError
 from jaxport._lazy import attach
 from jaxport._version import __version__ as __version__

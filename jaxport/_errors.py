@@ -39,6 +39,8 @@ working for code that does not know jaxport::
     │   └── PackageIndexError                  the package index the jax-release watcher reads
     │                                          cannot be reached, or answered outside PEP 691
     │                                          or its limits (HTTP 502 through a server)
+    ├── WebhookError                           a webhook receiver did not take an event after
+    │                                          its retries (``jaxport watch --webhook``)
     ├── SignatureError                         an artifact is not signed as required: no
     │                                          signature, one by another key, one that does not
     │                                          verify (a file or a registry version)
@@ -106,6 +108,7 @@ __all__ = [
     "UnsafeModuleError",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
+    "WebhookError",
     "WrongKindError",
 ]
 
@@ -364,6 +367,14 @@ class PackageIndexError(AuditError):
     version, more than its size limit, a page that does not parse. Through a registry server
     it is an HTTP 502 (the server's upstream failed, not the server). The message names the
     index without its user info or query."""
+
+
+class WebhookError(JaxportError):
+    """A webhook receiver did not take an event after its retries (a connection error, or a
+    status other than 2xx each time): raised by ``jaxport watch --webhook`` once the others
+    are delivered, the watch recorded and its report printed. The message names each such
+    receiver by its scheme, host and port only (a hook URL's path or query may be its
+    secret)."""
 
 
 class SignatureError(JaxportError):

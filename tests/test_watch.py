@@ -451,6 +451,39 @@ def test_cli_watch_and_forecast(db_url, tmp_path, index):
 # -- the audit queue (PostgreSQL, real workers) ----------------------------------------------
 
 
+def test_cli_watch_exits_1_when_a_webhook_does_not_take_the_event(db_url, tmp_path, index):
+    """Two webhooks, the second on a closed port of 127.0.0.1: the first gets the event, the
+    second fails its 6 tries (about 15 s); the report is printed all the same (``--json``:
+    the document on stdout), then one line on stderr naming the receiver by scheme, host and
+    port (no user, path or query: they may be its secret), exit 1. The release is recorded."""
+    import socket
+
+    blobs = str(tmp_path / "blobs")
+    with jaxport.Registry(db_url, blobs=blobs, upgrade=True) as reg:
+        reg.push(jax.export.export(jax.jit(jnp.sin))(_SPEC), "mlp")
+    env = {**os.environ, "JAXPORT_REGISTRY": db_url, "JAXPORT_BLOBS": blobs,
+           "PIP_INDEX_URL": index.url}  # fmt: skip
+    index.announce("jax", "0.12.1", "2026-11-20T10:00:00Z")
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dead = f"http://hook:hunter2@127.0.0.1:{port}/services/T0/s3cret?token=abc"
+    hook = Hook()
+    failed = _cli(env, "watch", "--json", "--webhook", hook.url, "--webhook", dead, code=1)
+    assert json.loads(failed.stdout)["releases"][0]["version"] == "0.12.1"
+    assert [b["kind"] for b in hook.bodies] == ["jax-release"]
+    error = json.loads(failed.stderr)["error"]
+    assert error["type"] == "WebhookError" and failed.stderr.count("\n") == 1
+    assert f"to webhook 2 http://127.0.0.1:{port}: ConnectError after 6 tries" in error["message"]
+    assert not any(s in failed.stderr for s in ("hunter2", "s3cret", "services", "abc"))
+    assert "no new jax or jaxlib release" in _cli(env, "watch").stdout  # recorded as seen
+    index.announce("jax", "0.13.0", "2027-01-20T10:00:00Z")
+    text = _cli(env, "watch", "--webhook", dead, code=1)
+    assert "jax 0.13.0 (published 2027-01-20)" in text.stdout
+    assert text.stderr.startswith("WebhookError: 1 webhook delivery(ies) failed: event ")
+    assert text.stderr.count("\n") == 1
+
+
 @pytest.fixture
 def pg_env(tmp_path):
     """The environment of a PostgreSQL registry in a fresh schema, upgraded by ``jaxport db

@@ -80,9 +80,11 @@ def watch(
     and one jax-release event: how many variants stay ok, expire (per window end date), are
     refused statically and need rescue. The first watch of a registry takes the newest
     release alone. Through a registry server the server watches, with its own index (an
-    admin token without prefixes). Exits 0, also when nothing is new.
+    admin token without prefixes). Exits 0, also when nothing is new; 1 when a webhook did not
+    take an event after its retries (``WebhookError``, after the report is printed).
     """
     secret = webhook_secret_file.read_text().strip() if webhook_secret_file else None
+    failed: list[str] = []
     with ctx.registry() as reg:
         before = reg.events(limit=1)
         report = reg.watch_jax(
@@ -90,17 +92,29 @@ def watch(
             enqueue=not no_enqueue,
         )  # fmt: skip
         if webhooks and not dry_run and report.releases:
-            _deliver(reg, before[0].id if before else 0, list(webhooks), secret)
+            failed = _deliver(reg, before[0].id if before else 0, list(webhooks), secret)
     from jaxport._cli.render_watch import watch_text
 
     emit(as_json, report, watch_text)
+    if failed:
+        from jaxport._errors import WebhookError
+
+        raise WebhookError(
+            f"{len(failed)} webhook delivery(ies) failed: {'; '.join(failed)}; the watch is "
+            "recorded and its events are in `jaxport log`"
+        )
 
 
-def _deliver(reg: object, after: int, urls: list[str], secret: str | None) -> None:
+def _deliver(reg: object, after: int, urls: list[str], secret: str | None) -> list[str]:
     """POSTs this watch's ``jax-release`` events (those after event ``after``) to ``urls``,
-    with the server's retries (``server/_webhooks.py``)."""
+    with the server's retries (``server/_webhooks.py``); the deliveries that failed, one line
+    each (``Webhooks.close``)."""
+    import logging
+
     from jaxport.server import Webhooks
 
+    # Each try is a line of a server's log; the command says what failed once (WebhookError).
+    logging.getLogger("jaxport.server.webhooks").addHandler(logging.NullHandler())
     events = [
         e for e in reg.events(limit=100)  # type: ignore[attr-defined]
         if e.id > after and e.kind == "jax-release"
@@ -108,4 +122,4 @@ def _deliver(reg: object, after: int, urls: list[str], secret: str | None) -> No
     hooks = Webhooks(urls, secret)
     for event in reversed(events):
         hooks.deliver(event)
-    hooks.close()
+    return hooks.close(timeout=None)
