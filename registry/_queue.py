@@ -14,6 +14,8 @@ taken by ``jaxport audit-worker`` on each platform's own hosts.
   (the database unreachable, the audit worker not starting) is retried, ``MAX_ATTEMPTS`` runs
   in all, after waits of 2, 4, 8, ... seconds.
 - A job retried after its finding was written does not write it again (``_queue_jobs``).
+- A worker given a signing key compiles and stores the signed sets of each variant it audited
+  ok here (``_queue_compile``), after the finding is written; a failed compile fails no job.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from jaxport import AuditError, InvalidNameError, RegistryError
 from jaxport.registry import _db
 from jaxport.registry._names import normalize_platform, parse_reference
 from jaxport.registry._queries import Queries
+from jaxport.registry._queue_compile import compile_audited
 from jaxport.registry._queue_jobs import audit_one
 from jaxport.registry._queue_schema import check_queue_schema
 
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from procrastinate import App
 
     from jaxport.audit import Finding
+    from jaxport.registry._queue_compile import CompileKey
     from jaxport.registry._registry import Registry
     from jaxport.registry._types import Ref
 
@@ -217,8 +221,10 @@ def run_worker(
     until_idle: bool,
     stalled_after: float,
     on_finding: Callable[[Finding, bool], None] | None,
+    compile_key: CompileKey | None = None,
 ) -> None:
-    """See ``Registry.run_audit_worker``."""
+    """See ``Registry.run_audit_worker`` (``compile_key``: checked already,
+    ``registry/_queue_compile.py``)."""
     names = [platforms] if isinstance(platforms, str) else list(platforms)
     queues = sorted({queue_of(p) for p in names})
     if not queues:
@@ -239,6 +245,8 @@ def run_worker(
             return "gone"
         if on_finding is not None:
             on_finding(*found)
+        if compile_key is not None:  # the finding is recorded: compiling cannot lose it
+            compile_audited(registry, found[0], jax, compile_key, timeout)
         return found[0].status
 
     from jaxport.registry._rescue_queue import rescue_runner

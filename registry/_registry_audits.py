@@ -273,6 +273,8 @@ class RegistryAudits:
         until_idle: bool = False,
         stalled_after: float = 60.0,
         on_finding: Callable[[Finding, bool], None] | None = None,
+        compile_key: str | os.PathLike[str] | None = None,
+        compile_key_password: str | None = None,
     ) -> None:
         """Takes the queue's audit jobs for ``platforms`` (those this host has) and runs each
         through ``audit`` (its worker process and sandbox), recording each finding once per
@@ -289,14 +291,26 @@ class RegistryAudits:
                 quarter of ``stalled_after`` if less).
             on_finding: called with each job's finding and whether it was recorded (False: its
                 key had one already).
+            compile_key: a PEM EC private key (default: ``$JAXPORT_COMPILE_KEY``, unset: none):
+                after each passing full audit (``ok``) by this process's jax, the worker
+                compiles that variant for this host and stores its signed compiled sets as
+                ``compile`` does (one variant; within the job's timeout); a failed compile is
+                logged (logger ``jaxport.audit_worker``) and fails no job
+                (``registry/_queue_compile.py``).
+            compile_key_password: the key's password, if it is encrypted (never logged).
 
         Raises:
             UnsupportedFeatureError, RegistryError: see ``enqueue_audits``.
             InvalidNameError: no platform, or one outside cpu, cuda, rocm, tpu.
+            SignatureError: the compile key cannot be read or signs nothing (a wrong path or
+                password), checked before any job is taken.
         """
+        from jaxport.registry._queue_compile import compile_key as checked_key
+
         self._backend.check_writable()
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidNameError(f"concurrency must be a positive int, got {concurrency!r:.40}")
         options = {"concurrency": concurrency, "until_idle": until_idle, "on_finding": on_finding,
-                   "stalled_after": check_seconds(stalled_after, "stalled_after")}  # fmt: skip
+                   "stalled_after": check_seconds(stalled_after, "stalled_after"),
+                   "compile_key": checked_key(compile_key, compile_key_password)}  # fmt: skip
         self._backend.run_audit_worker(self, platforms, options)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxport import InvalidNameError, JaxportWarning, UnsupportedFeatureError
+from jaxport import InvalidNameError, JaxportWarning, NotFoundError, UnsupportedFeatureError
 from jaxport.registry._backend import Backend
 from jaxport.registry._compiled_types import (
     CompiledPolicy,
@@ -86,36 +86,87 @@ class RegistryCompiled:
             PermissionDeniedError: through a server, a token without ``write`` on the name.
             (and see ``get``)
         """
-        from jaxport._signing import sign_digest
-        from jaxport.registry._compiled_make import compile_archive
-
         self._backend.check_writable()
         timeout = check_timeout(timeout, "timeout")
         allowed = check_allowlist(allow_custom_calls)
         wanted, here = chosen_platform(platform), chosen_platform(LOCAL_PLATFORM)
-        out: builtins.list[CompiledSet] = []
         ref = self._backend.get(reference)
-        store = self._compiled_store(ref.name)
+        out: builtins.list[CompiledSet] = []
         for variant in ref.variants:
-            if wanted != here or here not in variant.platforms:
-                out.append(_skipped(variant, here, wanted))
-                continue
-            with tempfile.TemporaryDirectory(prefix="jaxport-compile-") as tmp:
-                path = Path(tmp) / "in.jaxport"
-                self._backend.write_file(f"sha256:{variant.digest}", variant, path)
-                made = compile_archive(path, variant, allowed, timeout)
-            for one, files in made:
-                if one.status == "skipped":
-                    out.append(one)
-                elif private_key is None:
-                    why = "no key given: an unsigned set is never used, so none was stored"
-                    out.append(dataclasses.replace(one, status="not stored", reason=why))
-                else:
-                    manifest = manifest_bytes(one)
-                    digest = hashlib.sha256(manifest).hexdigest()
-                    signed = sign_digest(digest, private_key, password=password)
-                    one = dataclasses.replace(one, signer=signed.signer)
-                    out.append(store.store(one, manifest, signed.bundle, files))
+            out += self._compile_variant(
+                variant, (wanted, here), allowed, timeout, private_key=private_key,
+                password=password,
+            )  # fmt: skip
+        return out
+
+    def _compile_digest(
+        self,
+        digest: str,
+        *,
+        platform: str,
+        private_key: str | os.PathLike[str],
+        password: str | None,
+        timeout: float,
+    ) -> builtins.list[CompiledSet]:
+        """``compile`` of the one variant whose archive is ``digest`` (64 hex digits) for
+        ``platform``: the audit queue's, after a passing audit (``registry/_queue_compile.py``).
+        This process's jax backend is not started (an audit worker's accelerator is its
+        children's): the compile child says which platform this host compiles for, and a set of
+        another platform is ``skipped``, not stored.
+
+        Raises:
+            NotFoundError: no variant holds that archive any more. (and see ``compile``)
+        """
+        self._backend.check_writable()
+        ref = self._backend.get(f"sha256:{digest}")
+        variants = [v for v in ref.variants if v.digest == digest]
+        if not variants:
+            raise NotFoundError(f"no variant holds the archive sha256:{digest}")
+        return self._compile_variant(
+            variants[0], (platform, None), (), timeout, private_key=private_key,
+            password=password,
+        )  # fmt: skip
+
+    def _compile_variant(
+        self,
+        variant: VariantInfo,
+        platforms: tuple[str | None, str | None],
+        allowed: Sequence[str],
+        timeout: float,
+        *,
+        private_key: str | os.PathLike[str] | None,
+        password: str | None,
+    ) -> builtins.list[CompiledSet]:
+        """``compile``'s work for one variant: compiled in a child when it runs here, each
+        method's set stored signed with ``private_key`` (or why not). ``platforms``: the one
+        asked for and this host's (None: not known here, the child's decides)."""
+        from jaxport._signing import sign_digest
+        from jaxport.registry._compiled_make import compile_archive
+
+        store = self._compiled_store(variant.name)
+        wanted, here = platforms
+        if wanted not in variant.platforms or here not in (None, wanted):
+            return [_skipped(variant, here, wanted)]
+        with tempfile.TemporaryDirectory(prefix="jaxport-compile-") as tmp:
+            path = Path(tmp) / "in.jaxport"
+            self._backend.write_file(f"sha256:{variant.digest}", variant, path)
+            made = compile_archive(path, variant, allowed, timeout)
+        out: builtins.list[CompiledSet] = []
+        for one, files in made:
+            if one.platform != wanted:  # the child's host compiles for another platform
+                out.append(dataclasses.replace(_skipped(variant, one.platform, wanted),
+                                               method=one.method))  # fmt: skip
+            elif one.status == "skipped":
+                out.append(one)
+            elif private_key is None:
+                why = "no key given: an unsigned set is never used, so none was stored"
+                out.append(dataclasses.replace(one, status="not stored", reason=why))
+            else:
+                manifest = manifest_bytes(one)
+                digest = hashlib.sha256(manifest).hexdigest()
+                signed = sign_digest(digest, private_key, password=password)
+                one = dataclasses.replace(one, signer=signed.signer)
+                out.append(store.store(one, manifest, signed.bundle, files))
         return out
 
     def compiled_sets(self, reference: str) -> builtins.list[CompiledSet]:

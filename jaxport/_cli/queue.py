@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import click
 
 from jaxport._cli.common import CliContext, pass_ctx
+from jaxport._cli.sign import password_from
 
 __all__ = ["audit_worker", "enqueued_text", "worker_line"]
 
@@ -46,12 +48,16 @@ class _OneLine(logging.Filter):
 
 
 def _log_without_tracebacks() -> None:
-    """procrastinate's warnings and errors (psycopg's errors) on stderr, one line each, as
-    ``LEVEL procrastinate: message``; a connection pool retrying is not an error."""
+    """procrastinate's warnings and errors (psycopg's errors) and the worker's own log (what
+    it compiled) on stderr, one line each, as ``LEVEL procrastinate: message``; a connection
+    pool retrying is not an error."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_OneLine())
-    for name, level in (("procrastinate", logging.WARNING), ("psycopg", logging.ERROR)):
+    for name, level in (
+        ("procrastinate", logging.WARNING), ("psycopg", logging.ERROR),
+        ("jaxport.audit_worker", logging.INFO),  # each compiled set, or why none
+    ):  # fmt: skip
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(level)
@@ -87,6 +93,15 @@ def _log_without_tracebacks() -> None:
     metavar="SECONDS",
     help="A worker silent this long is dead: its jobs go back to the queue.",
 )
+@click.option(
+    "--compile-key", type=click.Path(dir_okay=False, path_type=Path), metavar="KEY.pem",
+    help="PEM EC private key: after each passing full audit the variant is compiled for this "
+    "host and its executables stored, signed (default: $JAXPORT_COMPILE_KEY).",
+)  # fmt: skip
+@click.option(
+    "--compile-key-password-env", metavar="VAR",
+    help="Read the compile key's password from this environment variable.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON document.")
 @pass_ctx
 def audit_worker(
@@ -95,6 +110,8 @@ def audit_worker(
     concurrency: int,
     until_idle: bool,
     stalled_after: float,
+    compile_key: Path | None,
+    compile_key_password_env: str | None,
     as_json: bool,
 ) -> None:
     """Take audit jobs from the registry's queue and run them here.
@@ -103,7 +120,8 @@ def audit_worker(
     of its platforms, audits each variant in a worker process as `jaxport audit` does, and
     records each finding once. A job whose worker dies is given to another worker after
     --stalled-after seconds. The registry must be PostgreSQL, upgraded by `jaxport db upgrade`
-    with jaxport[queue] installed.
+    with jaxport[queue] installed. With --compile-key, each variant audited ok by this jax
+    is then compiled here and stored as signed compiled executables (as `jaxport compile`).
     """
     seen: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -115,10 +133,12 @@ def audit_worker(
                 click.echo(worker_line(finding, recorded))
 
     _log_without_tracebacks()
+    password = password_from(compile_key_password_env)
     with ctx.registry() as reg:
         reg.run_audit_worker(
             [p.lower() for p in platforms], concurrency=concurrency, until_idle=until_idle,
-            stalled_after=stalled_after, on_finding=on_finding,
+            stalled_after=stalled_after, on_finding=on_finding, compile_key=compile_key,
+            compile_key_password=password,
         )  # fmt: skip
     if as_json:
         from jaxport._cli.output import emit_json
