@@ -74,6 +74,7 @@ class SectionReader:
         self._verified: set[int] = set()
         self._lock = threading.Lock()  # guards the cursors
         self._cursors: dict[int, _Cursor] | None = None
+        self._last: tuple[int, bytes] | None = None  # a chained reader's last whole section
         for i, s in enumerate(sections):
             self._check_ratio(i, s, max_compression_ratio)
         self._check_total_ratio(max_compression_ratio)
@@ -186,9 +187,8 @@ class SectionReader:
     ) -> bytes:
         self.check(index, offset, length)
         s = self._sections[index]
-        if self.chained and index > 0 and prefix is None and s.compression != fb.Compression.none:
-            before = self._sections[index - 1].uncompressed_length
-            prefix = self._read(index - 1, 0, before, None, None)
+        if self._needs_prefix(index) and prefix is None:
+            prefix = self._prefix(index)
         stored = self._payload[s.offset : s.offset + s.length]
         threaded = index not in self._verified and len(stored) >= THREADED_BYTES
         with contextlib.ExitStack() as stack:
@@ -202,6 +202,34 @@ class SectionReader:
                 verify()  # a digest that does not match is the error, as if checked first
                 raise
             verify()
+        if self.chained and (offset, length) == (0, s.uncompressed_length):
+            with self._lock:
+                self._last = (index, data)
+        return data
+
+    def _needs_prefix(self, index: int) -> bool:
+        """Section ``index`` is decompressed with the section before it (``chained``)."""
+        return (
+            self.chained and index > 0 and self._sections[index].compression != fb.Compression.none
+        )
+
+    def _prefix(self, index: int) -> bytes:
+        """Section ``index - 1`` decompressed, for a caller that does not hold it: the
+        sections from the nearest one read whole last (``_last``) or needing no prefix of its
+        own, each with the one before it, in a loop. Reads of every level in order
+        (``module_custom_calls``, audits) thus decompress each section once, and a chain of
+        any length recurses nowhere."""
+        with self._lock:
+            last = self._last
+        start = index - 1
+        while self._needs_prefix(start) and (last is None or last[0] != start):
+            start -= 1
+        data = last[1] if last is not None and last[0] == start else None
+        for j in range(start, index):
+            if j > start or data is None:
+                size = self._sections[j].uncompressed_length
+                data = self._read(j, 0, size, None, data if j > start else None)
+        assert data is not None
         return data
 
     def _verifier(self, index: int, stored: memoryview, pool: ThreadPoolExecutor | None) -> _Check:

@@ -122,6 +122,47 @@ def test_a_level_declares_at_most_the_ratio_beyond_the_module_before_it():
     _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
 
 
+def _levels(modules: list[bytes]) -> tuple[memoryview, list[_container.Section]]:
+    """A chained payload of ``modules``, each level's frame against the module before it."""
+    chunks: list[list[bytes | memoryview]] = []
+    sections: list[_container.Section] = []
+    for k in range(len(modules)):
+        stored, section = _level_sections.level_section(modules, k)
+        chunks.append(stored)
+        sections.append(section)
+    sections = _level_sections.placed(sections)
+    return memoryview(b"".join(_level_sections.padded_chunks(chunks, sections))), sections
+
+
+def test_every_level_read_in_order_is_decompressed_once(monkeypatch):
+    """A reader that does not hold the module before a level (``module_custom_calls``, audits)
+    reads every level in order: each section is decompressed once, in a loop. It recursed into
+    the level before, again for each level (quadratic; 1,100 levels: RecursionError, a valid
+    archive refused as a malformed header; found by fuzzing)."""
+    from jaxport.export import _section_reader
+
+    modules = [b"module %d " % k + b"constant " * 40 for k in range(1100)]
+    payload, sections = _levels(modules)
+    assert all(s.compression == fb.Compression.zstd for s in sections[1:])
+    reader = _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
+    made: list[bytes | None] = []
+    real = _section_reader._decompressor
+    monkeypatch.setattr(
+        _section_reader, "_decompressor", lambda p=None, **k: made.append(p) or real(p, **k)
+    )
+    for k, module in enumerate(modules):
+        assert reader.read(k, 0, len(module)) == module
+    assert [p for p in made if p is not None] == modules[:-1]  # each level's prefix, once
+
+
+def test_a_level_read_alone_reads_the_levels_before_it_in_a_loop():
+    modules = [b"module %d " % k + b"constant " * 40 for k in range(1100)]
+    payload, sections = _levels(modules)
+    reader = _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
+    assert reader.read(1099, 0, len(modules[-1])) == modules[-1]
+    assert reader.read(1098, 0, len(modules[-2])) == modules[-2]
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_a_large_level_frame_does_not_depend_on_the_threads(monkeypatch, threads):
     rng = np.random.default_rng(1)
