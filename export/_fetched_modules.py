@@ -114,8 +114,10 @@ def module_of(
     """Module ``index`` (0: the primal, k: the VJP of order k) of the function archive of
     ``total`` bytes read by ``read_range``, and its sha256 (hex): the header read and checked,
     then the module's section read whole and checked against its digest before it is
-    decompressed up to the module's end. ``hold(nbytes)``: a context held while the
-    section's stored bytes and the module's are in memory (a server's memory budget).
+    decompressed up to the module's end; in a version-4 archive the levels before it first,
+    each once, from the nearest one whose section needs no prefix (the primal, or a raw one),
+    in a loop. ``hold(nbytes)``: a context held while a section's stored bytes, its module's
+    and the module before it are in memory (a server's memory budget).
 
     Raises:
         WrongKindError: a model archive.
@@ -131,20 +133,54 @@ def module_of(
             f"{where or 'the archive'} holds modules 0 to {len(refs) - 1} (the primal and "
             f"{len(refs) - 1} VJP order(s)), not {index}"
         )
+    first = index
+    if head.chained and _needs_prefix(head, refs, index):
+        # version 4: the level's frame refers to the module before it, read (and checked)
+        # first, from the nearest level that needs none, in a loop over the header read once
+        _level_sections.check_level_sections(refs, head.sections)
+        while _needs_prefix(head, refs, first):
+            first -= 1
+    previous: bytes | None = None
+    for order in range(first, index + 1):
+        data, sha256 = _level_module(
+            read_range, head, refs, order, previous, where, max_compression_ratio, hold
+        )
+        previous = data
+    return data, sha256
+
+
+def _needs_prefix(
+    head: _container.ArchiveHeader, refs: list[_modules.ModuleRef], index: int
+) -> bool:
+    """Module ``index`` of a version-4 archive is a zstd frame against the module before it."""
+    ref = refs[index]
+    return (
+        index > 0
+        and ref.section < len(head.sections)
+        and head.sections[ref.section].compression != fb.Compression.none
+    )
+
+
+def _level_module(
+    read_range: ReadRange,
+    head: _container.ArchiveHeader,
+    refs: list[_modules.ModuleRef],
+    index: int,
+    previous: bytes | None,
+    where: str | None,
+    max_compression_ratio: float,
+    hold: Callable[[int], contextlib.AbstractContextManager[Any]] | None,
+) -> tuple[bytes, str]:
+    """Module ``index`` and its sha256 (hex), its section read and checked alone, its frame
+    decompressed against ``previous`` (the module before it) where given; ``hold`` covers the
+    section's stored bytes, the module's and ``previous``. Raises: as ``module_of``."""
     ref = refs[index]
     if ref.section >= len(head.sections):
         raise CorruptArchiveError(f"module {index} refers to a section that does not exist")
     section = head.sections[ref.section]
-    previous: bytes | None = None
-    if head.chained and index > 0 and section.compression != fb.Compression.none:
-        # version 4: the level's frame refers to the module before it, read (and checked) first
-        _level_sections.check_level_sections(refs, head.sections)
-        previous, _ = module_of(
-            read_range, total, index - 1, where=where,
-            max_compression_ratio=max_compression_ratio, hold=hold,
-        )  # fmt: skip
     start = head.payload_start + section.offset
-    with hold(section.length + ref.length) if hold else contextlib.nullcontext():
+    held = section.length + ref.length + len(previous or b"")
+    with hold(held) if hold else contextlib.nullcontext():
         stored = memoryview(read_range(start, start + section.length)).cast("B")
         if len(stored) != section.length:
             raise CorruptArchiveError(f"section {ref.section} is cut short", offset=start)

@@ -5,6 +5,7 @@ the primal's section alone, and ``.vjp()`` its level's, digest first (issue 27 Â
 from __future__ import annotations
 
 import gc
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -161,6 +162,41 @@ def test_a_level_read_alone_reads_the_levels_before_it_in_a_loop():
     reader = _container.SectionReader(payload, sections, payload_start=0, path=None, chained=True)
     assert reader.read(1099, 0, len(modules[-1])) == modules[-1]
     assert reader.read(1098, 0, len(modules[-2])) == modules[-2]
+
+
+def _long_chain(exported: jax.export.Exported, n: int) -> bytes:
+    """A version-4 archive of ``n`` levels, each ``exported``'s module (its frame against the
+    same module before it: a few bytes a level)."""
+    module = bytes(exported.mlir_module_serialized)
+    modules = [module] * n
+    first, second = (_level_sections.level_section(modules, k) for k in (0, 1))
+    chunks = [first[0]] + [second[0]] * (n - 1)
+    sections = _level_sections.placed([first[1]] + [second[1]] * (n - 1))
+    refs = _level_sections.level_refs(modules, [()] * n)
+    header = _archive._encode_header([exported] * n, refs, sections, n - 1, [])
+    header = _level_sections.pad_header(header)
+    payload = _level_sections.padded_chunks(chunks, sections)
+    return _container.encode_preamble(header, 4) + header + b"".join(payload)
+
+
+def test_a_server_reads_a_level_after_the_levels_before_it_in_a_loop(exported):
+    """``module_of`` (the registry server's module route) of the last of 1,100 levels reads
+    the header once and each section once; it recursed into the level before, reading the
+    header again each time (a 1 MB archive: 16 s for level 200, minutes for 1,199; found by
+    fuzzing)."""
+    from jaxport.export._internal import module_of
+
+    data = _long_chain(exported, 1100)
+    reads: list[int] = []
+
+    def read_range(start: int, end: int) -> bytes:
+        reads.append(start)
+        return data[start:end]
+
+    module, sha256 = module_of(read_range, len(data), 1099)
+    assert module == exported.mlir_module_serialized
+    assert sha256 == hashlib.sha256(module).hexdigest()
+    assert reads.count(0) == 1 and len(reads) == 2 + 1100  # preamble, header, each section
 
 
 @pytest.mark.parametrize("threads", [1, 3])
