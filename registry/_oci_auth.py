@@ -120,7 +120,7 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise OciError(f"cannot read the Docker config {path}: {e.strerror}") from None
     try:
         config = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise OciError(f"the Docker config {path} is not valid JSON") from None
     return config if isinstance(config, dict) else {}
 
@@ -293,7 +293,7 @@ def _read_limited(answer: httpx.Response) -> bytes:
 def _token_of(body: bytes, where: str) -> str:
     try:
         answer = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         answer = None
     token = answer.get("token") or answer.get("access_token") if isinstance(answer, dict) else None
     if (

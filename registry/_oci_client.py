@@ -516,7 +516,7 @@ class OciRepository:
             text = "; ".join(
                 f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:3]
             )
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return ""
         for secret in self._auth.secrets():
             text = text.replace(secret, "***")
@@ -641,7 +641,7 @@ def _manifest_document(body: bytes, media_type: str | None, what: str) -> dict[s
         )
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the recursion limit
         raise OciError(f"{what}: not valid JSON") from None
     if not isinstance(document, dict) or document.get("schemaVersion") != 2:
         raise OciError(f"{what}: not a manifest (a JSON object with schemaVersion 2)")
@@ -678,7 +678,7 @@ def _descriptors(index: Any) -> list[dict[str, Any]]:
 def _tag_page(body: bytes) -> list[str]:
     try:
         tags = json.loads(body).get("tags")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         raise OciError("the tag list is not a JSON object") from None
     if tags is None:
         return []
