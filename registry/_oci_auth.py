@@ -42,10 +42,12 @@ from jaxport import AuthenticationError, OciError
 from jaxport.registry._oci_url import is_loopback
 
 __all__ = [
+    "IDENTITY",
     "PASSWORD_ENV",
     "USERNAME_ENV",
     "Credentials",
     "OciAuth",
+    "check_identity",
     "find_credentials",
     "parse_challenge",
     "tls_context",
@@ -53,6 +55,8 @@ __all__ = [
 
 USERNAME_ENV = "JAXPORT_OCI_USERNAME"
 PASSWORD_ENV = "JAXPORT_OCI_PASSWORD"
+#: The headers of every request: the bytes as they are, never gzip-, br- or zstd-encoded.
+IDENTITY = {"Accept-Encoding": "identity"}
 #: The largest token answer read (bytes).
 _TOKEN_LIMIT = 1 << 16
 _PARAM = re.compile(r'([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
@@ -217,7 +221,11 @@ class OciAuth(httpx.Auth):
         self.credentials, self.note, self._insecure = credentials, note, insecure
         self._header: str | None = None
         self._tokens = httpx.Client(
-            timeout=timeout, follow_redirects=False, trust_env=False, verify=tls_context()
+            headers=IDENTITY,
+            timeout=timeout,
+            follow_redirects=False,
+            trust_env=False,
+            verify=tls_context(),
         )
 
     def __repr__(self) -> str:
@@ -281,9 +289,25 @@ class OciAuth(httpx.Auth):
         return _token_of(body, parts.netloc)
 
 
+def check_identity(response: httpx.Response, what: str) -> None:
+    """Refuses an answer sent encoded (gzip, br, zstd) although ``IDENTITY`` asked for the
+    bytes as they are: httpx would decode it without a limit.
+
+    Raises:
+        OciError: its ``Content-Encoding`` is not ``identity``.
+    """
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise OciError(
+            f"{what}: sent {encoding[:40]!r}-encoded, though jaxport asks for the bytes as "
+            "they are (Accept-Encoding: identity)"
+        )
+
+
 def _read_limited(answer: httpx.Response) -> bytes:
+    check_identity(answer, "the token realm's answer")
     body = b""
-    for chunk in answer.iter_bytes():
+    for chunk in answer.iter_raw():
         body += chunk
         if len(body) > _TOKEN_LIMIT:
             raise OciError("the token realm's answer is larger than 64 KiB")

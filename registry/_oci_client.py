@@ -20,6 +20,10 @@
   presigned URL: the digest is checked all the same); anywhere else an ``OciError``. A
   redirect from ``https`` to plain ``http`` is refused unless the target host may be spoken
   to in plain ``http`` (``registry/_oci_url.py``).
+- Encodings: every request asks for the bytes as they are (``Accept-Encoding: identity``)
+  and every answer is read raw: a blob's bytes are hashed as sent, and a JSON answer sent
+  gzip-, br- or zstd-encoded all the same is an ``OciError`` (httpx would decode it without
+  a limit: 1 MiB of gzip is 1 GiB of JSON, 1 MiB of zstd 32 GiB).
 - Errors: 401 ``AuthenticationError``; 403 ``PermissionDeniedError``; 404 ``NotFoundError``;
   502, 503, 504 and unreachable ``ServerUnavailableError`` (reads are tried ``ATTEMPTS``
   times); any other non-2xx an ``OciError`` naming the registry's error code. The registry's
@@ -47,7 +51,13 @@ from jaxport import (
     PermissionDeniedError,
     ServerUnavailableError,
 )
-from jaxport.registry._oci_auth import OciAuth, find_credentials, tls_context
+from jaxport.registry._oci_auth import (
+    IDENTITY,
+    OciAuth,
+    check_identity,
+    find_credentials,
+    tls_context,
+)
 from jaxport.registry._oci_hash import BackgroundSha256
 from jaxport.registry._oci_limits import (
     ATTEMPTS,
@@ -120,12 +130,14 @@ class OciRepository:
         limits = httpx.Timeout(timeout, connect=10.0)
         self._client = httpx.Client(
             auth=self._auth,
+            headers=IDENTITY,
             timeout=limits,
             follow_redirects=False,
             trust_env=False,
             transport=large_read_transport(tls_context()),
         )
         self._bare = httpx.Client(
+            headers=IDENTITY,
             timeout=limits,
             follow_redirects=False,
             trust_env=False,
@@ -456,8 +468,11 @@ class OciRepository:
                 if stream:
                     return response
                 body = _read_limited(response, 1 << 16, "an answer", cut=True)
+                headers = [
+                    (k, v) for k, v in response.headers.multi_items() if k != "content-encoding"
+                ]  # the raw bytes kept: httpx would decode them again, without a limit
                 return httpx.Response(
-                    response.status_code, headers=response.headers, content=body, request=request
+                    response.status_code, headers=headers, content=body, request=request
                 )
             response.close()
             url = url.join(response.headers["Location"])
@@ -589,7 +604,7 @@ def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[byte
     computed on another thread as the chunks arrive)."""
     hasher, count, held = BackgroundSha256(), 0, b""
     try:
-        for chunk in response.iter_bytes():
+        for chunk in response.iter_raw():  # the bytes as stored: never decoded
             count += len(chunk)
             if count > size:
                 raise IntegrityError(
@@ -617,9 +632,11 @@ def _read_limited(response: httpx.Response, limit: int, what: str, *, cut: bool 
     announced = response.headers.get("Content-Length", "")
     if announced.isdigit() and int(announced) > limit and not cut:
         raise OciError(f"{what}: {announced} bytes, over the {limit}-byte limit")
+    if not cut:
+        check_identity(response, what)
     body = bytearray()
     try:
-        for chunk in response.iter_bytes():
+        for chunk in response.iter_raw():
             body += chunk
             if len(body) > limit:
                 if cut:

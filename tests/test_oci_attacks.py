@@ -6,10 +6,13 @@ The friendlier hostile answers (wrong digests, oversized manifests, redirect loo
 
 from __future__ import annotations
 
+import tracemalloc
+import zlib
+
 import pytest
 from _oci_fake import fake_registry
 
-from jaxport import OciError
+from jaxport import IntegrityError, OciError
 from jaxport.registry._oci_client import OciRepository
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -64,3 +67,58 @@ def test_deeply_nested_token_answer_and_docker_config(monkeypatch, tmp_path):
     config.write_bytes(_NESTED)
     with pytest.raises(OciError, match="not valid JSON"):
         OciRepository("oci://127.0.0.1:1/r")
+
+
+# -- Content-Encoding bombs -----------------------------------------------------------------
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped (about 1,000 to 1)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join(packer.compress(zeros) for _ in range(mib)) + packer.flush()
+
+
+@pytest.mark.parametrize("what", ["manifest", "tags", "error", "token", "blob"])
+def test_encoded_answers_are_not_decoded(monkeypatch, what):
+    """An answer gzip-encoded although jaxport asks for ``identity``: a JSON answer is an
+    ``OciError``, a blob's bytes are hashed as sent; nothing is decompressed (256 MiB of
+    zeros in 256 KiB of gzip: httpx decoded each read whole, before any limit)."""
+    bomb = _gzip_bomb(256)
+    gz = {"Content-Encoding": "gzip", "Content-Length": str(len(bomb))}
+    with fake_registry(auth="bearer" if what == "token" else None) as server:
+        repo = OciRepository(f"oci://{server.host}/r")
+        route = {
+            "manifest": ("GET", "/v2/r/manifests/"),
+            "error": ("GET", "/v2/r/manifests/"),
+            "tags": ("GET", "/v2/r/tags/list"),
+            "token": ("GET", "/token"),
+            "blob": ("GET", "/v2/r/blobs/"),
+        }[what]
+        status = 400 if what == "error" else 200
+        asked: list[str | None] = []
+        server.overrides[route] = lambda h: (
+            asked.append(h.headers.get("Accept-Encoding")),
+            (status, {"Content-Type": MANIFEST, **gz}, bomb),
+        )[1]
+        if what == "token":
+            _login(monkeypatch)
+            repo = OciRepository(f"oci://{server.host}/r")
+        tracemalloc.start()
+        try:
+            with pytest.raises((OciError, IntegrityError)) as e:
+                if what in ("manifest", "error"):
+                    repo.fetch_manifest("v1")
+                elif what == "blob":
+                    b"".join(repo.fetch_blob("sha256:" + "0" * 64, 256 << 20))
+                else:
+                    repo.tags()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 32 << 20, peak
+        if what == "blob":
+            assert isinstance(e.value, IntegrityError)  # the raw bytes: not the size asked
+        elif what != "error":
+            assert "encoded" in str(e.value)
+        assert asked and set(asked) == {"identity"}
