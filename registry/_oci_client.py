@@ -64,6 +64,7 @@ from jaxport.registry._oci_limits import (
     CHUNK_SIZE,
     ERROR_TEXT,
     MANIFEST_LIMIT,
+    MAX_TAGS,
     MEDIA_TYPES,
     MONOLITHIC_LIMIT,
     READ_CHUNK,
@@ -386,21 +387,32 @@ class OciRepository:
 
     def tags(self) -> list[str]:
         """The repository's tags, every page (``Link: <...>; rel="next"``, same origin);
-        none for a repository the registry does not know."""
+        none for a repository the registry does not know.
+
+        Raises:
+            OciError: a page links to one read already (a loop), or the list runs over
+                ``TAG_PAGES`` pages or ``MAX_TAGS`` tags.
+        """
         url: str | httpx.URL = f"/v2/{self.url.repository}/tags/list"
         params: dict[str, str] | None = {"n": "1000"}
         found: list[str] = []
+        read: set[httpx.URL] = set()
         for _ in range(TAG_PAGES):
             response = self._send("GET", url, params=params, stream=True)
             if response.status_code == 404:
                 response.close()
                 return found
             body = self._answer(response, "tag list")
+            read.add(response.request.url)
             found += _tag_page(body)
+            if len(found) > MAX_TAGS:
+                raise OciError(f"the tag list has more than {MAX_TAGS} tags")
             link = _next_link(response.headers.get("Link"))
             if link is None:
                 return found
             url, params = self._same_origin(response.request.url.join(link), "tag list"), None
+            if url in read:
+                raise OciError("the tag list's pages loop (a page links to one read already)")
         raise OciError(f"the tag list has more than {TAG_PAGES} pages")
 
     # -- requests ---------------------------------------------------------------------------

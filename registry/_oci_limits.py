@@ -10,6 +10,7 @@ __all__ = [
     "CHUNK_SIZE",
     "ERROR_TEXT",
     "MANIFEST_LIMIT",
+    "MAX_TAGS",
     "MEDIA_TYPES",
     "MONOLITHIC_LIMIT",
     "READ_CHUNK",
@@ -30,6 +31,8 @@ READ_CHUNK = 1 << 20
 REDIRECTS = 5
 #: Pages of a tag list (``Link: <...>; rel="next"``) read at most.
 TAG_PAGES = 10_000
+#: Tags of one repository read at most, all pages together (a page may hold 4 MiB of them).
+MAX_TAGS = 1_000_000
 #: Characters of a registry's own error text repeated in a message.
 ERROR_TEXT = 200
 #: Tries of a read (GET, HEAD) that met a connection error or a 502, 503 or 504.

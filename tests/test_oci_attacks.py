@@ -6,6 +6,7 @@ The friendlier hostile answers (wrong digests, oversized manifests, redirect loo
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 import zlib
 
@@ -13,6 +14,7 @@ import pytest
 from _oci_fake import fake_registry
 
 from jaxport import IntegrityError, OciError
+from jaxport.registry import _oci_client
 from jaxport.registry._oci_client import OciRepository
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -122,3 +124,35 @@ def test_encoded_answers_are_not_decoded(monkeypatch, what):
         elif what != "error":
             assert "encoded" in str(e.value)
         assert asked and set(asked) == {"identity"}
+
+
+# -- tag list pagination --------------------------------------------------------------------
+
+
+def test_a_tag_list_whose_pages_loop_is_refused_at_once():
+    with fake_registry() as server:
+        repo = OciRepository(f"oci://{server.host}/r")
+        link = {"Link": '</v2/r/tags/list?n=2&last=a>; rel="next"'}
+        server.overrides[("GET", "/v2/r/tags/list")] = lambda h: (200, link, b'{"tags":["a"]}')
+        with pytest.raises(OciError, match="loop"):
+            repo.tags()
+        assert len([p for _, p, _ in server.seen if "/tags/" in p]) == 2
+
+
+def test_a_tag_list_of_endless_distinct_pages_is_bounded(monkeypatch):
+    """Each page links to a new one: stopped at ``MAX_TAGS`` tags (memory), not after
+    ``TAG_PAGES`` pages of up to 4 MiB each."""
+    monkeypatch.setattr(_oci_client, "MAX_TAGS", 50)
+    pages = iter(range(10**9))
+
+    def page(h):
+        n = next(pages)
+        body = json.dumps({"tags": [f"t{n}-{i}" for i in range(10)]}).encode()
+        return 200, {"Link": f'</v2/r/tags/list?last=t{n}>; rel="next"'}, body
+
+    with fake_registry() as server:
+        repo = OciRepository(f"oci://{server.host}/r")
+        server.overrides[("GET", "/v2/r/tags/list")] = page
+        with pytest.raises(OciError, match="more than 50 tags"):
+            repo.tags()
+        assert next(pages) == 6
