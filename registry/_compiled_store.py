@@ -46,7 +46,8 @@ class CompiledStore:
         """Writes the set's blobs and rows in one write transaction holding the shared blob
         lock (``gc`` sees all or nothing). A set of the same key by the same signer is kept
         as it is (``status == "already stored"``: jax's cache files hold the compile time, so
-        two compiles never make the same bytes); one by another signer is replaced.
+        two compiles never make the same bytes); one by another signer is replaced. Two
+        stores of one key at once queue (``_db.key_lock``): the second finds the first's set.
 
         Raises:
             InvalidNameError: more than ``MAX_SET_FILES`` files (``check_set_files``).
@@ -58,6 +59,7 @@ class CompiledStore:
         key = _key(made)
         with _db.translating_db_errors(), _db.write_transaction(self._engine) as conn:
             _db.blob_lock(conn, exclusive=False)
+            _db.key_lock(conn, _key_text(made))
             old = conn.execute(select(CompiledRow).where(*key)).first()
             same = old is not None and old.signer == made.signer
             if not same:
@@ -130,6 +132,13 @@ def _key(made: CompiledSet) -> list[Any]:
         CompiledRow.jaxlib_version == made.jaxlib_version,
         CompiledRow.options_digest == _options_digest(made.options),
     ]
+
+
+def _key_text(made: CompiledSet) -> str:
+    """``made``'s key as text, for ``_db.key_lock``."""
+    fields = ("digest", "method", "platform", "device_kind", "jax_version", "jaxlib_version")
+    key = [getattr(made, f) for f in fields] + [_options_digest(made.options)]
+    return "compiled " + json.dumps(key)
 
 
 def _row(made: CompiledSet) -> dict[str, Any]:

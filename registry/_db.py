@@ -56,6 +56,7 @@ __all__ = [
     "ensure_schema",
     "insert_ignoring_duplicates",
     "insert_on_conflict",
+    "key_lock",
     "read_connection",
     "safe_url",
     "schema_revision",
@@ -71,6 +72,8 @@ __all__ = [
 _WRITE = "jaxport_write"
 _PG_SCHEMA_LOCK = 0x6A78706F  # "jxpo"
 _PG_BLOB_LOCK = 0x6A78626C  # "jxbl"
+#: ``key_lock``'s class: PostgreSQL's two-integer advisory keys, apart from the bigint ones.
+_PG_KEY_LOCKS = 0x6A786B79  # "jxky"
 #: Seconds a pooled PostgreSQL connection may sit idle and still be used without a ping.
 IDLE_PING = 30.0
 _IDLE_SINCE = "jaxport_idle_since"
@@ -176,6 +179,21 @@ def blob_lock(conn: Connection, *, exclusive: bool) -> None:
     if conn.dialect.name == "postgresql":
         fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_BLOB_LOCK})
+
+
+def key_lock(conn: Connection, key: str) -> None:
+    """Takes a lock on ``key`` (a row's unique key as text) for the rest of ``conn``'s
+    transaction, so that two writers of one key queue: the second reads what the first
+    committed instead of both inserting and one failing on the unique constraint. PostgreSQL:
+    an advisory lock on 32 bits of ``key``'s sha256 (two keys of one hash only wait for each
+    other); SQLite's write transactions already exclude each other."""
+    if conn.dialect.name == "postgresql":
+        import hashlib
+
+        number = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big", signed=True)
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _PG_KEY_LOCKS, "k": number}
+        )
 
 
 def shared_blob_lock() -> Any:

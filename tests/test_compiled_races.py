@@ -1,0 +1,126 @@
+"""Compiled sets under second writers, gc, hostile rows and a hostile cache directory (issue 27
+§2; ``registry/_compiled_store.py``, ``registry/_compiled_seed.py``), on SQLite and PostgreSQL:
+two stores of one key at once give one set and a status each, never a database error; gc
+waiting for a store in flight keeps its blobs; a row or a blob store that lies (nested options,
+a manifest or bundle naming a huge blob) is a fallback with a reason, read no further than the
+limits; a cache directory others may write into, or a name in it that is not a regular file
+(a directory, a FIFO, a symlink), never makes seeding raise, hang, or write through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import threading
+
+import pytest
+import test_compiled
+from test_compiled import _function, _policy
+
+from jaxport.registry import _compiled_make, _compiled_seed, _db
+from jaxport.registry._compiled_types import CompiledFile
+
+# test_compiled's fixtures: its signing keys, a verdict cache per test, one compile per archive.
+keys = test_compiled.keys
+_own_cache = test_compiled._own_cache
+_one_compile = test_compiled._one_compile
+
+
+def _bytes_per_thread(monkeypatch):
+    """Each thread's compile makes other bytes (as two real compiles do: jax's cache files
+    hold the compile time), so that two stores write different blobs."""
+    cached = _compiled_make.compile_archive
+
+    def compile_archive(path, variant, allowed, timeout):
+        out = []
+        for made, files in cached(path, variant, allowed, timeout):
+            mine = {n: b + threading.current_thread().name.encode() for n, b in files.items()}
+            listed = tuple(
+                CompiledFile(n, hashlib.sha256(b).hexdigest(), len(b)) for n, b in mine.items()
+            )
+            out.append((dataclasses.replace(made, files=listed), mine))
+        return out
+
+    monkeypatch.setattr(_compiled_make, "compile_archive", compile_archive)
+
+
+def _together(monkeypatch):
+    """Two stores meet after their shared blob lock, before reading the key's row: both would
+    find none (a barrier that a store queued behind the other's transaction, as on SQLite,
+    leaves after 2 s)."""
+    barrier = threading.Barrier(2, timeout=2)
+    real = _db.blob_lock
+
+    def blob_lock(conn, *, exclusive):
+        real(conn, exclusive=exclusive)
+        if not exclusive:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+
+    monkeypatch.setattr(_db, "blob_lock", blob_lock)
+
+
+@pytest.mark.parametrize("signers", [("trusted", "trusted"), ("trusted", "other")])
+def test_two_stores_of_one_key_at_once_store_one_set_and_say_so(
+    registry, keys, db_url, tmp_path, monkeypatch, signers
+):
+    """The same signer: one "stored", the other "already stored"; two signers: both
+    "stored", the last replacing the first, its row, manifest, bundle and files one set."""
+    import jaxport
+
+    registry.push(_function(), "f")
+    _bytes_per_thread(monkeypatch)
+    _together(monkeypatch)
+    said: dict[int, object] = {}
+
+    def compile_as(i):
+        with jaxport.Registry(db_url, blobs=tmp_path / "blobs") as reg:
+            try:
+                said[i] = [s.status for s in reg.compile("f", private_key=keys[signers[i]][0])]
+            except Exception as e:  # the test says which
+                said[i] = e
+
+    threads = [threading.Thread(target=compile_as, args=(i,), name=f"t{i}") for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(v, list) for v in said.values()), said  # no database error
+    expected = ["already stored", "stored"] if signers[0] == signers[1] else ["stored"] * 2
+    assert sorted(s for v in said.values() for s in v) == expected, said
+    (stored,) = registry.compiled_sets("f")
+    winner = next(k for k in set(signers) if _policy(keys, k).trusted[0].fingerprint
+                  == stored.signer)  # fmt: skip
+    written = tmp_path / "jax-cache"
+    written.mkdir()
+    monkeypatch.setattr(_compiled_seed, "cache_dir", lambda: (str(written), None))
+    use = registry.use_compiled("f", policy=_policy(keys, winner))
+    assert use.used and use.files == 1, use.reason
+    (f,) = stored.files
+    assert hashlib.sha256((written / f.name).read_bytes()).hexdigest() == f.sha256
+
+
+def test_gc_waits_for_a_store_in_flight_and_keeps_its_blobs(registry, keys, monkeypatch, tmp_path):
+    """gc started after a store wrote its blobs and before it committed its rows keeps them
+    (the store holds the blob lock: gc's exclusive lock waits for its transaction)."""
+    from jaxport.registry._compiled_store import CompiledStore
+
+    registry.push(_function(), "f")
+    real = CompiledStore._put
+    collected: list[object] = []
+    gc = threading.Thread(target=lambda: collected.append(registry.gc(min_age=0)))
+
+    def put(self, conn, blobs, now):
+        real(self, conn, blobs, now)
+        gc.start()
+        gc.join(1.0)  # gc runs now, or waits for this transaction
+
+    monkeypatch.setattr(CompiledStore, "_put", put)
+    registry.compile("f", private_key=keys["trusted"][0])
+    gc.join()
+    assert collected and not collected[0].digests
+    written = tmp_path / "jax-cache"
+    written.mkdir()
+    monkeypatch.setattr(_compiled_seed, "cache_dir", lambda: (str(written), None))
+    assert registry.use_compiled("f", policy=_policy(keys)).used
