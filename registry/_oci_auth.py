@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from jaxport import AuthenticationError, OciError
+from jaxport.registry._oci_pace import within
 from jaxport.registry._oci_url import is_loopback
 
 __all__ = [
@@ -219,6 +220,7 @@ class OciAuth(httpx.Auth):
         timeout: float = 60.0,
     ):
         self.credentials, self.note, self._insecure = credentials, note, insecure
+        self._timeout = timeout
         self._header: str | None = None
         self._tokens = httpx.Client(
             headers=IDENTITY,
@@ -273,7 +275,7 @@ class OciAuth(httpx.Auth):
         headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
         try:
             with self._tokens.stream("GET", realm, params=query, headers=headers) as answer:
-                body = _read_limited(answer)
+                body = _read_limited(answer, self._timeout)
         except httpx.HTTPError as e:
             raise OciError(
                 f"the token realm {parts.netloc} could not be reached: {type(e).__name__}"
@@ -304,10 +306,10 @@ def check_identity(response: httpx.Response, what: str) -> None:
         )
 
 
-def _read_limited(answer: httpx.Response) -> bytes:
+def _read_limited(answer: httpx.Response, seconds: float) -> bytes:
     check_identity(answer, "the token realm's answer")
     body = b""
-    for chunk in answer.iter_raw():
+    for chunk in within(answer.iter_raw(), seconds):
         body += chunk
         if len(body) > _TOKEN_LIMIT:
             raise OciError("the token realm's answer is larger than 64 KiB")

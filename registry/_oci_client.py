@@ -24,6 +24,9 @@
   and every answer is read raw: a blob's bytes are hashed as sent, and a JSON answer sent
   gzip-, br- or zstd-encoded all the same is an ``OciError`` (httpx would decode it without
   a limit: 1 MiB of gzip is 1 GiB of JSON, 1 MiB of zstd 32 GiB).
+- Time: httpx's ``timeout`` bounds each read of the socket; a JSON answer must also come
+  whole within ``timeout`` seconds, and a blob at ``MIN_RATE`` bytes a second or faster
+  over each window of ``timeout`` seconds (``registry/_oci_pace.py``: a slow drip).
 - Errors: 401 ``AuthenticationError``; 403 ``PermissionDeniedError``; 404 ``NotFoundError``;
   502, 503, 504 and unreachable ``ServerUnavailableError`` (reads are tried ``ATTEMPTS``
   times); any other non-2xx an ``OciError`` naming the registry's error code. The registry's
@@ -71,6 +74,7 @@ from jaxport.registry._oci_limits import (
     REDIRECTS,
     TAG_PAGES,
 )
+from jaxport.registry._oci_pace import paced, within
 from jaxport.registry._oci_transport import large_read_transport
 from jaxport.registry._oci_url import OciUrl, is_loopback, parse_oci_url
 
@@ -126,6 +130,7 @@ class OciRepository:
         self.url = url if isinstance(url, OciUrl) else parse_oci_url(url, insecure=insecure)
         #: plain http allowed to any host (``insecure``), not only to loopback addresses
         self._insecure = self.url.scheme == "http" and not is_loopback(self.url.host)
+        self._timeout = timeout
         credentials, note = find_credentials(self.url.host)
         self._auth = OciAuth(credentials, note, insecure=self._insecure, timeout=timeout)
         limits = httpx.Timeout(timeout, connect=10.0)
@@ -275,7 +280,7 @@ class OciRepository:
         except BaseException:
             response.close()
             raise
-        return _verified(response, digest, size)
+        return _verified(response, digest, size, self._timeout)
 
     # -- manifests --------------------------------------------------------------------------
 
@@ -479,7 +484,7 @@ class OciRepository:
             if response.status_code not in _REDIRECT_STATUS or "Location" not in response.headers:
                 if stream:
                     return response
-                body = _read_limited(response, 1 << 16, "an answer", cut=True)
+                body = _read_limited(response, 1 << 16, "an answer", self._timeout, cut=True)
                 headers = [
                     (k, v) for k, v in response.headers.multi_items() if k != "content-encoding"
                 ]  # the raw bytes kept: httpx would decode them again, without a limit
@@ -510,7 +515,7 @@ class OciRepository:
         """A streamed answer's body, at most ``MANIFEST_LIMIT`` bytes; the response closed."""
         try:
             self._raise_for(response, what)
-            return _read_limited(response, MANIFEST_LIMIT, what)
+            return _read_limited(response, MANIFEST_LIMIT, what, self._timeout)
         finally:
             response.close()
 
@@ -521,7 +526,7 @@ class OciRepository:
         body = (
             response.content
             if response.is_stream_consumed
-            else _read_limited(response, 1 << 16, what, cut=True)
+            else _read_limited(response, 1 << 16, what, self._timeout, cut=True)
         )
         where, detail = f"{what} in {self.url}", self._error_text(body)
         if status == 401:
@@ -611,12 +616,13 @@ class _Body:
         self._data = None
 
 
-def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[bytes]:
+def _verified(response: httpx.Response, digest: str, size: int, seconds: float) -> Iterator[bytes]:
     """The body's chunks, one held back until the size and digest are checked (the hash
-    computed on another thread as the chunks arrive)."""
+    computed on another thread as the chunks arrive), at least ``MIN_RATE`` bytes a second
+    over each window of ``seconds``."""
     hasher, count, held = BackgroundSha256(), 0, b""
     try:
-        for chunk in response.iter_raw():  # the bytes as stored: never decoded
+        for chunk in paced(response.iter_raw(), seconds):  # as stored: never decoded
             count += len(chunk)
             if count > size:
                 raise IntegrityError(
@@ -640,7 +646,11 @@ def _verified(response: httpx.Response, digest: str, size: int) -> Iterator[byte
         yield held
 
 
-def _read_limited(response: httpx.Response, limit: int, what: str, *, cut: bool = False) -> bytes:
+def _read_limited(
+    response: httpx.Response, limit: int, what: str, seconds: float, *, cut: bool = False
+) -> bytes:
+    """The body, at most ``limit`` bytes (more: an ``OciError``, or cut with ``cut``), whole
+    within ``seconds``; the response closed."""
     announced = response.headers.get("Content-Length", "")
     if announced.isdigit() and int(announced) > limit and not cut:
         raise OciError(f"{what}: {announced} bytes, over the {limit}-byte limit")
@@ -648,7 +658,7 @@ def _read_limited(response: httpx.Response, limit: int, what: str, *, cut: bool 
         check_identity(response, what)
     body = bytearray()
     try:
-        for chunk in response.iter_raw():
+        for chunk in within(response.iter_raw(), seconds):
             body += chunk
             if len(body) > limit:
                 if cut:

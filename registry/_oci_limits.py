@@ -12,6 +12,7 @@ __all__ = [
     "MANIFEST_LIMIT",
     "MAX_TAGS",
     "MEDIA_TYPES",
+    "MIN_RATE",
     "MONOLITHIC_LIMIT",
     "READ_CHUNK",
     "REDIRECTS",
@@ -27,6 +28,9 @@ MONOLITHIC_LIMIT = 32 << 20
 CHUNK_SIZE = 32 << 20
 #: The size of the pieces a blob is read in.
 READ_CHUNK = 1 << 20
+#: The slowest a blob may come, in bytes a second over each window of the client's timeout
+#: (``registry/_oci_pace.py``): 1 KiB/s, far below any working link.
+MIN_RATE = 1 << 10
 #: Redirects followed for one request.
 REDIRECTS = 5
 #: Pages of a tag list (``Link: <...>; rel="next"``) read at most.

@@ -7,6 +7,8 @@ The friendlier hostile answers (wrong digests, oversized manifests, redirect loo
 from __future__ import annotations
 
 import json
+import os
+import time
 import tracemalloc
 import zlib
 
@@ -14,7 +16,7 @@ import pytest
 from _oci_fake import fake_registry
 
 from jaxport import IntegrityError, OciError
-from jaxport.registry import _oci_client
+from jaxport.registry import _oci_client, _oci_pace
 from jaxport.registry._oci_client import OciRepository
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -156,3 +158,69 @@ def test_a_tag_list_of_endless_distinct_pages_is_bounded(monkeypatch):
         with pytest.raises(OciError, match="more than 50 tags"):
             repo.tags()
         assert next(pages) == 6
+
+
+# -- slow drip ------------------------------------------------------------------------------
+
+
+def _drip(body: bytes, every: float, headers: dict[str, str]):
+    """An answer that sends ``body`` one byte every ``every`` seconds (until the client
+    hangs up)."""
+
+    def answer(h):
+        h.send_response(200)
+        for key, value in {"Content-Length": str(len(body)), **headers}.items():
+            h.send_header(key, value)
+        h.end_headers()
+        try:
+            for byte in body:
+                h.wfile.write(bytes([byte]))
+                h.wfile.flush()
+                time.sleep(every)
+        except OSError:
+            pass
+        h.close_connection = True
+
+    return answer
+
+
+@pytest.mark.parametrize("what", ["manifest", "blob", "token"])
+def test_a_slow_drip_is_broken_off(monkeypatch, what):
+    """A byte every 0.05 s never trips httpx's timeout (one read of the socket): a JSON
+    answer must come whole within the timeout (1 s here), a blob at 1 KiB/s or faster over
+    each window of it. Without that, these 600-byte answers took 30 s."""
+    body = json.dumps({"schemaVersion": 2, "pad": "x" * 560}).encode()
+    blob = bytes(600)
+    with fake_registry(auth="bearer" if what == "token" else None) as server:
+        if what == "token":
+            _login(monkeypatch)
+            server.overrides[("GET", "/token")] = _drip(body, 0.05, {})
+        elif what == "manifest":
+            server.overrides[("GET", "/v2/r/manifests/")] = _drip(
+                body, 0.05, {"Content-Type": MANIFEST}
+            )
+        else:
+            server.overrides[("GET", "/v2/r/blobs/")] = _drip(blob, 0.05, {})
+        repo = OciRepository(f"oci://{server.host}/r", timeout=1.0)
+        with pytest.raises((OciError, IntegrityError), match="ReadTimeout"):
+            if what == "blob":
+                b"".join(repo.fetch_blob(_oci_client.sha256_digest(blob), len(blob)))
+            elif what == "manifest":
+                repo.fetch_manifest("v1")
+            else:
+                repo.tags()
+
+
+def test_a_slow_reader_is_not_a_slow_registry(monkeypatch):
+    """The time between two chunks that the caller spends (writing them elsewhere) is not
+    counted against the registry (here asked for 100 MiB/s, which loopback gives)."""
+    monkeypatch.setattr(_oci_pace, "MIN_RATE", 100 << 20)
+    blob = os.urandom(3 << 20)
+    with fake_registry() as server:
+        server.blobs[_oci_client.sha256_digest(blob)] = blob
+        repo = OciRepository(f"oci://{server.host}/r", timeout=0.2)
+        got = []
+        for chunk in repo.fetch_blob(_oci_client.sha256_digest(blob), len(blob)):
+            got.append(chunk)
+            time.sleep(0.15)
+        assert b"".join(got) == blob
