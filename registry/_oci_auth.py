@@ -17,8 +17,8 @@ The flows (``OciAuth``): a request goes out with what worked last (a bearer toke
 on ``401`` with ``WWW-Authenticate: Basic`` it is sent again with the credentials; on ``401``
 with ``WWW-Authenticate: Bearer realm=...,service=...,scope=...`` (Docker's token flow) a
 token is asked of ``realm`` (``GET``, the credentials as Basic, or anonymous) and the request
-sent again with it. A realm must be ``https``, or on a loopback address, or allowed plain by
-``insecure``. No credential or token is ever in a message, a ``repr`` or a log.
+sent again with it. A realm must be ``https``; a registry spoken to in plain ``http`` may
+name a plain ``http`` realm on a loopback address, or anywhere with ``insecure``. No credential or token is ever in a message, a ``repr`` or a log.
 """
 
 from __future__ import annotations
@@ -207,7 +207,8 @@ class OciAuth(httpx.Auth):
     Args:
         credentials: what ``find_credentials`` found, or None.
         note: the note for an ``AuthenticationError`` (what ``find_credentials`` says).
-        insecure: a token realm may be plain ``http`` on any host.
+        insecure: a token realm may be plain ``http`` on any host (unless ``https``).
+        https: the registry is spoken to over ``https``: its token realm must be too.
         timeout: seconds a token request may take.
     """
 
@@ -217,10 +218,11 @@ class OciAuth(httpx.Auth):
         note: str = "",
         *,
         insecure: bool = False,
+        https: bool = False,
         timeout: float = 60.0,
     ):
         self.credentials, self.note, self._insecure = credentials, note, insecure
-        self._timeout = timeout
+        self._timeout, self._https = timeout, https
         self._header: str | None = None
         self._tokens = httpx.Client(
             headers=IDENTITY,
@@ -265,8 +267,10 @@ class OciAuth(httpx.Auth):
     def _token(self, params: dict[str, str]) -> str:
         realm = params["realm"]
         parts = urlsplit(realm)
-        if parts.scheme != "https" and not (
-            parts.scheme == "http" and (self._insecure or is_loopback(parts.netloc))
+        if parts.scheme != "https" and (
+            self._https
+            or parts.scheme != "http"
+            or not (self._insecure or is_loopback(parts.netloc))
         ):
             raise OciError(
                 f"the registry's token realm {parts.scheme}://{parts.netloc} is not https"

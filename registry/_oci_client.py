@@ -18,8 +18,9 @@
 - Redirects: to the same origin (scheme, host, port), followed with the credentials; to
   another origin, followed only for a blob read, and without the credentials (a blob store's
   presigned URL: the digest is checked all the same); anywhere else an ``OciError``. A
-  redirect from ``https`` to plain ``http`` is refused unless the target host may be spoken
-  to in plain ``http`` (``registry/_oci_url.py``).
+  redirect from ``https`` to plain ``http`` is refused, even to this machine; from a registry
+  spoken to in plain ``http``, one to plain ``http`` is followed where the target host may be
+  spoken to so (``registry/_oci_url.py``).
 - Encodings: every request asks for the bytes as they are (``Accept-Encoding: identity``)
   and every answer is read raw: a blob's bytes are hashed as sent, and a JSON answer sent
   gzip-, br- or zstd-encoded all the same is an ``OciError`` (httpx would decode it without
@@ -132,7 +133,13 @@ class OciRepository:
         self._insecure = self.url.scheme == "http" and not is_loopback(self.url.host)
         self._timeout = timeout
         credentials, note = find_credentials(self.url.host)
-        self._auth = OciAuth(credentials, note, insecure=self._insecure, timeout=timeout)
+        self._auth = OciAuth(
+            credentials,
+            note,
+            insecure=self._insecure,
+            https=self.url.scheme == "https",
+            timeout=timeout,
+        )
         limits = httpx.Timeout(timeout, connect=10.0)
         self._client = httpx.Client(
             auth=self._auth,
@@ -503,7 +510,9 @@ class OciRepository:
                 f"the registry {self.url.host} redirected a {method} to another host "
                 f"({url.host}): refused"
             )
-        plain_ok = self._insecure or is_loopback(url.netloc.decode())
+        plain_ok = self.url.scheme == "http" and (
+            self._insecure or is_loopback(url.netloc.decode())
+        )
         if url.scheme != "https" and not plain_ok:
             raise OciError(
                 f"the registry {self.url.host} redirected a blob read to plain http on "

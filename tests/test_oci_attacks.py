@@ -16,7 +16,7 @@ import pytest
 from _oci_fake import fake_registry
 
 from jaxport import IntegrityError, OciError
-from jaxport.registry import _oci_client, _oci_pace
+from jaxport.registry import _oci_auth, _oci_client, _oci_pace
 from jaxport.registry._oci_client import OciRepository
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -224,3 +224,80 @@ def test_a_slow_reader_is_not_a_slow_registry(monkeypatch):
             got.append(chunk)
             time.sleep(0.15)
         assert b"".join(got) == blob
+
+
+# -- credentials and redirects --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_credentials_stay_with_the_registrys_origin(monkeypatch, auth):
+    """A blob read redirected to another origin (another port is one) goes there without the
+    ``Authorization`` header; one redirected within the registry's origin keeps it."""
+    blob = os.urandom(5000)
+    digest = _oci_client.sha256_digest(blob)
+    with fake_registry(auth=auth, password=SECRET) as server, fake_registry() as other:
+        _login(monkeypatch)
+        repo = OciRepository(f"oci://{server.host}/r")
+        server.blobs[digest] = blob
+        other.blobs[digest] = blob
+        moved = f"/v2/r/blobs/{digest}"
+        server.overrides[("GET", "/v2/r/blobs/sha256:")] = lambda h: (
+            307,
+            {"Location": "/v2/r/blobs/moved/" + digest},
+            b"",
+        )
+        server.overrides[("GET", "/v2/r/blobs/moved/")] = lambda h: (
+            307,
+            {"Location": f"http://{other.host}{moved}"},
+            b"",
+        )
+        assert repo.tags() == []  # logged in
+        assert b"".join(repo.fetch_blob(digest, len(blob))) == blob
+        sent = [a for _, p, a in server.seen if "/blobs/moved/" in p]
+        assert sent and sent[-1] is not None  # the same origin: the credentials
+        assert [a for _, _, a in other.seen] == [None]
+        assert all(SECRET not in (a or "") for _, _, a in other.seen)
+
+
+def _tls_registry(server, tmp_path, monkeypatch):
+    """``server`` spoken to over https, its certificate trusted by the client."""
+    import ssl
+
+    from test_oci_client import _certificate
+
+    from jaxport.registry._oci_url import OciUrl
+
+    cert_file, key_file = _certificate(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    trusted = ssl.create_default_context(cafile=cert_file)
+    monkeypatch.setattr(_oci_client, "tls_context", lambda: trusted)
+    monkeypatch.setattr(_oci_auth, "tls_context", lambda: trusted)
+    return OciUrl(server.host, "r", None, None, "https")
+
+
+def test_nothing_goes_plain_from_an_https_registry(monkeypatch, tmp_path):
+    """From a registry spoken to over https, neither a blob redirect nor a token realm may
+    be plain http, not even on this machine (the realm gets the password as Basic)."""
+    blob = os.urandom(5000)
+    digest = _oci_client.sha256_digest(blob)
+    with fake_registry(auth="basic", password=SECRET) as server, fake_registry() as other:
+        _login(monkeypatch)
+        url = _tls_registry(server, tmp_path, monkeypatch)
+        other.blobs[digest] = blob
+        server.overrides[("GET", "/v2/r/blobs/")] = lambda h: (
+            307,
+            {"Location": f"http://{other.host}/v2/r/blobs/{digest}"},
+            b"",
+        )
+        with OciRepository(url) as repo, pytest.raises(OciError, match="plain http"):
+            repo.fetch_blob(digest, len(blob))
+        server.overrides[("GET", "/v2/r/tags/")] = lambda h: (
+            401,
+            {"WWW-Authenticate": f'Bearer realm="http://{other.host}/token"'},
+            b"",
+        )
+        with OciRepository(url) as repo, pytest.raises(OciError, match="not https"):
+            repo.tags()
+        assert other.seen == []
