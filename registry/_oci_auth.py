@@ -18,7 +18,8 @@ on ``401`` with ``WWW-Authenticate: Basic`` it is sent again with the credential
 with ``WWW-Authenticate: Bearer realm=...,service=...,scope=...`` (Docker's token flow) a
 token is asked of ``realm`` (``GET``, the credentials as Basic, or anonymous) and the request
 sent again with it. A realm must be ``https``; a registry spoken to in plain ``http`` may
-name a plain ``http`` realm on a loopback address, or anywhere with ``insecure``. No credential or token is ever in a message, a ``repr`` or a log.
+name a plain ``http`` realm on a loopback address, or anywhere with ``insecure``. No
+credential or token is ever in a message, a ``repr`` or a log.
 """
 
 from __future__ import annotations
