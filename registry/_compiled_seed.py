@@ -8,8 +8,9 @@ trusted keys over the manifest's sha256 (or this host's cached verdict of that,
 ``registry/_compiled_verdicts.py``), the signed manifest's own key fields compared with
 this host and the variant, and every file read and checked against the manifest's sha256 and
 size. Only when every check of a method's set passed are its files written (atomically, each
-file whole or not at all). Anything else is a reason, never an error: the pull goes on and jax
-compiles.
+file whole or not at all: a new file renamed over the name, so a process killed meanwhile
+leaves a ``.tmp-`` file jax never reads; a symlink, FIFO or other file at the name is replaced,
+never followed). Anything else is a reason, never an error: the pull goes on and jax compiles.
 
 The directory is the one jax's cache uses in this process (``jax_compilation_cache_dir``), or,
 where none is configured, a private one this process makes (``tempfile.mkdtemp``: mode 0700,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -79,7 +81,9 @@ def seed(
     where, why = cache_dir()
     if where is None:
         return CompiledUse(False, str(why), skipped=skipped, _hits_at_start=hits)
-    count = sum(_write(where, name, data) for files in ready.values() for name, data in files)
+    count = _write_sets(where, ready, skipped)
+    if not ready:
+        return CompiledUse(False, _why(skipped), skipped=skipped, _hits_at_start=hits)
     import jax
 
     jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)  # as compiled
@@ -174,21 +178,52 @@ def _why(skipped: dict[str, str]) -> str:
     return "; ".join(f"{m or 'the function'}: {r}" for m, r in skipped.items())
 
 
-def _write(where: str, name: str, data: bytes) -> int:
-    """Writes one verified file (unless the same bytes are there); 1."""
-    import hashlib
+def _write_sets(
+    where: str, ready: dict[str, list[tuple[str, bytes]]], skipped: dict[str, str]
+) -> int:
+    """Writes each method's verified files into ``where``; the files written. A method whose
+    file the directory refused moves from ``ready`` to ``skipped`` (the files written before
+    stay: each one verified and whole)."""
+    count = 0
+    for method, files in list(ready.items()):
+        try:
+            for name, data in files:
+                _write(where, name, data)
+        except OSError as e:
+            skipped[method] = f"jax's cache directory refused a file: {e.strerror or e}"
+            del ready[method]
+        else:
+            count += len(files)
+    return count
 
+
+def _write(where: str, name: str, data: bytes) -> None:
+    """Writes one verified file, unless a regular file of the same bytes is there: a new file
+    renamed over the name (jax reads the old file or the whole new one, never a part).
+    Whatever else is at the name (a symlink, a FIFO, a file of other bytes) is replaced, never
+    followed or read past ``len(data)`` bytes.
+
+    Raises:
+        OSError: the directory refused it (a directory at the name, no space, read-only).
+    """
     from jaxport._io import atomic_write
 
     target = os.path.join(where, name)
+    if not _holds(target, data):
+        atomic_write(target, [data])
+
+
+def _holds(target: str, data: bytes) -> bool:
+    """Whether ``target`` is a regular file (not a symlink) of exactly ``data``'s bytes."""
     try:
-        with open(target, "rb") as f:
-            if hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest():
-                return 1
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        pass
-    atomic_write(target, [data])
-    return 1
+        return False
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
+            return False
+        return f.read(len(data) + 1) == data
 
 
 def cache_dir() -> tuple[str | None, str | None]:

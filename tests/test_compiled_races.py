@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 import threading
 
 import pytest
@@ -25,6 +26,7 @@ from jaxport.registry._compiled_types import CompiledFile
 keys = test_compiled.keys
 _own_cache = test_compiled._own_cache
 _one_compile = test_compiled._one_compile
+compiled = test_compiled.compiled
 
 
 def _bytes_per_thread(monkeypatch):
@@ -124,3 +126,52 @@ def test_gc_waits_for_a_store_in_flight_and_keeps_its_blobs(registry, keys, monk
     written.mkdir()
     monkeypatch.setattr(_compiled_seed, "cache_dir", lambda: (str(written), None))
     assert registry.use_compiled("f", policy=_policy(keys)).used
+
+
+@pytest.fixture
+def cache_dir(monkeypatch, tmp_path):
+    """jax's cache directory for seeding: a fresh one (what ``cache_dir`` would answer)."""
+    written = tmp_path / "jax-cache"
+    written.mkdir()
+    monkeypatch.setattr(_compiled_seed, "cache_dir", lambda: (str(written), None))
+    return written
+
+
+def _unblock_after(fifo, done, unblocked):
+    """A reader stuck opening ``fifo`` (no writer) is let go after 10 s, and says so."""
+    if not done.wait(10):
+        unblocked.append(True)
+        with open(fifo, "wb"):
+            pass
+
+
+@pytest.mark.parametrize("planted", ["directory", "fifo", "symlink"])
+def test_what_is_planted_at_a_files_name_is_never_followed_and_never_raises(
+    registry, keys, compiled, cache_dir, tmp_path, planted
+):
+    """A directory at the name: a fallback saying the directory refused a file; a FIFO (which
+    an open for reading waits on forever) or a symlink (to a file of the verified bytes, that
+    someone else may change later) is replaced by a regular file of the verified bytes."""
+    (f,) = registry.compiled_sets("f")[0].files
+    target = cache_dir / f.name
+    done, unblocked = threading.Event(), []
+    if planted == "directory":
+        target.mkdir()
+    elif planted == "fifo":
+        os.mkfifo(target)
+        threading.Thread(target=_unblock_after, args=(target, done, unblocked)).start()
+    else:
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.write_bytes(registry._compiled_store().read(f.sha256))
+        target.symlink_to(elsewhere)
+    try:
+        use = registry.use_compiled("f", policy=_policy(keys))
+    finally:
+        done.set()
+    assert not unblocked, "seeding opened a FIFO and waited for a writer"
+    if planted == "directory":
+        assert not use.used and "jax's cache directory refused a file" in use.reason
+        return
+    assert use.used and use.files == 1, use.reason
+    assert target.is_file() and not target.is_symlink()
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == f.sha256
