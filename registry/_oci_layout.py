@@ -12,9 +12,9 @@ referrers API.
 A tar is never extracted as such: ``open_bundle`` reads its members one by one and refuses,
 before anything is imported, a member that is not ``oci-layout``, ``index.json`` or
 ``blobs/sha256/<64 hex>`` (no other name, no ``..``, no absolute path), that is not a regular
-file (links, devices), that comes twice, that is over its limit, a blob whose bytes do not have
-its name's digest, a blob that nothing in ``index.json`` reaches, and one that something
-reaches but is absent or of another size.
+file (links, devices, sparse files: a 3 KB tar may hold a TiB of holes), that comes twice,
+that is over its limit, a blob whose bytes do not have its name's digest, a blob that nothing
+in ``index.json`` reaches, and one that something reaches but is absent or of another size.
 """
 
 from __future__ import annotations
@@ -348,8 +348,10 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> None:
             f"the bundle holds {name!r:.120}, which is no part of an image layout (oci-layout, "
             "index.json, blobs/sha256/<hex>)"
         )
-    if not member.isreg():
-        raise OciError(f"the bundle's {name} is not a regular file (a link or a device)")
+    if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):  # isreg() admits sparse ones
+        raise OciError(
+            f"the bundle's {name} is not a regular file (a link, a device, a sparse file)"
+        )
     if name in seen:
         raise OciError(f"the bundle holds {name} twice")
     limit = 1024 if name == "oci-layout" else MAX_MANIFEST_BYTES if name == "index.json" else None

@@ -6,8 +6,10 @@ The friendlier hostile answers (wrong digests, oversized manifests, redirect loo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tarfile
 import time
 import tracemalloc
 import zlib
@@ -18,6 +20,7 @@ from _oci_fake import fake_registry
 from jaxport import IntegrityError, OciError
 from jaxport.registry import _oci_auth, _oci_client, _oci_pace
 from jaxport.registry._oci_client import OciRepository
+from jaxport.registry._oci_layout import open_bundle
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SECRET = "hunter2-not-to-be-printed"
@@ -301,3 +304,37 @@ def test_nothing_goes_plain_from_an_https_registry(monkeypatch, tmp_path):
         with OciRepository(url) as repo, pytest.raises(OciError, match="not https"):
             repo.tags()
         assert other.seen == []
+
+
+# -- bundles --------------------------------------------------------------------------------
+
+
+def _sparse_bundle(real_size: int) -> bytes:
+    """A tar of ``oci-layout`` and one GNU sparse member (old format) whose ``real_size``
+    bytes are a hole and one stored block: about 3 KB, whatever ``real_size`` is."""
+    layout = b'{"imageLayoutVersion":"1.0.0"}'
+    head = tarfile.TarInfo("oci-layout")
+    head.size = len(layout)
+    out = head.tobuf(tarfile.GNU_FORMAT) + layout + bytes(512 - len(layout))
+    info = tarfile.TarInfo("blobs/sha256/" + hashlib.sha256(bytes(real_size)).hexdigest())
+    info.size = 512
+    header = bytearray(info.tobuf(tarfile.GNU_FORMAT)[:512])
+    header[156:157] = tarfile.GNUTYPE_SPARSE
+    header[386:398] = b"%011o\0" % (real_size - 512)  # one region: its offset,
+    header[398:410] = b"%011o\0" % 512  # its stored bytes,
+    header[483:495] = b"%011o\0" % real_size  # the file's real size
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    return out + bytes(header) + bytes(512) + bytes(1024)
+
+
+def test_a_sparse_member_is_refused_before_it_is_written(tmp_path):
+    """A 3 KB bundle whose sparse member holds 64 MiB (or up to the 1 TiB limit) of holes:
+    refused as not a regular file, nothing written (tarfile expanded the holes on disk)."""
+    bundle = tmp_path / "sparse.tar"
+    bundle.write_bytes(_sparse_bundle(64 << 20))
+    with tarfile.open(bundle) as tar:
+        assert [m.issparse() for m in tar] == [False, True]
+    with pytest.raises(OciError, match="not a regular file"):
+        open_bundle(bundle, tmp_path / "out")
+    assert list((tmp_path / "out" / "blobs" / "sha256").iterdir()) == []
