@@ -182,13 +182,24 @@ def _write_sets(
     where: str, ready: dict[str, list[tuple[str, bytes]]], skipped: dict[str, str]
 ) -> int:
     """Writes each method's verified files into ``where``; the files written. A method whose
-    file the directory refused moves from ``ready`` to ``skipped`` (the files written before
-    stay: each one verified and whole)."""
+    set names a file an earlier method's set wrote with other bytes, or whose file the
+    directory refused, moves from ``ready`` to ``skipped`` (the files written before stay:
+    each one verified and whole)."""
+    written: dict[str, tuple[str, bytes]] = {}  # name -> the method that wrote it, its bytes
     count = 0
     for method, files in list(ready.items()):
         try:
             for name, data in files:
+                other = written.get(name)
+                if other is not None and other[1] != data:
+                    raise _Unused(f"its file {name[:60]} is {other[0] or 'the function'}'s "
+                                  "too, with other bytes")  # fmt: skip
+            for name, data in files:
                 _write(where, name, data)
+                written[name] = (method, data)
+        except _Unused as e:
+            skipped[method] = str(e)
+            del ready[method]
         except OSError as e:
             skipped[method] = f"jax's cache directory refused a file: {e.strerror or e}"
             del ready[method]

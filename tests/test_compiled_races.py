@@ -175,3 +175,32 @@ def test_what_is_planted_at_a_files_name_is_never_followed_and_never_raises(
     assert use.used and use.files == 1, use.reason
     assert target.is_file() and not target.is_symlink()
     assert hashlib.sha256(target.read_bytes()).hexdigest() == f.sha256
+
+
+def test_a_set_naming_a_file_of_another_methods_set_with_other_bytes_is_not_used(
+    registry, keys, cache_dir, monkeypatch
+):
+    """Two methods' signed sets name one file with other bytes: the first is written, the
+    second skipped with a reason (it would overwrite a verified file of the first)."""
+    from test_compiled import _model
+
+    cached = _compiled_make.compile_archive
+
+    def one_name(path, variant, allowed, timeout):
+        out = []
+        for made, files in cached(path, variant, allowed, timeout):
+            ((_, data),) = files.items()
+            listed = (CompiledFile("same-cache", hashlib.sha256(data).hexdigest(), len(data)),)
+            out.append((dataclasses.replace(made, files=listed), {"same-cache": data}))
+        return out
+
+    monkeypatch.setattr(_compiled_make, "compile_archive", one_name)
+    registry.push(_model(), "m")
+    registry.compile("m", private_key=keys["trusted"][0])
+    use = registry.use_compiled("m", policy=_policy(keys))
+    assert use.used and use.methods == ("hidden",) and use.files == 1
+    assert "is hidden's too, with other bytes" in use.skipped["logits"]
+    (hidden,) = [s for s in registry.compiled_sets("m") if s.method == "hidden"]
+    assert (cache_dir / "same-cache").read_bytes() == registry._compiled_store().read(
+        hidden.files[0].sha256
+    )
