@@ -14,7 +14,9 @@ never followed). Anything else is a reason, never an error: the pull goes on and
 
 The directory is the one jax's cache uses in this process (``jax_compilation_cache_dir``), or,
 where none is configured, a private one this process makes (``tempfile.mkdtemp``: mode 0700,
-removed at exit) and configures: it holds only files verified here. Either way the process's
+removed at exit) and configures: it holds only files verified here. A configured directory
+that every user may write into is refused: anyone could put native code there for jax to load,
+so verifying what jaxport writes would assure nothing. Either way the process's
 ``jax_persistent_cache_enable_xla_caches`` becomes ``"none"``, as where the set was compiled
 (``jaxport._compiled_host.XLA_CACHES``): jax's default puts the path of XLA's GPU autotune
 cache, under the cache directory, into every compile's options and so into its cache key,
@@ -252,6 +254,11 @@ def cache_dir() -> tuple[str | None, str | None]:
     if where:
         if "://" in str(where) or (not os.path.isdir(where) and not _made(str(where))):
             return None, f"jax's cache directory {str(where)!r} is not a local directory"
+        if os.stat(where).st_mode & stat.S_IWOTH:
+            return None, (
+                f"jax's cache directory {str(where)!r} is writable by every user: anyone could "
+                "put executables there (give jax a directory only its users may write)"
+            )
         return str(where), None
     if cc is not None and getattr(cc, "_cache_initialized", False):
         try:  # this jax fixed "no cache" for the process at its first compile

@@ -204,3 +204,21 @@ def test_a_set_naming_a_file_of_another_methods_set_with_other_bytes_is_not_used
     assert (cache_dir / "same-cache").read_bytes() == registry._compiled_store().read(
         hidden.files[0].sha256
     )
+
+
+def test_a_configured_cache_directory_every_user_may_write_is_refused(monkeypatch, tmp_path):
+    """A ``jax_compilation_cache_dir`` of mode 0o777 (or /tmp's 0o1777): nothing is written,
+    the reason says why; the same directory 0o755 is used."""
+    from jaxport.export import _internal
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    options = {"jax_enable_compilation_cache": True, "jax_compilation_cache_dir": str(shared)}
+    monkeypatch.setattr(_compiled_seed, "jax_option", options.get)
+    monkeypatch.setattr(_internal, "compilation_cache", lambda: None)  # this jax's own state
+    for mode in (0o777, 0o1777):
+        shared.chmod(mode)
+        where, why = _compiled_seed.cache_dir()
+        assert where is None and "writable by every user" in why
+    shared.chmod(0o755)
+    assert _compiled_seed.cache_dir() == (str(shared), None)
