@@ -324,24 +324,27 @@ def open_bundle(
 
 
 def _read_members(tar: tarfile.TarFile, root: Path, max_size: int) -> None:
-    seen: set[str] = set()
+    """Each member checked and written under ``root`` (empty but for ``blobs/sha256``), in
+    memory that does not grow with their number: tarfile's list of members read is emptied
+    as it goes (a million members held 560 MB), a name met twice is one already on disk, and
+    paths are joined as strings (pathlib interns each part it parses, for good)."""
     total = 0
     try:
-        for member in tar:
+        while (member := tar.next()) is not None:
+            tar.members.clear()  # type: ignore[attr-defined]  # (not in typeshed)
             name = member.name.removeprefix("./").rstrip("/") if member.isdir() else member.name
             if member.isdir() and name in _DIRECTORIES | {"", "."}:
                 continue
-            _check_member(member, seen)
+            _check_member(member, root)
             total += member.size
             if total > max_size:
                 raise OciError(f"the bundle holds more than {max_size} bytes")
-            seen.add(member.name)
             _extract(tar, member, root)
     except tarfile.TarError as e:
         raise OciError(f"the bundle is not a well-formed tar ({type(e).__name__})") from None
 
 
-def _check_member(member: tarfile.TarInfo, seen: set[str]) -> None:
+def _check_member(member: tarfile.TarInfo, root: Path) -> None:
     name = member.name
     if name not in ("oci-layout", "index.json") and not _BLOB_NAME.fullmatch(name):
         raise OciError(
@@ -352,7 +355,7 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> None:
         raise OciError(
             f"the bundle's {name} is not a regular file (a link, a device, a sparse file)"
         )
-    if name in seen:
+    if os.path.lexists(os.path.join(root, name)):
         raise OciError(f"the bundle holds {name} twice")
     limit = 1024 if name == "oci-layout" else MAX_MANIFEST_BYTES if name == "index.json" else None
     if limit is not None and member.size > limit:
@@ -370,13 +373,13 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
             h.update(chunk)
             yield chunk
 
-    target = root / member.name  # a temporary layout: written, not synced
-    with target.open("wb") as out:
+    target = os.path.join(root, member.name)  # a temporary layout: written, not synced
+    with open(target, "wb") as out:
         for chunk in chunks():
             out.write(chunk)
     found = _BLOB_NAME.fullmatch(member.name)
     if found and h.hexdigest() != found.group(1):
-        target.unlink()
+        os.unlink(target)
         raise IntegrityError(
             f"the bundle's blob {found.group(1)[:12]} has the bytes of {h.hexdigest()[:12]}: "
             "it was changed", expected=found.group(1), found=h.hexdigest(),
