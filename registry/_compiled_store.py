@@ -24,6 +24,9 @@ from jaxport.registry._models import BlobRow, CompiledFileRow, CompiledRow
 
 __all__ = ["CompiledStore", "StoredSet"]
 
+#: Most characters of a row's ``options`` read (a host's compile options take a few hundred).
+_MAX_OPTIONS = 64 << 10
+
 
 @dataclasses.dataclass(frozen=True)
 class StoredSet:
@@ -152,8 +155,10 @@ def _row(made: CompiledSet) -> dict[str, Any]:
 
 def _made(row: Any, files: tuple[CompiledFile, ...]) -> CompiledSet:
     try:
+        if len(row.options) > _MAX_OPTIONS:
+            raise ValueError("options too long")
         options = {str(k): str(v) for k, v in json.loads(row.options).items()}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         options = {}  # a row is only a hint: the signed manifest is what is checked
     return CompiledSet(
         row.digest, row.method, row.platform, row.device_kind, row.jax_version,

@@ -215,8 +215,8 @@ def parse_manifest(data: bytes) -> CompiledSet:
     """The set a manifest describes (a signed manifest is still checked: it is data).
 
     Raises:
-        CorruptArchiveError: not a manifest of this format: bad JSON, a missing or mistyped
-            field, a file name that is not a plain name, too many files.
+        CorruptArchiveError: not a manifest of this format: bad or too deeply nested JSON, a
+            missing or mistyped field, a file name that is not a plain name, too many files.
     """
     try:
         body = json.loads(data)
@@ -230,7 +230,7 @@ def parse_manifest(data: bytes) -> CompiledSet:
         nr_devices = body["nr_devices"]
         if type(nr_devices) is not int or nr_devices < 1:
             raise ValueError("nr_devices is not a count")
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
         raise CorruptArchiveError(f"not a compiled set's manifest: {str(e)[:200]}") from None
     return CompiledSet(**strings, nr_devices=nr_devices, options=options, files=files)
 

@@ -16,6 +16,7 @@ import os
 import threading
 
 import pytest
+import sqlalchemy as sa
 import test_compiled
 from test_compiled import _function, _policy
 
@@ -222,3 +223,50 @@ def test_a_configured_cache_directory_every_user_may_write_is_refused(monkeypatc
         assert where is None and "writable by every user" in why
     shared.chmod(0o755)
     assert _compiled_seed.cache_dir() == (str(shared), None)
+
+
+def _hostile_blob(registry, data, column):
+    """``data`` stored as a blob (with its ``blobs`` row) and named by every set's ``column``."""
+    digest = hashlib.sha256(data).hexdigest()
+    registry.blobs.put(digest, data)
+    with registry._backend.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO blobs (digest, size, created_at) VALUES (:d, :s, 0)"),
+                     {"d": digest, "s": len(data)})  # fmt: skip
+        conn.execute(sa.text(f"UPDATE compiled SET {column} = :d"), {"d": digest})
+
+
+@pytest.mark.parametrize(
+    ("hostile", "reason"),
+    [
+        ("nested options", "compile options"),
+        ("row file names", None),
+    ],
+)
+def test_a_hostile_row_or_blob_is_a_fallback_read_no_further_than_its_limit(
+    registry, keys, compiled, cache_dir, hostile, reason
+):
+    """Someone with write access to the database or the blob store: a row's options nested
+    100,000 deep (a RecursionError out of the pull before), a manifest or bundle named by the
+    row over its limit, a file blob longer than its signed size (read whole before, then
+    refused), a row's file names with "../" (never used: the signed manifest's names are)."""
+    (f,) = registry.compiled_sets("f")[0].files
+    if hostile == "nested options":
+        with registry._backend.engine.begin() as conn:
+            nested = "[" * 100_000 + "]" * 100_000
+            conn.execute(sa.text("UPDATE compiled SET options = :o"), {"o": nested})
+    elif hostile == "huge manifest":
+        _hostile_blob(registry, b" " * (5 << 20), "manifest_digest")
+    elif hostile == "huge bundle":
+        _hostile_blob(registry, b" " * (2 << 20), "bundle_digest")
+    elif hostile == "huge file":
+        registry.blobs.put(f.sha256, b"\0" * (f.size + (1 << 20)), replace=True)
+    else:
+        with registry._backend.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE compiled_files SET name = '../escape'"))
+    use = registry.use_compiled("f", policy=_policy(keys))
+    if reason is None:
+        assert use.used and [p.name for p in cache_dir.iterdir()] == [f.name]
+        assert not (cache_dir.parent / "escape").exists()
+        return
+    assert not use.used and reason in use.reason, use.reason
+    assert not list(cache_dir.iterdir())
