@@ -560,16 +560,35 @@ def signing(blobs: BlobStore) -> StoreUrls | None:
     return urls
 
 
-def read_verified(blobs: BlobStore, digest: str) -> bytes:
+def read_verified(blobs: BlobStore, digest: str, max_size: int | None = None) -> bytes:
     """A blob's bytes, verified against its digest.
 
+    Args:
+        max_size: the most bytes the blob may have, in bytes: a longer one is refused, read
+            no further than that (None: no limit).
+
     Raises:
-        IntegrityError: the blob is missing (``found`` None) or corrupt.
+        IntegrityError: the blob is missing or over ``max_size`` (``found`` None), or corrupt.
     """
     try:
-        data = blobs.get(digest)
+        data = blobs.get(digest) if max_size is None else _read_at_most(blobs, digest, max_size)
     except FileNotFoundError:
         raise IntegrityError(
             f"blob {digest} is missing from {blobs.url}", expected=digest
         ) from None
     return verify(digest, data)
+
+
+def _read_at_most(blobs: BlobStore, digest: str, max_size: int) -> bytes:
+    """The blob's bytes, ``max_size + 1`` at most read (another kind of store: all of them)."""
+    if isinstance(blobs, LocalBlobStore | FsspecBlobStore):
+        with blobs.open(digest) as f:
+            data = f.read(max_size + 1)
+    else:
+        data = blobs.get(digest)
+    if len(data) > max_size:
+        raise IntegrityError(
+            f"blob {digest} is over {max_size:,} bytes, the most it may have here",
+            expected=digest,
+        )
+    return data

@@ -104,19 +104,22 @@ class HttpCompiledStore:
             self._archive_of.update(dict.fromkeys(named, digest))
         return stored
 
-    def read(self, digest: str) -> bytes:
-        """A blob of a set ``sets_of`` listed, checked against ``digest``.
+    def read(self, digest: str, max_size: int | None = None) -> bytes:
+        """A blob of a set ``sets_of`` listed, checked against ``digest``; ``max_size``: the
+        most bytes it may have (a longer body is refused; None: ``DEFAULT_MAX_READ``).
 
         Raises:
             NotFoundError: no set listed so far names the blob (or the server has it no more).
-            IntegrityError: the bytes served are not ``digest``'s.
+            IntegrityError: the bytes served are not ``digest``'s, or over ``max_size``.
         """
         archive = self._archive_of.get(digest)
         if archive is None:
             raise NotFoundError(f"no compiled set listed here names the blob {digest[:12]}")
         where = f"/compiled/{self._name}/{quote(archive, safe='')}"
         path = f"{where}/blobs/{quote(digest, safe='')}"
-        return download(self._http, path, digest, DEFAULT_MAX_READ)
+        return download(
+            self._http, path, digest, DEFAULT_MAX_READ if max_size is None else max_size
+        )
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         try:

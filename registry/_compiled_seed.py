@@ -7,10 +7,12 @@ then its manifest blob is read (verified against its digest), its bundle verifie
 trusted keys over the manifest's sha256 (or this host's cached verdict of that,
 ``registry/_compiled_verdicts.py``), the signed manifest's own key fields compared with
 this host and the variant, and every file read and checked against the manifest's sha256 and
-size. Only when every check of a method's set passed are its files written (atomically, each
-file whole or not at all: a new file renamed over the name, so a process killed meanwhile
-leaves a ``.tmp-`` file jax never reads; a symlink, FIFO or other file at the name is replaced,
-never followed). Anything else is a reason, never an error: the pull goes on and jax compiles.
+size. No blob is read past its limit, whatever a row or a server says: a manifest
+``MAX_MANIFEST_BYTES``, a bundle ``MAX_BUNDLE_BYTES``, a file its signed size. Only when every
+check of a method's set passed are its files written (atomically, each file whole or not at
+all: a new file renamed over the name, so a process killed meanwhile leaves a ``.tmp-`` file
+jax never reads; a symlink, FIFO or other file at the name is replaced, never followed).
+Anything else is a reason, never an error: the pull goes on and jax compiles.
 
 The directory is the one jax's cache uses in this process (``jax_compilation_cache_dir``), or,
 where none is configured, a private one this process makes (``tempfile.mkdtemp``: mode 0700,
@@ -36,9 +38,14 @@ from typing import Any
 
 from jaxport import JaxportError
 from jaxport._compiled_host import XLA_CACHES, HostKey, jax_option
-from jaxport._signing import Trusted, verify_digest
+from jaxport._signing import MAX_BUNDLE_BYTES, Trusted, verify_digest
 from jaxport.registry._compiled_store import CompiledStore, StoredSet
-from jaxport.registry._compiled_types import CompiledUse, mismatch, parse_manifest
+from jaxport.registry._compiled_types import (
+    MAX_MANIFEST_BYTES,
+    CompiledUse,
+    mismatch,
+    parse_manifest,
+)
 from jaxport.registry._types import VariantInfo
 
 __all__ = ["cache_dir", "cache_hits", "seed"]
@@ -125,8 +132,10 @@ def _verified(
         raise _Unused(f"signed by {signers}, not by a trusted key ({shorts})")
     chosen = by_trusted[-1]
     try:
-        manifest = store.read(chosen.made.manifest_digest)
-        bundle = None if _cached(chosen, trusted) else store.read(chosen.bundle_digest)
+        manifest = store.read(chosen.made.manifest_digest, MAX_MANIFEST_BYTES)
+        bundle = (
+            None if _cached(chosen, trusted) else store.read(chosen.bundle_digest, MAX_BUNDLE_BYTES)
+        )
         signer = _signer(bundle, chosen, trusted)
         signed = parse_manifest(manifest)
         if (signed.digest, signed.method) != (variant.digest, method):
@@ -164,7 +173,7 @@ def _signer(bundle: bytes | None, chosen: StoredSet, trusted: Sequence[Trusted])
 
 
 def _file(store: CompiledStore, sha256: str, size: int) -> bytes:
-    data = store.read(sha256)  # its sha256 checked: the one the signed manifest names
+    data = store.read(sha256, size)  # its sha256 checked: the one the signed manifest names
     if len(data) != size:
         raise _Unused(f"a file of {len(data)} bytes, the signed manifest says {size}")
     return data

@@ -109,13 +109,14 @@ class CompiledStore:
             ).all()
         return _made(row, tuple(CompiledFile(f.name, f.digest, f.size) for f in files))
 
-    def read(self, digest: str) -> bytes:
-        """A blob's bytes, verified against its digest.
+    def read(self, digest: str, max_size: int | None = None) -> bytes:
+        """A blob's bytes, verified against its digest; ``max_size``: the most bytes it may
+        have (a longer blob is read no further; None: no limit).
 
         Raises:
-            IntegrityError: missing or corrupt.
+            IntegrityError: missing, corrupt, or over ``max_size`` bytes.
         """
-        return read_verified(self._blobs, digest)
+        return read_verified(self._blobs, digest, max_size)
 
     def _put(self, conn: Any, blobs: list[tuple[str, bytes]], now: float) -> None:
         for digest, data in blobs:

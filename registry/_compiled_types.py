@@ -30,6 +30,7 @@ from jaxport._signing import Trusted
 __all__ = [
     "COMPILED_KEYS_ENV",
     "MANIFEST_FORMAT",
+    "MAX_MANIFEST_BYTES",
     "MAX_SET_FILES",
     "USE_COMPILED_ENV",
     "CompiledFile",
@@ -58,6 +59,8 @@ _KEY_FIELDS = ("platform", "device_kind", "jax_version", "jaxlib_version")
 #: writes one file per compiled computation, a few for most methods, some hundreds for a
 #: model whose method compiles many sub-computations.
 MAX_SET_FILES = 4096
+#: Most bytes of a manifest: ``MAX_SET_FILES`` files of the longest names take 1.6 MiB.
+MAX_MANIFEST_BYTES = 4 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,10 +218,13 @@ def parse_manifest(data: bytes) -> CompiledSet:
     """The set a manifest describes (a signed manifest is still checked: it is data).
 
     Raises:
-        CorruptArchiveError: not a manifest of this format: bad or too deeply nested JSON, a
-            missing or mistyped field, a file name that is not a plain name, too many files.
+        CorruptArchiveError: not a manifest of this format: over ``MAX_MANIFEST_BYTES``, bad
+            or too deeply nested JSON, a missing or mistyped field, a file name that is not a
+            plain name, too many files.
     """
     try:
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"{len(data):,} bytes (at most {MAX_MANIFEST_BYTES:,})")
         body = json.loads(data)
         if body.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"format {str(body.get('format'))[:40]!r}")

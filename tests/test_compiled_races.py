@@ -239,6 +239,9 @@ def _hostile_blob(registry, data, column):
     ("hostile", "reason"),
     [
         ("nested options", "compile options"),
+        ("huge manifest", "over 4,194,304 bytes"),
+        ("huge bundle", "over 1,048,576 bytes"),
+        ("huge file", "bytes, the most it may have here"),
         ("row file names", None),
     ],
 )
@@ -270,3 +273,18 @@ def test_a_hostile_row_or_blob_is_a_fallback_read_no_further_than_its_limit(
         return
     assert not use.used and reason in use.reason, use.reason
     assert not list(cache_dir.iterdir())
+
+
+def test_a_server_is_asked_for_no_more_than_each_blobs_limit(monkeypatch):
+    """Through a server the same limits bound each download (``download``'s ``max_size``
+    refuses a longer body unread): a lying server's huge manifest, bundle or file is not read."""
+    import jaxport
+    from jaxport.registry import _compiled_http
+
+    asked = []
+    monkeypatch.setattr(_compiled_http, "download", lambda http, path, d, n: asked.append(n))
+    reg = jaxport.Registry("http://127.0.0.1:9", token="jxp_x")
+    store = _compiled_http.HttpCompiledStore(reg._backend._http, "f", reg._backend.lacks)
+    store._archive_of["a" * 64] = "b" * 64
+    store.read("a" * 64, 123)
+    assert asked == [123]
