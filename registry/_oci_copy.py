@@ -24,6 +24,7 @@ from jaxport.registry._oci_media import (
     parse_manifest,
     sha256_of,
 )
+from jaxport.registry._oci_referrers import distinct_referrers
 from jaxport.registry._oci_report import CopyReport
 from jaxport.registry._oci_target import OciTarget
 
@@ -93,7 +94,7 @@ def _copy(
             report.signatures += artifact == SIGNATURE
             report.findings += artifact == FINDINGS
     if own.media_type == IMAGE_MANIFEST and depth is not None:
-        for found in src.referrers(own.digest):
+        for found in distinct_referrers(src.referrers(own.digest), own.digest):
             referrer = Descriptor(IMAGE_MANIFEST, str(found.get("digest", "")), 0)
             if not _has_manifest(dst, referrer.digest):
                 media_type, child = _fetch(src, referrer)

@@ -48,7 +48,7 @@ from jaxport.registry._oci_media import (
     sha256_of,
 )
 from jaxport.registry._oci_push import alias_tag, push_version, registry_attached, version_tag
-from jaxport.registry._oci_referrers import Attached, findings_rows
+from jaxport.registry._oci_referrers import Attached, distinct_referrers, findings_rows
 from jaxport.registry._oci_report import CopyReport
 from jaxport.registry._oci_target import OciTarget
 from jaxport.registry._oci_variant import OciVariant, read_variant
@@ -242,7 +242,8 @@ def read_attached(target: OciTarget, version: OciVersion) -> Attached:
     sigs: list[tuple[str, bytes, str, str]] = []
     rows: list[dict[str, Any]] = []
     for v in version.variants:
-        for found in target.referrers(v.manifest.digest):
+        listed = target.referrers(v.manifest.digest)
+        for found in distinct_referrers(listed, v.manifest.digest):
             doc = fetch_manifest_checked(target, found.get("digest", ""))
             if doc["subject"] is None or doc["subject"].digest != v.manifest.digest:
                 continue  # a referrers list that names another subject's: ignored

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxport import OciError
 from jaxport.registry._oci_media import (
     ANNOTATION,
     EMPTY_CONFIG,
@@ -34,7 +35,9 @@ from jaxport.registry._oci_media import (
 from jaxport.registry._types import FINDING_FIELDS
 
 __all__ = [
+    "MAX_REFERRERS",
     "Attached",
+    "distinct_referrers",
     "fallback_tag",
     "findings_layer",
     "findings_manifest",
@@ -52,6 +55,25 @@ class Attached:
 
     signatures: list[tuple[str, bytes, str, str]]
     findings: list[dict[str, Any]]
+
+
+#: The most referrers read of one manifest: a variant has a few signatures and findings; a
+#: registry's list (a 4 MiB index holds some 50,000) is read manifest by manifest.
+MAX_REFERRERS = 10_000
+
+
+def distinct_referrers(listed: Sequence[dict[str, Any]], subject: str) -> list[dict[str, Any]]:
+    """A referrers list as read: each digest once, in the order first listed.
+
+    Raises:
+        OciError: more than ``MAX_REFERRERS`` distinct digests.
+    """
+    first: dict[Any, dict[str, Any]] = {}
+    for descriptor in listed:
+        first.setdefault(descriptor.get("digest"), descriptor)
+        if len(first) > MAX_REFERRERS:
+            raise OciError(f"{subject} lists more than {MAX_REFERRERS} referrers")
+    return list(first.values())
 
 
 def fallback_tag(digest: str) -> str:

@@ -365,3 +365,62 @@ def test_many_members_are_read_in_memory_that_does_not_grow(tmp_path):
     them held ~560 bytes each: 20,000 members 13 MB, a million 560 MB)."""
     few, many = _peak_reading(tmp_path, 2_000), _peak_reading(tmp_path, 20_000)
     assert many < few + (1 << 20), (few, many)
+
+
+# -- referrers --------------------------------------------------------------------------------
+
+
+class _ListingTarget:
+    """An ``OciTarget`` whose referrers list is ``listed``; every manifest it serves refers
+    to another subject (ignored by readers), and is counted."""
+
+    def __init__(self, listed):
+        self.listed, self.fetched = listed, 0
+        subject = {"mediaType": MANIFEST, "digest": "sha256:" + "e" * 64, "size": 2}
+        empty = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2}
+        empty["digest"] = "sha256:" + hashlib.sha256(b"{}").hexdigest()
+        self.body = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST,
+                "config": empty,
+                "layers": [empty],
+                "subject": subject,
+            }
+        ).encode()
+
+    def referrers(self, digest, artifact_type=None):
+        return self.listed
+
+    def fetch_manifest(self, reference):
+        self.fetched += 1
+        return MANIFEST, self.body
+
+
+def _version(target):
+    from types import SimpleNamespace
+
+    variant = SimpleNamespace(manifest=SimpleNamespace(digest="sha256:" + "f" * 64), digest="d")
+    return SimpleNamespace(variants=[variant])
+
+
+def test_a_referrers_list_that_repeats_one_digest_is_read_once():
+    from jaxport.registry._oci_mapping import read_attached
+
+    target = _ListingTarget([])
+    digest = _oci_client.sha256_digest(target.body)
+    target.listed = [{"mediaType": MANIFEST, "digest": digest, "size": 1}] * 40_000
+    assert read_attached(target, _version(target)).signatures == []
+    assert target.fetched == 1
+
+
+def test_a_referrers_list_over_the_limit_is_refused_before_any_read(monkeypatch):
+    from jaxport.registry import _oci_referrers
+    from jaxport.registry._oci_mapping import read_attached
+
+    monkeypatch.setattr(_oci_referrers, "MAX_REFERRERS", 100)
+    listed = [{"mediaType": MANIFEST, "digest": f"sha256:{i:064x}", "size": 1} for i in range(101)]
+    target = _ListingTarget(listed)
+    with pytest.raises(OciError, match="more than 100 referrers"):
+        read_attached(target, _version(target))
+    assert target.fetched == 0
