@@ -43,12 +43,13 @@ def copy_repository(src: OciTarget, dst: OciTarget, name: str, report: CopyRepor
         IntegrityError: a manifest or blob that does not have its digest.
         NotFoundError: something a manifest lists is absent from ``src``.
     """
+    copied: set[str] = set()
     for tag in sorted(src.tags()):
         if tag.startswith("sha256-"):
             continue
         media_type, body = src.fetch_manifest(tag)
         before = report.manifests
-        _copy(src, dst, Descriptor.of(media_type, body), body, report, 0)
+        _copy(src, dst, Descriptor.of(media_type, body), body, report, 0, copied)
         try:
             same = sha256_of(dst.fetch_manifest(tag)[1]) == sha256_of(body)
         except NotFoundError:
@@ -69,21 +70,31 @@ def _copy(
     body: bytes,
     report: CopyReport,
     depth: int | None,
+    copied: set[str],
 ) -> None:
     """Copies what the manifest or index ``body`` reaches, then ``body`` itself (untagged)
-    where ``dst`` lacks it, then a manifest's referrers (``depth`` None: ``body`` is one)."""
+    where ``dst`` lacks it, then a manifest's referrers (``depth`` None: ``body`` is one).
+    ``copied``: the digests (manifests, blobs) copied whole by this copy so far, each read and
+    copied once however many paths reach it (indexes that list one child many times, nested, are
+    exponentially many paths)."""
+    if own.digest in copied:
+        return
     if depth is not None and depth > MAX_DEPTH:
         raise OciError(f"{own.digest}: indexes nested more than {MAX_DEPTH} deep")
     if own.media_type == IMAGE_INDEX:
         for entry in parse_index(body, own.digest)["manifests"]:
+            if entry.digest in copied:
+                continue
             media_type, child = _fetch(src, entry)
             child_own = Descriptor(media_type, entry.digest, entry.size)
-            _copy(src, dst, child_own, child, report, (depth or 0) + 1)
+            _copy(src, dst, child_own, child, report, (depth or 0) + 1, copied)
         artifact = None
     elif own.media_type == IMAGE_MANIFEST:
         doc = parse_manifest(body, own.digest)
         for blob in (doc["config"], *doc["layers"]):
-            _send(src, dst, blob, report)
+            if blob.digest not in copied:
+                _send(src, dst, blob, report)
+                copied.add(blob.digest)
         artifact = doc["artifactType"]
     else:
         raise OciError(f"{own.digest}: a {own.media_type:.80}, not a manifest or an index")
@@ -96,10 +107,11 @@ def _copy(
     if own.media_type == IMAGE_MANIFEST and depth is not None:
         for found in distinct_referrers(src.referrers(own.digest), own.digest):
             referrer = Descriptor(IMAGE_MANIFEST, str(found.get("digest", "")), 0)
-            if not _has_manifest(dst, referrer.digest):
+            if referrer.digest not in copied and not _has_manifest(dst, referrer.digest):
                 media_type, child = _fetch(src, referrer)
                 _copy(src, dst, Descriptor(media_type, referrer.digest, len(child)), child,
-                      report, None)  # fmt: skip
+                      report, None, copied)  # fmt: skip
+    copied.add(own.digest)
 
 
 def _fetch(src: OciTarget, entry: Descriptor) -> tuple[str, bytes]:

@@ -424,3 +424,72 @@ def test_a_referrers_list_over_the_limit_is_refused_before_any_read(monkeypatch)
     with pytest.raises(OciError, match="more than 100 referrers"):
         read_attached(target, _version(target))
     assert target.fetched == 0
+
+
+# -- mirror ---------------------------------------------------------------------------------
+
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+class _MemoryTarget:
+    """An ``OciTarget`` in memory that counts the manifests read of it."""
+
+    def __init__(self):
+        self.blobs, self.manifests, self.tagged, self.reads = {}, {}, {}, 0
+
+    def has_blob(self, digest):
+        return digest in self.blobs
+
+    def push_blob(self, digest, size, chunks):
+        self.blobs[digest] = b"".join(chunks)
+
+    def fetch_blob(self, digest, size):
+        return iter([self.blobs[digest]])
+
+    def push_manifest(self, reference, media_type, body):
+        digest = _oci_client.sha256_digest(body)
+        self.manifests[digest] = (media_type, body)
+        if reference:
+            self.tagged[reference] = digest
+        return digest
+
+    def fetch_manifest(self, reference):
+        from jaxport import NotFoundError
+
+        self.reads += 1
+        digest = self.tagged.get(reference, reference)
+        if digest not in self.manifests:
+            raise NotFoundError(reference)
+        return self.manifests[digest]
+
+    def referrers(self, digest, artifact_type=None):
+        return []
+
+    def tags(self):
+        return sorted(self.tagged)
+
+
+def test_an_index_that_lists_one_child_many_times_is_copied_once_per_digest():
+    """Three levels of indexes, each listing the next one 40 times: 64,000 paths to one
+    manifest. Each digest is copied (and read) once per mirror, not once per path."""
+    from jaxport.registry import CopyReport
+    from jaxport.registry._oci_copy import copy_repository
+
+    src, dst = _MemoryTarget(), _MemoryTarget()
+    config = b"{}"
+    src.blobs[_oci_client.sha256_digest(config)] = config
+    empty = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2}
+    empty["digest"] = _oci_client.sha256_digest(config)
+    body = json.dumps(
+        {"schemaVersion": 2, "mediaType": MANIFEST, "config": empty, "layers": [empty]}
+    ).encode()
+    media_type = MANIFEST
+    for _ in range(3):
+        digest = src.push_manifest(None, media_type, body)
+        child = {"mediaType": media_type, "digest": digest, "size": len(body)}
+        body = json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": [child] * 40})
+        body, media_type = body.encode(), INDEX
+    src.push_manifest("v1", INDEX, body)
+    copy_repository(src, dst, "bomb", CopyReport())
+    assert dst.manifests == src.manifests and dst.tagged == src.tagged
+    assert src.reads < 10, src.reads
