@@ -93,7 +93,8 @@ def read_version(target: OciTarget, reference: str) -> OciVersion:
 
     Raises:
         NotFoundError: no such tag or manifest.
-        OciError: not a jaxport version's index, or a malformed manifest or config.
+        OciError: not a jaxport version's index (one listing a variant twice included), or a
+            malformed manifest or config.
         IntegrityError: a manifest or config that does not have its digest.
     """
     from jaxport.registry._names import check_name
@@ -113,6 +114,8 @@ def read_version(target: OciTarget, reference: str) -> OciVersion:
     metadata = _metadata(notes.get(ANNOTATION["metadata"], "{}"), reference)
     if not doc["manifests"]:
         raise OciError(f"{reference}: a version's index lists at least one variant")
+    if len({d.digest for d in doc["manifests"]}) != len(doc["manifests"]):
+        raise OciError(f"{reference}: a version's index lists a variant twice")
     variants = tuple(read_variant(target, d) for d in doc["manifests"])
     kinds = {v.kind for v in variants}
     if len(kinds) != 1:

@@ -493,3 +493,24 @@ def test_an_index_that_lists_one_child_many_times_is_copied_once_per_digest():
     copy_repository(src, dst, "bomb", CopyReport())
     assert dst.manifests == src.manifests and dst.tagged == src.tagged
     assert src.reads < 10, src.reads
+
+
+def test_a_version_index_that_lists_a_variant_twice_is_refused_before_reading_it():
+    """Each variant of a version is assembled into an archive: one listed 25,000 times in a
+    4 MiB index was as many reads and archives written before the push refused them."""
+    from jaxport.registry._oci_mapping import read_version
+    from jaxport.registry._oci_media import ANNOTATION, VERSION
+
+    target = _MemoryTarget()
+    variant = {"mediaType": MANIFEST, "digest": "sha256:" + "a" * 64, "size": 10}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": INDEX,
+        "artifactType": VERSION,
+        "annotations": {ANNOTATION["name"]: "mlp"},
+        "manifests": [variant, variant],
+    }
+    target.push_manifest("v1", INDEX, json.dumps(index).encode())
+    with pytest.raises(OciError, match="twice"):
+        read_version(target, "v1")
+    assert target.reads == 1
