@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 from urllib.parse import quote
 
-from jaxport import NotFoundError, RegistryError
+from jaxport import CorruptArchiveError, NotFoundError, RegistryError
 from jaxport._files import DEFAULT_MAX_READ
 from jaxport.registry._compiled_store import StoredSet
 from jaxport.registry._compiled_types import CompiledSet, check_set_files, same_key
@@ -92,13 +92,21 @@ class HttpCompiledStore:
 
     def sets_of(self, digest: str) -> builtins.list[StoredSet]:
         """The sets of the archive ``digest``, as the server says (unverified); ``read`` then
-        reads their blobs (whatever other archive's sets are listed later)."""
+        reads their blobs (whatever other archive's sets are listed later).
+
+        Raises:
+            CorruptArchiveError: the answer is not a list of sets.
+        """
         answer = self._json("GET", f"/compiled/{self._name}/{quote(digest, safe='')}")
-        stored = [
-            StoredSet(from_wire(CompiledSet, a["set"], source="a compiled set"),
-                      str(a["bundle_digest"]))
-            for a in answer
-        ]  # fmt: skip
+        try:
+            stored = [
+                StoredSet(from_wire(CompiledSet, a["set"], source="a compiled set"),
+                          str(a["bundle_digest"]))
+                for a in answer
+            ]  # fmt: skip
+        except (TypeError, KeyError):  # not a list of {"set", "bundle_digest"}
+            raise CorruptArchiveError("a registry server's compiled sets are not a list of "
+                                      "sets") from None  # fmt: skip
         for s in stored:
             named = (s.made.manifest_digest, s.bundle_digest, *(f.sha256 for f in s.made.files))
             self._archive_of.update(dict.fromkeys(named, digest))

@@ -56,12 +56,19 @@ class Http:
         """The JSON answer of one request (retried; see the module's doc).
 
         Raises:
-            JaxportError: the server's error, typed; ``ServerUnavailableError`` after retries.
+            JaxportError: the server's error, typed; ``ServerUnavailableError`` after retries;
+                ``CorruptArchiveError``: an answer that is not JSON, or nested too deep.
         """
         response = self._send(method, path, **kwargs)
         if response.status_code == 204:
             return None
-        return response.json()
+        try:
+            return response.json()
+        except (ValueError, RecursionError):
+            raise _errors.CorruptArchiveError(
+                f"{self.url} answered {method} {path} with a body that is not JSON or is "
+                "nested too deep"
+            ) from None
 
     @contextmanager
     def stream(

@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxport import InvalidNameError, JaxportWarning, NotFoundError, UnsupportedFeatureError
+from jaxport import (
+    InvalidNameError,
+    JaxportError,
+    JaxportWarning,
+    NotFoundError,
+    UnsupportedFeatureError,
+)
 from jaxport.registry._backend import Backend
 from jaxport.registry._compiled_types import (
     CompiledPolicy,
@@ -225,6 +231,8 @@ class RegistryCompiled:
                 use = self._seeded(chosen, method, policy)
             except UnsupportedFeatureError as e:  # a registry server: the pull goes on
                 use = CompiledUse(False, str(e))
+            except JaxportError as e:  # the sets cannot be listed (a server's bad answer)
+                use = CompiledUse(False, f"{type(e).__name__}: {str(e)[:300]}")
         self.last_compiled_use = use
         if not use.used or use.skipped:
             what = f"{chosen.name}:{chosen.version}"

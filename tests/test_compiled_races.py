@@ -288,3 +288,31 @@ def test_a_server_is_asked_for_no_more_than_each_blobs_limit(monkeypatch):
     store._archive_of["a" * 64] = "b" * 64
     store.read("a" * 64, 123)
     assert asked == [123]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"x": 1}', b'["a"]', b'[{"set": {}}]', b"[" * 100_000 + b"]" * 100_000, b"<html>"],
+    ids=["object", "strings", "no bundle", "nested", "not json"],
+)
+def test_a_lying_servers_list_of_sets_is_a_fallback_with_a_reason(
+    registry, keys, monkeypatch, body
+):
+    """A server answering the list of an archive's sets with anything but sets: the pull goes
+    on without them (``CorruptArchiveError``); a TypeError or RecursionError escaped the pull
+    before."""
+    import httpx
+
+    import jaxport
+    from jaxport.registry._compiled_http import HttpCompiledStore
+
+    registry.push(_function(), "f")
+    remote = jaxport.Registry("http://127.0.0.1:9", token="jxp_x")
+    http = remote._backend._http
+    answer = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    monkeypatch.setattr(http, "_client", httpx.Client(base_url=http.base, transport=answer))
+    store = HttpCompiledStore(http, "f", remote._backend.lacks)
+    monkeypatch.setattr(registry, "_compiled_store", lambda name=None: store)
+    with pytest.warns(jaxport.CompiledFallbackWarning, match="CorruptArchiveError"):
+        registry.pull("f", use_compiled=_policy(keys))
+    assert "CorruptArchiveError" in registry.last_compiled_use.reason
