@@ -514,3 +514,96 @@ def test_a_version_index_that_lists_a_variant_twice_is_refused_before_reading_it
     with pytest.raises(OciError, match="twice"):
         read_version(target, "v1")
     assert target.reads == 1
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A populated SQLite registry (``_oci_versions.populate``) and its URL and blobs."""
+    from _oci_versions import populate
+
+    from jaxport import Registry
+
+    root = tmp_path_factory.mktemp("killed-source")
+    reg = Registry(f"sqlite:///{root / 'src.db'}", blobs=root / "blobs")
+    populate(reg, root)
+    yield reg, f"sqlite:///{root / 'src.db'}", str(root / "blobs")
+    reg.close()
+
+
+def _killed_mirror(args, kill_on, kill_at):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("_mirror_killed.py")
+    env = {**os.environ, "KILL_ON": kill_on, "KILL_AT": str(kill_at)}
+    return subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, timeout=300
+    )
+
+
+def _whole_blobs(root):
+    """Every blob in an image layout's blobs/sha256 has its name's digest (a temporary file
+    the kill left, ``.tmp-*``, is no blob: nothing reads it)."""
+    for path in (root / "blobs" / "sha256").iterdir():
+        if not path.name.startswith(".tmp-"):
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name, path
+
+
+ALL = ["fn:1", "mlp:1", "mlp:2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("to", "kill_on", "kill_at"),
+    [
+        ("registry", "replace", 1),
+        ("registry", "replace", 6),
+        ("registry", "replace", 11),
+        ("registry", "commit", 4),
+        ("registry", "commit", 12),
+        ("layout", "replace", 1),
+        ("layout", "replace", 25),
+        ("layout", "replace", 60),
+    ],
+)
+def test_a_mirror_killed_mid_copy_resumes_whole(source, tmp_path, to, kill_on, kill_at):
+    """``jaxport mirror`` killed with SIGKILL as a file is put in place or a transaction
+    commits (a mirror to a registry puts 12 to 15 files in place and commits 15 times, one to
+    a layout puts 69 files in place): what it left holds whole versions only (no blob missing
+    or corrupt, a layout's index reaching only whole blobs); a second run completes it,
+    verified, and a third copies nothing."""
+    from jaxport import Registry
+    from jaxport.registry import mirror
+    from jaxport.registry._oci_layout import OciLayout, reachable
+
+    src, url, blobs = source
+    if to == "registry":
+        dst_url = f"sqlite:///{tmp_path / 'dst.db'}"
+        args = [url, dst_url, "--source-blobs", blobs, "--destination-blobs", str(tmp_path / "b")]
+    else:
+        dst_url = f"oci:{tmp_path / 'layout'}"
+        args = [url, dst_url, "--source-blobs", blobs]
+    done = _killed_mirror(args, kill_on, kill_at)
+    assert done.returncode == -9, done.stdout + done.stderr
+    if to == "registry":
+        dst = Registry(dst_url, blobs=tmp_path / "b")
+        checked = dst.verify()
+        assert checked.missing == () and checked.corrupt == (), checked
+        for ref in (r for name in dst.names() for r in dst.list(name)):
+            assert ref.digests == src.get(str(ref)).digests
+    else:
+        reachable(OciLayout(tmp_path / "layout"))  # raises on a missing or short blob
+        _whole_blobs(tmp_path / "layout")
+        dst = Registry(f"sqlite:///{tmp_path / 'back.db'}", blobs=tmp_path / "back")
+    assert _killed_mirror(args, "none", 0).returncode == 0
+    if to == "layout":
+        mirror(dst_url, dst)
+    assert dst.verify().missing == ()
+    for reference in ALL:
+        assert dst.get(reference).digests == src.get(reference).digests
+        for digest in src.get(reference).digests:
+            assert dst.read_blob(digest) == src.read_blob(digest)
+    again = _killed_mirror(args, "none", 0)
+    assert b"nothing" in again.stdout.lower() or b"0 version" in again.stdout, again.stdout
+    dst.close()
