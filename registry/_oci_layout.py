@@ -35,7 +35,7 @@ except ImportError:  # Windows: one writer at a time is the caller's affair
     fcntl = None  # type: ignore[assignment]
 
 from jaxport import IntegrityError, InvalidNameError, NotFoundError, OciError
-from jaxport._io import atomic_write
+from jaxport._io import atomic_write, sync_directory
 from jaxport.registry._oci_media import (
     IMAGE_INDEX,
     IMAGE_MANIFEST,
@@ -73,8 +73,9 @@ _DIRECTORIES = {"blobs", "blobs/sha256"}
 
 class OciLayout:
     """The image layout at ``root`` (made if absent: an empty ``index.json``); ``durable``:
-    each blob fsynced before it is renamed into place (False for a temporary layout, such as
-    the one a bundle is written from).
+    each blob fsynced before it is renamed into place and its directory fsynced after, and
+    ``index.json``'s rename fsynced, so that after a power cut the index names only blobs
+    that are there (False for a temporary layout, such as the one a bundle is written from).
 
     Raises:
         OciError: ``root`` holds an ``oci-layout`` of another version, or a malformed
@@ -161,7 +162,7 @@ class OciLayout:
         entries = sorted(entries, key=lambda d: d.annotations.get(REF_NAME, ""))
         doc = {"schemaVersion": 2, "mediaType": IMAGE_INDEX,
                "manifests": [d.to_json() for d in entries]}  # fmt: skip
-        atomic_write(self.root / "index.json", [canonical(doc)])
+        atomic_write(self.root / "index.json", [canonical(doc)], sync_dir=self.durable)
 
 
 class LayoutRepository:
@@ -200,6 +201,8 @@ class LayoutRepository:
                     f"{n} bytes: not stored", expected=hex_of(digest), found=h.hexdigest(),
                 )  # fmt: skip
             os.replace(tmp, path)
+            if self.layout.durable:  # the entry durable before an index may name the blob
+                sync_directory(path.parent)
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -607,3 +607,40 @@ def test_a_mirror_killed_mid_copy_resumes_whole(source, tmp_path, to, kill_on, k
     again = _killed_mirror(args, "none", 0)
     assert b"nothing" in again.stdout.lower() or b"0 version" in again.stdout, again.stdout
     dst.close()
+
+
+def test_a_durable_layout_makes_each_blob_durable_before_the_index_names_it(monkeypatch, tmp_path):
+    """A blob is renamed into place, then its directory fsynced, before ``index.json`` (its
+    own rename fsynced too) may name it: otherwise a power cut could keep the new index and
+    lose the blob's directory entry (a kill -9 cannot show it: the kernel keeps both)."""
+    from jaxport.registry import _oci_layout
+    from jaxport.registry._oci_layout import OciLayout
+
+    layout = OciLayout(tmp_path / "layout")
+    events = []
+    real_write, real_sync = _oci_layout.atomic_write, _oci_layout.sync_directory
+    monkeypatch.setattr(
+        _oci_layout,
+        "atomic_write",
+        lambda path, chunks, **kw: (
+            events.append(("write", os.path.basename(path)[:10], kw.get("sync_dir", False))),
+            real_write(path, chunks, **kw),
+        )[1],
+    )
+    monkeypatch.setattr(
+        _oci_layout,
+        "sync_directory",
+        lambda d: (events.append(("sync", os.path.basename(d))), real_sync(d))[1],
+    )
+    config = b"{}"
+    empty = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2}
+    empty["digest"] = _oci_client.sha256_digest(config)
+    repo = layout.repository("mlp")
+    repo.push_blob(empty["digest"], 2, [config])
+    body = json.dumps(
+        {"schemaVersion": 2, "mediaType": MANIFEST, "config": empty, "layers": [empty]}
+    ).encode()
+    repo.push_manifest("v1", MANIFEST, body)
+    syncs = [i for i, e in enumerate(events) if e == ("sync", "sha256")]
+    index = events.index(("write", "index.json", True))
+    assert len(syncs) == 2 and syncs[-1] < index, events
