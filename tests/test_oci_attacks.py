@@ -644,3 +644,33 @@ def test_a_durable_layout_makes_each_blob_durable_before_the_index_names_it(monk
     syncs = [i for i, e in enumerate(events) if e == ("sync", "sha256")]
     index = events.index(("write", "index.json", True))
     assert len(syncs) == 2 and syncs[-1] < index, events
+
+
+def test_a_tag_moved_between_listing_and_copying_is_copied_whole_as_read():
+    """The source moves ``v1`` after its tags were listed: the copy reads the tag once and
+    copies what that read names, whole, tagged with it."""
+    from jaxport.registry import CopyReport
+    from jaxport.registry._oci_copy import copy_repository
+
+    src, dst = _MemoryTarget(), _MemoryTarget()
+    bodies = []
+    for text in (b'{"a":1}', b'{"b":2}'):
+        digest = _oci_client.sha256_digest(text)
+        src.blobs[digest] = text
+        layer = {"mediaType": "application/octet-stream", "digest": digest, "size": len(text)}
+        doc = {"schemaVersion": 2, "mediaType": MANIFEST, "config": layer, "layers": [layer]}
+        bodies.append(json.dumps(doc).encode())
+    old, new = (src.push_manifest(None, MANIFEST, b) for b in bodies)
+    src.tagged["v1"] = old
+    listed = src.tags
+
+    def tags_then_move():
+        found = listed()
+        src.tagged["v1"] = new
+        return found
+
+    src.tags = tags_then_move
+    copy_repository(src, dst, "moved", CopyReport())
+    assert dst.tagged == {"v1": new}
+    assert set(dst.blobs) == {_oci_client.sha256_digest(b'{"b":2}')}
+    assert set(dst.manifests) == {new}
