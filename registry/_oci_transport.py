@@ -10,11 +10,14 @@ on plain ``http`` (a registry on this machine, or ``--insecure``).
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import httpcore
 import httpx
+
+from jaxport.registry._oci_limits import MIN_RATE
 
 __all__ = ["READ_BYTES", "large_read_transport"]
 
@@ -23,15 +26,29 @@ READ_BYTES = 1 << 20
 
 
 class _LargeReads(httpcore.NetworkStream):
-    """A connection whose reads ask for at least ``READ_BYTES``."""
+    """A connection whose reads ask for at least ``READ_BYTES``, and that must bring at least
+    ``MIN_RATE`` bytes a second over each window of ``timeout`` seconds spent waiting in its
+    reads since the last request was written (the per-read timeout alone never fires for a
+    server that sends a byte every few seconds: a response's head of 16 KiB, h11's limit,
+    dripped so took days)."""
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
+        self._waited, self._got = 0.0, 0
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max(max_bytes, READ_BYTES), timeout)
+        start = time.monotonic()
+        data = self._inner.read(max(max_bytes, READ_BYTES), timeout)
+        self._waited += time.monotonic() - start
+        self._got += len(data)
+        if timeout is not None and self._waited >= timeout:
+            if self._got < MIN_RATE * self._waited:
+                raise httpcore.ReadTimeout(f"fewer than {MIN_RATE} bytes a second")
+            self._waited, self._got = 0.0, 0
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._waited, self._got = 0.0, 0  # a request: its answer gets windows of its own
         self._inner.write(buffer, timeout)
 
     def close(self) -> None:
