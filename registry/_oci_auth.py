@@ -41,6 +41,7 @@ import httpx
 
 from jaxport import AuthenticationError, OciError
 from jaxport.registry._oci_pace import within
+from jaxport.registry._oci_transport import large_read_transport
 from jaxport.registry._oci_url import is_loopback
 
 __all__ = [
@@ -230,7 +231,7 @@ class OciAuth(httpx.Auth):
             timeout=timeout,
             follow_redirects=False,
             trust_env=False,
-            verify=tls_context(),
+            transport=large_read_transport(tls_context()),  # a dripped answer broken off
         )
 
     def __repr__(self) -> str:

@@ -676,26 +676,33 @@ def test_a_tag_moved_between_listing_and_copying_is_copied_whole_as_read():
     assert set(dst.manifests) == {new}
 
 
-def test_a_response_head_dripped_is_broken_off():
+def _head_drip(h):
+    h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+    try:
+        for _ in range(2000):
+            h.wfile.write(b"X-A: b\r\n")
+            h.wfile.flush()
+            time.sleep(0.05)
+    except OSError:
+        pass
+    h.close_connection = True
+
+
+@pytest.mark.parametrize("at", ["registry", "token realm"])
+def test_a_response_head_dripped_is_broken_off(monkeypatch, at):
     """The status line, then a header line every 0.05 s (h11 reads up to 16 KiB of them):
     the connection must bring 1 KiB/s over each window of the timeout (1 s here), so the read
     is broken off, tried again, and a typed error; before, each try read the 2,000 lines for
     100 s (at a byte every 0.9 s, 16 KiB of head take 4 hours a try)."""
     from jaxport import ServerUnavailableError
 
-    def drip(h):
-        h.wfile.write(b"HTTP/1.1 200 OK\r\n")
-        try:
-            for _ in range(2000):
-                h.wfile.write(b"X-A: b\r\n")
-                h.wfile.flush()
-                time.sleep(0.05)
-        except OSError:
-            pass
-        h.close_connection = True
-
-    with fake_registry() as server:
-        server.overrides[("GET", "/v2/r/manifests/")] = drip
+    with fake_registry(auth="bearer" if at == "token realm" else None) as server:
+        if at == "token realm":
+            _login(monkeypatch)
+            server.overrides[("GET", "/token")] = _head_drip
+        else:
+            server.overrides[("GET", "/v2/r/manifests/")] = _head_drip
         repo = OciRepository(f"oci://{server.host}/r", timeout=1.0)
-        with pytest.raises(ServerUnavailableError, match="ReadTimeout"):
+        error = OciError if at == "token realm" else ServerUnavailableError
+        with pytest.raises(error, match="ReadTimeout"):
             repo.fetch_manifest("v1")
