@@ -12,7 +12,8 @@ referrers API.
 A tar is never extracted as such: ``open_bundle`` reads its members one by one and refuses,
 before anything is imported, a member that is not ``oci-layout``, ``index.json`` or
 ``blobs/sha256/<64 hex>`` (no other name, no ``..``, no absolute path), that is not a regular
-file (links, devices, sparse files: a 3 KB tar may hold a TiB of holes), that comes twice,
+file (links, devices, sparse files: a 3 KB tar may hold a TiB of holes), whose extended
+header record (pax, GNU long name) is over ``MAX_HEADER_RECORD``, that comes twice,
 that is over its limit, a blob whose bytes do not have its name's digest, a blob that nothing
 in ``index.json`` reaches, and one that something reaches but is absent or of another size.
 """
@@ -65,6 +66,9 @@ REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = {"imageLayoutVersion": "1.0.0"}
 #: The largest bundle ``open_bundle`` reads by default, in bytes (all members together).
 MAX_BUNDLE_BYTES = 1 << 40
+#: The largest extended header record (pax, GNU long name) a bundle's tar may hold, in bytes:
+#: jaxport writes none (its names fit the ustar header); a long path and times fit.
+MAX_HEADER_RECORD = 1024
 #: Bytes per read or write chunk.
 CHUNK = 1 << 20
 _BLOB_NAME = re.compile(r"blobs/sha256/([0-9a-f]{64})")
@@ -311,7 +315,7 @@ def open_bundle(
     root = Path(directory)
     root.joinpath("blobs", "sha256").mkdir(parents=True)
     try:
-        tar = tarfile.open(path, "r:")  # noqa: SIM115 (closed by the with below)
+        tar = tarfile.open(path, "r:", tarinfo=_BoundedInfo)  # noqa: SIM115 (closed below)
     except FileNotFoundError:
         raise NotFoundError(f"no such bundle: {path}") from None
     except (tarfile.TarError, OSError) as e:
@@ -324,6 +328,29 @@ def open_bundle(
     layout = OciLayout(root)
     _check_reachable(layout)
     return layout
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """A member's header whose extended records (pax ``x`` and ``g``, GNU long names and
+    links) are refused over ``MAX_HEADER_RECORD`` bytes before they are read: tarfile reads
+    one whole into memory, and Python before 3.11.10 / 3.12.6 parses a pax one in time
+    quadratic in its length (CVE-2024-6232: 8 KB of digits 57 ms, 1 MB some 15 minutes)."""
+
+    def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        self._check_record()
+        found: tarfile.TarInfo = super()._proc_pax(tar)  # type: ignore[misc]
+        return found
+
+    def _proc_gnulong(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        self._check_record()
+        found: tarfile.TarInfo = super()._proc_gnulong(tar)  # type: ignore[misc]
+        return found
+
+    def _check_record(self) -> None:
+        if self.size > MAX_HEADER_RECORD:  # a ReadError leaves tarfile as it is, anywhere
+            raise tarfile.ReadError(
+                f"an extended header record of {self.size} bytes, over {MAX_HEADER_RECORD}"
+            )
 
 
 def _read_members(tar: tarfile.TarFile, root: Path, max_size: int) -> None:

@@ -706,3 +706,39 @@ def test_a_response_head_dripped_is_broken_off(monkeypatch, at):
         error = OciError if at == "token realm" else ServerUnavailableError
         with pytest.raises(error, match="ReadTimeout"):
             repo.fetch_manifest("v1")
+
+
+def _tar_with_header_record(kind: bytes, payload: bytes) -> bytes:
+    """``oci-layout``'s member preceded by an extended header record of type ``kind`` (pax
+    ``x``, GNU long name ``L``) holding ``payload``."""
+    head = tarfile.TarInfo("././@LongHeader")
+    head.type, head.size = kind, len(payload)
+    out = head.tobuf(tarfile.USTAR_FORMAT) + payload + bytes(-len(payload) % 512)
+    layout = tarfile.TarInfo("oci-layout")
+    return out + layout.tobuf(tarfile.USTAR_FORMAT) + bytes(1024)
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_an_oversized_extended_header_is_refused_before_it_is_parsed(tmp_path, kind):
+    """tarfile reads an extended header whole into memory, and Python before 3.11.10 /
+    3.12.6 parses a pax one in time quadratic in its length (CVE-2024-6232: 8 KB of digits
+    57 ms, 1 MB some 15 minutes): a record over 1 KiB (jaxport writes none) is refused
+    unread, wherever it is in the tar."""
+    for where, raw in {
+        "first": _tar_with_header_record(kind, b"1" * 20_000),
+        "later": _sparse_bundle(1024)[:1024] + _tar_with_header_record(kind, b"1" * 20_000),
+    }.items():
+        bundle = tmp_path / f"{where}.tar"
+        bundle.write_bytes(raw)
+        calls = []
+        real = tarfile.TarInfo._proc_pax
+
+        def counted(self, tar, real=real, calls=calls):
+            calls.append(self.size)
+            return real(self, tar)
+
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(tarfile.TarInfo, "_proc_pax", counted)
+            with pytest.raises(OciError, match="tar"):
+                open_bundle(bundle, tmp_path / f"out-{where}")
+        assert calls == [], where
