@@ -20,6 +20,7 @@ from jaxport.export import (
     _fb,
     _fb_builder,
     _level_sections,
+    _limits,
     _modules,
     _streamed,
     _streamed_levels,
@@ -77,14 +78,16 @@ def dumps(
     Args:
         exported: the Exported, from ``jax.export.export(...)(...)`` or ``jaxport.loads``.
         vjp_order: how many orders of VJP to store with it: 1 lets ``jax.grad`` / ``jax.vjp``
-            work through ``loads(...).call``, 2 also second derivatives, ...
+            work through ``loads(...).call``, 2 also second derivatives, ... at most 8
+            (``MAX_VJP_ORDER``, FORMAT.md *Limits*).
         metadata: user key/value strings stored in the header, shown by ``inspect``.
 
     Returns:
         The archive bytes (layout: schema/FORMAT.md).
 
     Raises:
-        UnsupportedFeatureError: ``exported`` has fewer VJP orders than ``vjp_order``, or a part
+        UnsupportedFeatureError: ``exported`` has fewer VJP orders than ``vjp_order``, more
+            than 8 are asked, or a part
             that cannot be stored (unregistered pytree node type, non-string dict key, a module
             MLIR cannot parse when its custom calls must be listed, ...).
         UnsupportedVersionError: its calling convention version is below 1.
@@ -170,6 +173,17 @@ def metadata_entries(metadata: Mapping[str, str] | None) -> list[tuple[str, str]
 
 
 def vjp_chain(exported: Any, vjp_order: int) -> list[Any]:
+    """``exported`` and its VJPs to order ``vjp_order``, as an archive stores them.
+
+    Raises:
+        UnsupportedFeatureError: ``vjp_order`` over ``_limits.MAX_VJP_ORDER`` (readers refuse
+            it), or the Exported has fewer VJP orders.
+    """
+    if vjp_order > _limits.MAX_VJP_ORDER:
+        raise UnsupportedFeatureError(
+            f"vjp_order={vjp_order}: an archive stores at most {_limits.MAX_VJP_ORDER} VJP "
+            "orders (readers refuse more)"
+        )
     chain = [exported]
     for order in range(1, vjp_order + 1):
         if not chain[-1].has_vjp():
@@ -435,7 +449,10 @@ def checked_module_reader(
 def exported_tables(table: fb.Exported) -> Iterator[fb.Exported]:
     """The primal's table, then each nested VJP's."""
     current: fb.Exported | None = table
-    while current is not None:
+    for order in range(_limits.MAX_VJP_ORDER + 2):
+        if current is None:
+            return
+        _limits.check_vjp_order(order)
         yield current
         current = current.Vjp()
 

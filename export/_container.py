@@ -300,6 +300,7 @@ def read_header(head: bytes | memoryview, total_length: int, *, path: str | None
             archive.SectionsLength(), format_version=preamble.format_version, path=path
         )
         sections = [_decode_section(s) for s in _fb.read_tables(archive, "Sections")]
+        _limits.check_vjp_order(archive.VjpOrder())
     check_sections(
         sections,
         total_length - payload_start,

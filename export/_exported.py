@@ -213,6 +213,7 @@ def _vjp_tables(table: fb.Exported) -> list[fb.Exported]:
     tables = [table]
     while (vjp := tables[-1].Vjp()) is not None:
         _limits.charge(_LEVEL_COST)
+        _limits.check_vjp_order(len(tables))
         tables.append(vjp)
     return tables
 

@@ -203,9 +203,10 @@ def _primal_tables(head: _archive.ArchiveHeader) -> list[fb.Exported]:
 
 
 def _chain(exported: fb.Exported | None) -> list[fb.Exported]:
-    chain = []
+    chain: list[fb.Exported] = []
     while exported is not None:
         _limits.charge(64)  # an Exported table's least size: the chain is bounded
+        _limits.check_vjp_order(len(chain))
         chain.append(exported)
         exported = exported.Vjp()
     return chain

@@ -37,11 +37,13 @@ __all__ = [
     "MAX_PYTREE_NODES",
     "MAX_RANK",
     "MAX_SYMBOLIC_CHARS",
+    "MAX_VJP_ORDER",
     "MAX_WINDOW_LOG",
     "RATIO_FREE_BYTES",
     "Budget",
     "charge",
     "charge_symbolic",
+    "check_vjp_order",
     "header_budget",
     "resumed_budget",
     "within_ratio",
@@ -74,6 +76,14 @@ MAX_CONSTRAINTS = 32
 #: Characters of all distinct symbolic expressions and constraints, over all VJP orders:
 #: jax parses them at some 10-40 us a character (measured, jax 0.10.2).
 MAX_SYMBOLIC_CHARS = 16 * 2**10
+#: VJP orders one Exported may store (a chain of at most 9 levels; as many as are read from
+#: jax-native bytes, ``_native.MAX_NATIVE_VJP_ORDER``). A VJP level of format
+#: version 4 declares only what it adds to the module before it, which its frame may copy, so
+#: identical levels cost a few hundred bytes each while a reader walking the chain holds and
+#: hashes each level whole: an 828 KB archive of 200 levels of one 16 MiB module made a push
+#: hold 3.4 GB (found by fuzzing). The bound keeps a walk within 9x the compression-ratio
+#: bound; jax's own tests and users store orders 1 to 3.
+MAX_VJP_ORDER = 8
 #: Axes of one mesh (a mesh's device array is a numpy array of that rank).
 MAX_MESH_AXES = 64
 #: Size of one mesh axis: XLA holds it in an int32.
@@ -186,3 +196,16 @@ def within_ratio(declared: int, stored: int, ratio: float = MAX_COMPRESSION_RATI
     all the zstd sections of an archive together, so no archive of N bytes makes a reader
     allocate more than ``ratio * N + RATIO_FREE_BYTES`` bytes for decompressed sections."""
     return declared <= max(ratio * stored, RATIO_FREE_BYTES)
+
+
+def check_vjp_order(order: int, *, where: str = "the archive") -> None:
+    """Checks a VJP order an archive declares, or a VJP chain's length less one, read.
+
+    Raises:
+        CorruptArchiveError: over ``MAX_VJP_ORDER`` (a writer refuses it:
+            ``UnsupportedFeatureError``).
+    """
+    if order > MAX_VJP_ORDER:
+        raise CorruptArchiveError(
+            f"{where} stores VJP orders up to {order}; at most {MAX_VJP_ORDER} are read"
+        )

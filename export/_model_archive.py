@@ -496,6 +496,7 @@ def _decode_methods(
         if table is None:
             raise CorruptArchiveError(f"method {name!r} has no Exported")
         key = (table._tab.Pos, t.VjpOrder())
+        _limits.check_vjp_order(key[1], where=f"method {name!r}")
         if key not in chains:
             with _fb.translating_read_errors(where=f"method {name!r}"):
                 read_module = _archive.checked_module_reader(

@@ -22,7 +22,7 @@ from typing import Any
 
 from jaxport import CorruptArchiveError, UnsafeArchiveError, UnsupportedFeatureError, _children
 from jaxport._environ import worker_environment
-from jaxport.export._limits import BUDGET_FACTOR, BUDGET_SLACK
+from jaxport.export._limits import BUDGET_FACTOR, BUDGET_SLACK, MAX_VJP_ORDER
 
 __all__ = [
     "CONVERTED_KEY",
@@ -38,8 +38,9 @@ __all__ = [
 
 #: Metadata key of an archive converted from jax-native bytes.
 CONVERTED_KEY = "jaxport.converted_from"
-#: The most VJP orders read from jax-native bytes (jax's format nests them without a bound).
-MAX_NATIVE_VJP_ORDER = 8
+#: The most VJP orders read from jax-native bytes (jax's format nests them without a bound):
+#: as many as an archive stores.
+MAX_NATIVE_VJP_ORDER = MAX_VJP_ORDER
 #: The converting child's address-space limit, bytes (jax on CPU needs about 4 GiB of it).
 NATIVE_MEMORY_LIMIT = 16 << 30
 #: Exit status of the child when jax's reader refused the bytes (not a crash).

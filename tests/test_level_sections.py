@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxport
-from jaxport.export import _archive, _container, _level_sections
+from jaxport.export import _archive, _container, _level_sections, _limits
 from jaxport.schema import fb
 
 _MB = 1 << 20
@@ -180,23 +180,46 @@ def _long_chain(exported: jax.export.Exported, n: int) -> bytes:
 
 
 def test_a_server_reads_a_level_after_the_levels_before_it_in_a_loop(exported):
-    """``module_of`` (the registry server's module route) of the last of 1,100 levels reads
-    the header once and each section once; it recursed into the level before, reading the
-    header again each time (a 1 MB archive: 16 s for level 200, minutes for 1,199; found by
-    fuzzing)."""
+    """``module_of`` (the registry server's module route) of the last level reads the header
+    once and each section once; it recursed into the level before, reading the header again
+    each time (before ``MAX_VJP_ORDER``, a 1 MB archive of 1,200 levels: 16 s for level 200,
+    minutes for 1,199; found by fuzzing)."""
     from jaxport.export._internal import module_of
 
-    data = _long_chain(exported, 1100)
+    n = _limits.MAX_VJP_ORDER + 1
+    data = _long_chain(exported, n)
     reads: list[int] = []
 
     def read_range(start: int, end: int) -> bytes:
         reads.append(start)
         return data[start:end]
 
-    module, sha256 = module_of(read_range, len(data), 1099)
+    module, sha256 = module_of(read_range, len(data), n - 1)
     assert module == exported.mlir_module_serialized
     assert sha256 == hashlib.sha256(module).hexdigest()
-    assert reads.count(0) == 1 and len(reads) == 2 + 1100  # preamble, header, each section
+    assert reads.count(0) == 1 and len(reads) == 2 + n  # preamble, header, each section
+
+
+def test_more_vjp_orders_than_the_limit_are_refused_by_every_reader_and_writer(exported):
+    """A level of format version 4 declares only what it adds to the module before it, so
+    identical levels cost a few bytes each while a reader walking the chain holds and hashes
+    each whole: an 828 KB archive of 200 levels of one 16 MiB module made a push hold 3.4 GB
+    (found by fuzzing). Past ``MAX_VJP_ORDER`` every reader refuses the archive before reading
+    a module, and writers refuse to write one."""
+    from jaxport.export._internal import module_of
+
+    at_limit = _long_chain(exported, _limits.MAX_VJP_ORDER + 1)
+    assert jaxport.inspect(at_limit).vjp_order == _limits.MAX_VJP_ORDER
+    over = _long_chain(exported, _limits.MAX_VJP_ORDER + 2)
+    for read in (
+        jaxport.loads,
+        jaxport.inspect,
+        lambda d: module_of(lambda a, b: d[a:b], len(d), 1),
+    ):
+        with pytest.raises(jaxport.CorruptArchiveError, match="VJP orders up to 9; at most 8"):
+            read(over)
+    with pytest.raises(jaxport.UnsupportedFeatureError, match="at most 8 VJP orders"):
+        jaxport.dumps(exported, vjp_order=_limits.MAX_VJP_ORDER + 1)
 
 
 @pytest.mark.parametrize("threads", [1, 3])

@@ -181,7 +181,8 @@ def shared_avals() -> bytes:
 
 
 def shared_vectors() -> bytes:
-    """300 VJP orders sharing one vector of 20,000 avals and one tree (90 KB)."""
+    """9 levels (the primal and 8 VJP orders, ``MAX_VJP_ORDER``) sharing one vector of 20,000
+    avals and one tree (90 KB); before the bound on VJP orders, 300 levels."""
     aval = Aval([3])
     in_avals = [aval] * 20_000
     shardings = [Sharding()] * 20_000
@@ -190,9 +191,14 @@ def shared_vectors() -> bytes:
     tree += [leaf] * 20_000 + [Node(fb.PyTreeKind.dict, 0, dict_keys=[])]
     out_tree, out_avals = leaf_tree(), [aval]
     levels = [
-        Level(tree, out_tree, in_avals, out_avals, in_shardings=shardings) for _ in range(300)
+        Level(tree, out_tree, in_avals, out_avals, in_shardings=shardings) for _ in range(9)
     ]
     return _archive(levels)
+
+
+def vjp_levels() -> bytes:
+    """300 VJP orders of one small level (a walk of the chain holds and hashes every level)."""
+    return _archive([_one(Aval([3])) for _ in range(300)])
 
 
 def expression_bomb() -> bytes:
@@ -344,6 +350,13 @@ ATTACKS = [
         "CorruptArchiveError",
         "the header refers to its own parts more than its",
         "every VJP order decodes the same 20,000 avals and tree again",
+    ),
+    Attack(
+        "vjp_levels",
+        vjp_levels,
+        "CorruptArchiveError",
+        "stores VJP orders up to 299; at most 8 are read",
+        "read (300 levels: a chain of identical version-4 levels held 3.4 GB from 828 KB)",
     ),
     Attack(
         "expression_bomb",
