@@ -190,9 +190,7 @@ def shared_vectors() -> bytes:
     tree = [Node(fb.PyTreeKind.tuple, 2), Node(fb.PyTreeKind.tuple, 20_000)]
     tree += [leaf] * 20_000 + [Node(fb.PyTreeKind.dict, 0, dict_keys=[])]
     out_tree, out_avals = leaf_tree(), [aval]
-    levels = [
-        Level(tree, out_tree, in_avals, out_avals, in_shardings=shardings) for _ in range(9)
-    ]
+    levels = [Level(tree, out_tree, in_avals, out_avals, in_shardings=shardings) for _ in range(9)]
     return _archive(levels)
 
 
