@@ -7,6 +7,12 @@ upstream failed, and asking again would only repeat the work). An error answer (
 {"type", "message", "attrs"}}``, ``server/_errors.py``) is raised as the jaxport error of that
 type with its attributes; an unknown type as ``RegistryError``. The token is sent in the
 ``Authorization`` header only; it is in no message, ``repr`` or URL.
+
+An answer of ``json`` is read as sent (``Accept-Encoding: identity``; an encoded one is a
+``RegistryError``: a compressed body would be decoded whole before any limit), at most
+``MAX_ANSWER_BYTES`` and whole within the client's timeout (a server that drips its answer is
+broken off and retried as a timeout): a hostile or broken server cannot make the client hold
+more or wait longer. Blobs are read by ``_download``, bounded by their recorded size.
 """
 
 from __future__ import annotations
@@ -21,10 +27,14 @@ import httpx
 
 from jaxport import JaxportError, RegistryError, ServerUnavailableError, _errors
 from jaxport.registry._config import safe_url
+from jaxport.registry._oci_pace import within
 
-__all__ = ["ATTEMPTS", "RETRY_STATUS", "Http", "backoff", "error_from"]
+__all__ = ["ATTEMPTS", "MAX_ANSWER_BYTES", "RETRY_STATUS", "Http", "backoff", "error_from"]
 
 ATTEMPTS = 5
+#: The largest JSON answer (or error answer) the client reads, bytes: the server's pages and
+#: reports are far smaller (a page of versions is 50 rows).
+MAX_ANSWER_BYTES = 64 * 2**20
 RETRY_STATUS = frozenset({502, 503, 504})
 
 
@@ -99,7 +109,7 @@ class Http:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                response = self._client.request(method, path, **kwargs)
+                response = self._answer(method, path, **kwargs)
             except httpx.TransportError as e:
                 if attempt == ATTEMPTS:
                     raise self._unavailable(e) from None
@@ -110,6 +120,38 @@ class Http:
                     return response
             backoff(attempt)
         raise ServerUnavailableError(f"{self.url} kept answering 503")  # pragma: no cover
+
+    def _answer(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, its answer read whole as the module's doc says.
+
+        Raises:
+            RegistryError: an encoded answer, or one over ``MAX_ANSWER_BYTES``.
+            httpx.TransportError: the connection failed, or the answer took longer than the
+                timeout in all (``ReadTimeout``).
+        """
+        headers = {**kwargs.pop("headers", {}), "Accept-Encoding": "identity"}
+        request = self._client.build_request(method, path, headers=headers, **kwargs)
+        response = self._client.send(request, stream=True)
+        try:
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise RegistryError(
+                    f"{self.url} answered {method} {path} encoded as {encoding[:40]!r}, not as "
+                    "sent (identity was asked)"
+                )
+            body = bytearray()
+            for chunk in within(response.iter_raw(), self.timeout):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise RegistryError(
+                        f"{self.url} answered {method} {path} with more than "
+                        f"{MAX_ANSWER_BYTES} bytes: refused"
+                    )
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=bytes(body), request=request
+        )
 
     def _unavailable(self, error: Exception) -> ServerUnavailableError:
         return ServerUnavailableError(
