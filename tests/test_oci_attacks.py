@@ -16,21 +16,12 @@ import zlib
 
 import pytest
 from _oci_fake import fake_registry
+from test_oci_client import MANIFEST, SECRET, _no_credentials  # noqa: F401  (autouse)
 
 from jaxport import IntegrityError, OciError
 from jaxport.registry import _oci_auth, _oci_client, _oci_pace
 from jaxport.registry._oci_client import OciRepository
 from jaxport.registry._oci_layout import open_bundle
-
-MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-SECRET = "hunter2-not-to-be-printed"
-
-
-@pytest.fixture(autouse=True)
-def _no_credentials(monkeypatch, tmp_path):
-    for name in ("JAXPORT_OCI_USERNAME", "JAXPORT_OCI_PASSWORD", "JAXPORT_OCI_INSECURE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
 
 
 def _login(monkeypatch, user="u", password=SECRET):
