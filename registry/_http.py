@@ -139,8 +139,10 @@ class Http:
                     f"{self.url} answered {method} {path} encoded as {encoding[:40]!r}, not as "
                     "sent (identity was asked)"
                 )
+            # A transport that answers with bytes in hand (httpx.MockTransport) has read them
+            raw = iter([response.content]) if response.is_stream_consumed else response.iter_raw()
             body = bytearray()
-            for chunk in within(response.iter_raw(), self.timeout):
+            for chunk in within(raw, self.timeout):
                 body += chunk
                 if len(body) > MAX_ANSWER_BYTES:
                     raise RegistryError(
