@@ -195,14 +195,14 @@ def test_fine_tune_uploads_one_tensor(served):
     spec = {"f": [jax.ShapeDtypeStruct((2, 128), F32)]}
     model = jaxport.Model(params, {"f": lambda p, x: x @ p["l00"]}, spec)
     sent: list[int] = []
-    request = reg._backend._http._client.request
+    send = reg._backend._http._client.send
 
-    def counting(method, path, **kw):
-        if method == "PUT":
-            sent.append(len(kw.get("content", b"")))
-        return request(method, path, **kw)
+    def counting(request, **kw):
+        if request.method == "PUT":
+            sent.append(len(request.content))
+        return send(request, **kw)
 
-    reg._backend._http._client.request = counting
+    reg._backend._http._client.send = counting
     reg.push(model, "big")
     first = sum(sent)
     sent.clear()
