@@ -176,18 +176,22 @@ def fine_tune(remote: jaxport.Registry) -> tuple[int, int]:
     spec = {"f": [jax.ShapeDtypeStruct((2, 512), jnp.float32)]}
     model = jaxport.Model(params, {"f": lambda p, x: x @ p["l000"]}, spec)
     sent: list[int] = []
-    request = remote._backend._http._client.request
+    client = remote._backend._http._client
+    send = client.send
 
-    def counting(method, path, **kw):
-        if method == "PUT":
-            sent.append(len(kw.get("content", b"")))
-        return request(method, path, **kw)
+    def counting(request, **kw):  # every request of the client goes through send
+        if request.method == "PUT":
+            sent.append(len(request.content))
+        return send(request, **kw)
 
-    remote._backend._http._client.request = counting
+    client.send = counting
     remote.push(model, "ft")
+    first = sum(sent)
     sent.clear()
     remote.push(model.update_params(dict(params, l042=params["l042"] * 1.01)), "ft")
-    remote._backend._http._client.request = request
+    client.send = send
+    if not first:
+        raise RuntimeError("no upload was counted: the client's requests took another path")
     return sum(sent), sum(t.nbytes for t in params.values())
 
 
