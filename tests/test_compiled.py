@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.export
@@ -180,13 +182,19 @@ def test_a_verified_set_is_used_and_the_first_calls_hit_jax_cache(
                           "f": use_f.used, "f_hits": use_f.cache_hits, "dir": use.cache_dir}}))
     """)
     env = {**os.environ, "JAXPORT_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = fresh_process_json(script, tmp_path, env)
     assert said["used"] and said["methods"] == ["hidden", "logits"] and said["hits"] == 2
     assert said["f"] and said["f_hits"] == 1
     assert said["dir"].startswith("/") and "jaxport-jax-cache-" in said["dir"]
+
+
+def fresh_process_json(script: str, cwd: Path, env: dict[str, str]) -> Any:
+    """Runs ``script`` in a new Python process (nothing compiled or cached in memory) and
+    returns the JSON document its last line of output holds; a failure shows its stderr."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=cwd, timeout=300, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _first_file_digest(registry, name):

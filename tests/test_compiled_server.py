@@ -15,8 +15,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -26,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 import test_compiled
 from _server import admin_token, serving
-from test_compiled import _function, _model
+from test_compiled import _function, _model, fresh_process_json
 
 from jaxport import (
     CompiledPolicy,
@@ -96,10 +94,7 @@ def test_compile_through_a_server_and_a_fresh_pull_hits_jax_cache(served, keys, 
     """)
     env = {**os.environ, "JAXPORT_CACHE": str(tmp_path / "fresh-cache")}
     env.pop("JAXPORT_TOKEN", None)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = fresh_process_json(script, tmp_path, env)
     assert said["used"] and said["methods"] == ["hidden", "logits"] and said["hits"] == 2
     assert said["f"] and said["f_hits"] == 1
 

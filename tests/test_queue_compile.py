@@ -13,10 +13,8 @@ the others run the worker in this process with the audit replaced (no audit proc
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -28,6 +26,7 @@ import pytest
 import test_queue
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from test_compiled import fresh_process_json
 from test_queue import JAXPORT, _export, _finish, _rows, _run
 
 import jaxport
@@ -143,10 +142,7 @@ def test_a_worker_with_a_key_stores_signed_sets_of_passing_audits_only(pg_regist
         jax.jit(exp.call)(np.ones(8, np.float32))
         print(json.dumps({{"used": use.used, "hits": use.cache_hits}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"used": True, "hits": 1}
+    assert fresh_process_json(script, tmp_path, env) == {"used": True, "hits": 1}
 
 
 def _one_job(url, tmp_path, monkeypatch, *, jax_release, platform, compile_error):
