@@ -16,13 +16,20 @@ the status:
 5. shardings for several devices in the HloSharding form only (written by jax < 0.9, which had
    no named shardings) under a jax that ignores that form (>= 0.11.1, ``export/_compat.py``):
    ``incompatible``, as ``loads`` refuses them (``export/_exported.py``);
-6. more devices than this host has for the platform: ``not-run``, as a full audit.
+6. modules whose newest StableHLO version (recorded at push, revision 0017) is older than the
+   oldest the jax's jaxlib reads (``Capabilities.stablehlo_range``, known for the installed jax
+   and a worker's): ``incompatible`` (a consumer reads artifacts from its minimum version on:
+   https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md);
+7. more devices than this host has for the platform: ``not-run``, as a full audit.
 
 Nothing else is decidable without loading, compiling and running: every other variant is
 ``unknown`` (never ``ok``), its reason naming what a full audit must still measure and what the
 facts say against it: modules written by a newer jax (their StableHLO version may be one this
 jaxlib cannot deserialize: https://github.com/openxla/stablehlo/blob/main/docs/compatibility.md),
-a producer outside the 6-month window (``jaxport._window``), facts not recorded at push.
+modules that declare a StableHLO version newer than the jaxlib's current one (not refused: jax
+writes a module's ops for an older target than the producer version it declares, and such a
+module that MLIR parses loads, ``export/_newer.py``), a producer outside the 6-month window
+(``jaxport._window``), facts not recorded at push.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import dataclasses
 import time
 from typing import Any
 
+from jaxport._window import release_key
 from jaxport.audit._report import NOT_RUN, UNKNOWN, AuditResult
 
 __all__ = ["Capabilities", "Facts", "capabilities", "static_verdict"]
@@ -55,6 +63,9 @@ class Facts:
     #: Whether an input or output has a sharding; how many devices the export is for.
     sharded: bool | None = None
     nr_devices: int | None = None
+    #: The newest StableHLO version among the variant's modules, e.g. ``"1.10.3"`` (None: not
+    #: recorded: pushed before revision 0017).
+    stablehlo_version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +84,9 @@ class Capabilities:
     #: Whether this jax reads shardings in the HloSharding form (jax < 0.11.1; None: not
     #: said, by a worker of an older jaxport).
     reads_hlo_shardings: bool | None = None
+    #: The StableHLO versions its jaxlib reads, ``(minimum, current)`` (None: not known, as for
+    #: a release projected from the installed one, or a worker of an older jaxport).
+    stablehlo_range: tuple[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready (the worker sends this; ``from_json`` reads it back)."""
@@ -85,6 +99,7 @@ class Capabilities:
             "stable_targets": sorted(self.stable_targets),
             "registered_targets": {p: sorted(t) for p, t in self.registered_targets.items()},
             "reads_hlo_shardings": self.reads_hlo_shardings,
+            "stablehlo_range": None if self.stablehlo_range is None else list(self.stablehlo_range),
         }
 
     @classmethod
@@ -105,11 +120,19 @@ class Capabilities:
                 for p, ts in dict(data["registered_targets"]).items()
             },
             reads_hlo_shardings=_optional_bool(data.get("reads_hlo_shardings")),
+            stablehlo_range=_optional_range(data.get("stablehlo_range")),
         )
 
 
 def _optional_bool(value: Any) -> bool | None:
     return None if value is None else bool(value)
+
+
+def _optional_range(value: Any) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    lo, hi = (str(v) for v in value)
+    return lo, hi
 
 
 def capabilities() -> Capabilities:
@@ -125,6 +148,7 @@ def capabilities() -> Capabilities:
         lowering_platforms,
         registered_custom_call_targets,
         runnable_calling_conventions,
+        stablehlo_range,
     )
 
     platforms = lowering_platforms()
@@ -140,6 +164,7 @@ def capabilities() -> Capabilities:
         stable_targets=stable_custom_call_targets() | {"shape_assertion"},
         registered_targets={p: registered_custom_call_targets(p) for p in sorted(platforms)},
         reads_hlo_shardings=READS_HLO_SHARDINGS,
+        stablehlo_range=stablehlo_range(),
     )
 
 
@@ -206,7 +231,7 @@ def _verdict(
         )
         if absent:
             return "incompatible", f"custom-call target {absent[0]} not provided for {platform}"
-    refused = _hlo_only_shardings(facts, caps, checks)
+    refused = _hlo_only_shardings(facts, caps, checks) or _older_stablehlo(facts, caps, checks)
     if refused:
         return "incompatible", refused
     notes = _undecided(facts, caps, checks)
@@ -223,7 +248,7 @@ def _hlo_only_shardings(facts: Facts, caps: Capabilities, checks: dict[str, str]
     writer = facts.jax_version or "unknown"
     if writer == "unknown" or caps.reads_hlo_shardings is not False:
         return ""
-    if _release_key(writer) >= _release_key(_NAMED_SHARDINGS_SINCE):
+    if release_key(writer) >= release_key(_NAMED_SHARDINGS_SINCE):
         return ""
     checks["shardings"] = (
         f"HloSharding form only (written by jax {writer} < {_NAMED_SHARDINGS_SINCE}); "
@@ -236,13 +261,35 @@ def _hlo_only_shardings(facts: Facts, caps: Capabilities, checks: dict[str, str]
     )
 
 
+def _older_stablehlo(facts: Facts, caps: Capabilities, checks: dict[str, str]) -> str:
+    """The refusal of step 6, or "" (also when the version or the range is not known)."""
+    module, known = facts.stablehlo_version, caps.stablehlo_range
+    if not module or known is None:
+        return ""
+    oldest, current = known
+    checks["stablehlo"] = f"{module} (jaxlib {caps.jaxlib_version} reads {oldest}..{current})"
+    if release_key(module) >= release_key(oldest):
+        return ""
+    return (
+        f"modules in StableHLO {module}, older than the oldest jaxlib {caps.jaxlib_version} "
+        f"reads ({oldest})"
+    )
+
+
 def _undecided(facts: Facts, caps: Capabilities, checks: dict[str, str]) -> list[str]:
-    """What the facts say that only a full audit decides: a newer writer, the window."""
+    """What the facts say that only a full audit decides: a newer StableHLO version or writer,
+    the window."""
     from jaxport._window import jax_window
 
     notes = []
+    module, known = facts.stablehlo_version, caps.stablehlo_range
+    if module and known is not None and release_key(module) > release_key(known[1]):
+        notes.append(
+            f"modules declare StableHLO {module}, newer than jaxlib {caps.jaxlib_version}'s "
+            f"{known[1]}: they load only if MLIR parses them"
+        )
     writer = facts.jax_version or "unknown"
-    if writer != "unknown" and _release_key(writer) > _release_key(caps.jax_version):
+    if writer != "unknown" and release_key(writer) > release_key(caps.jax_version):
         checks["writer"] = f"jax {writer}, newer than jax {caps.jax_version}"
         notes.append(
             f"written by jax {writer}, newer than jax {caps.jax_version}: its modules may be in a "
@@ -254,12 +301,6 @@ def _undecided(facts: Facts, caps: Capabilities, checks: dict[str, str]) -> list
             checks["window"] = f"ended {window.window_ends}"
             notes.append(f"outside jax's 6-month window (ended {window.window_ends})")
     return notes
-
-
-def _release_key(version: str) -> tuple[int, ...]:
-    """A sort key for dotted releases ("0.10.2" > "0.9.2"), as ``export.release_key`` (without
-    importing jax: a static audit does not)."""
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 def _names(caps: Capabilities) -> str:

@@ -337,6 +337,7 @@ def projected_capabilities(
         jaxlib_version=release,
         calling_convention_range=(lo, hi),
         reads_hlo_shardings=Version(release) < Version(ENFORCED_SINCE),
+        stablehlo_range=None,  # another jaxlib's: not known without its environment
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 from jax import export as jax_export
 
+from jaxport._window import release_key
 from jaxport.export._jax import (
     core,
     export_impl,
@@ -118,11 +119,6 @@ def local_device_count(platform: str) -> int:
     if backend == "gpu" and local_platform() != platform:
         return 0
     return len(devices)
-
-
-def release_key(version: str) -> tuple[int, ...]:
-    """A sort key for dotted release strings ("0.10.2" > "0.9.2"); non-numeric parts sort first."""
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 def stablehlo_range() -> tuple[str, str]:

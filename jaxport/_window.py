@@ -57,6 +57,7 @@ __all__ = [
     "check_window",
     "jax_window",
     "release_date",
+    "release_key",
 ]
 
 #: How long jax promises to deserialize and run an export, in calendar months.
@@ -145,8 +146,9 @@ class JaxWindow:
     last_known_release: str | None = None
 
 
-def _release_key(version: str) -> tuple[int, ...]:
-    """A sort key for dotted release strings ("0.10.2" > "0.9.2"); non-numeric parts first."""
+def release_key(version: str) -> tuple[int, ...]:
+    """A sort key for dotted release strings ("0.10.2" > "0.9.2"; "1.10.0" > "1.9.3" for
+    StableHLO versions); non-numeric parts sort first. Imports nothing."""
     return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
@@ -162,8 +164,8 @@ def _running_date(version: str) -> datetime.date | None:
     known = release_date(version)
     if known is not None:
         return known
-    newest = max(JAX_RELEASE_DATES, key=_release_key)
-    return release_date(newest) if _release_key(version) > _release_key(newest) else None
+    newest = max(JAX_RELEASE_DATES, key=release_key)
+    return release_date(newest) if release_key(version) > release_key(newest) else None
 
 
 def _add_months(day: datetime.date, months: int) -> datetime.date:
@@ -218,12 +220,12 @@ def jax_window(jax_version: str, *, sharded: bool, running: str | None = None) -
 
 
 def _native_verdict(jax_version: str, *, sharded: bool, running: str) -> str:
-    if _release_key(running) < _release_key(ENFORCED_SINCE):
+    if release_key(running) < release_key(ENFORCED_SINCE):
         return "accepts"
     if not jax_version or not jax_version[0].isdigit():
         return "unknown"
     oldest = NATIVE_MIN_SHARDED_RELEASE if sharded else NATIVE_MIN_RELEASE
-    return "refuses" if _release_key(jax_version) < _release_key(oldest) else "accepts"
+    return "refuses" if release_key(jax_version) < release_key(oldest) else "accepts"
 
 
 def check_window(window: JaxWindow, policy: str, *, path: str | None = None) -> None:

@@ -18,7 +18,7 @@ __all__ = ["HEAD", "SCRIPT_LOCATION", "alembic_config", "known_revisions"]
 
 SCRIPT_LOCATION = str(Path(__file__).parent)
 #: The schema revision this jaxport writes.
-HEAD = "0016"
+HEAD = "0017"
 
 
 def alembic_config(connection: Any = None, target_metadata: Any = None) -> Config:

@@ -59,6 +59,7 @@ class Target:
             jax_version=row.jax_version,
             sharded=bool(row.sharded),
             nr_devices=row.nr_devices,
+            stablehlo_version=row.stablehlo_version,
         )
 
 

@@ -99,6 +99,7 @@ def _facts(v: object) -> Facts:
         custom_call_targets=tuple(getattr(v, "custom_call_targets", ())),
         kind=getattr(v, "kind", "function"), jax_version=getattr(v, "jax_version", None),
         sharded=getattr(v, "sharded", None), nr_devices=getattr(v, "nr_devices", None),
+        stablehlo_version=getattr(v, "stablehlo_version", None),
     )  # fmt: skip
 
 

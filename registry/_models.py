@@ -205,6 +205,9 @@ class VariantRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     metadata_json: Mapped[str] = mapped_column(Text, default="{}")
     kind: Mapped[str] = mapped_column(String(20), server_default="function")  # or "model"
+    #: The newest StableHLO version among the variant's modules (their bytecode's producer
+    #: string); None: pushed before revision 0017, or no module declares one.
+    stablehlo_version: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
 
 class VariantPartRow(Base):

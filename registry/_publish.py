@@ -66,6 +66,7 @@ from sqlalchemy import (
 from jaxport import (
     InvalidNameError,
 )
+from jaxport._window import release_key
 from jaxport.registry import _db
 from jaxport.registry._batch import WriteBatch
 from jaxport.registry._blobs import BlobStore, read_verified
@@ -537,7 +538,16 @@ def variant_row(
         "created_at": now,
         "metadata_json": json.dumps(info.metadata, sort_keys=True),
         "kind": MODEL if info.kind == MODEL else FUNCTION,
+        "stablehlo_version": newest_stablehlo(info),
     }
+
+
+def newest_stablehlo(info: ArchiveInfo) -> str | None:
+    """The newest StableHLO version any module of ``info`` declares (None: none does, or the
+    newest is longer than the column's 40 characters)."""
+    versions = [m.stablehlo_version for m in info.modules if m.stablehlo_version]
+    newest = max(versions, key=release_key, default=None)
+    return newest if newest is not None and len(newest) <= 40 else None
 
 
 def _signature(avals: Any) -> str:

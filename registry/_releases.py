@@ -70,6 +70,7 @@ def facts_select() -> Any:
             VariantRow.jax_version,
             VariantRow.sharded,
             VariantRow.nr_devices,
+            VariantRow.stablehlo_version,
         )
         .join(VersionRow, VersionRow.id == VariantRow.version_id)
         .join(NameRow, NameRow.id == VersionRow.model_id)
@@ -100,6 +101,7 @@ def _facts(row: Any) -> Facts:
         platforms=tuple(p for p in str(row.platforms).split(",") if p),
         custom_call_targets=custom, kind=row.kind, jax_version=row.jax_version,
         sharded=row.sharded, nr_devices=row.nr_devices,
+        stablehlo_version=row.stablehlo_version,
     )  # fmt: skip
 
 

@@ -77,6 +77,8 @@ class VariantInfo:
     kind: str = "function"
     methods: tuple[MethodInfo, ...] = ()
     tensors: tuple[TensorInfo, ...] = ()
+    #: The newest StableHLO version among its modules (None: pushed before it was recorded).
+    stablehlo_version: str | None = None
 
     @classmethod
     def from_row(cls, name: str, version: int, row: Any) -> VariantInfo:
@@ -103,6 +105,7 @@ class VariantInfo:
             metadata=json.loads(row.metadata_json),
             variant_id=row.id,
             kind=row.kind,
+            stablehlo_version=getattr(row, "stablehlo_version", None),
         )
 
     @staticmethod

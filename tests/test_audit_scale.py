@@ -152,6 +152,44 @@ def test_static_verdicts(facts, platform, caps, status, reason):
     assert result.status == status and reason in result.reason, result
 
 
+_SHLO = dataclasses.replace(_CAPS, stablehlo_range=("1.0.0", "1.10.3"))
+
+
+@pytest.mark.parametrize(
+    ("module", "caps", "status", "reason"),
+    [
+        ("0.9.0", _SHLO, "incompatible", "StableHLO 0.9.0, older than the oldest jaxlib"),
+        ("1.0.0", _SHLO, "unknown", _UNKNOWN),
+        ("1.10.3", _SHLO, "unknown", _UNKNOWN),
+        # declared newer: jax writes ops for an older target, so only parsing decides
+        ("1.11.0", _SHLO, "unknown", "declare StableHLO 1.11.0, newer than jaxlib 0.10.2's"),
+        ("0.9.0", _CAPS, "unknown", _UNKNOWN),  # the jaxlib's range not known: nothing refused
+        (None, _SHLO, "unknown", _UNKNOWN),  # pushed before revision 0017
+    ],
+)  # fmt: skip
+def test_static_verdicts_on_the_recorded_stablehlo_version(module, caps, status, reason):
+    facts = Facts(3, 9, ("cpu",), (), "function", "0.10.2", False, 1, stablehlo_version=module)
+    result = static_verdict(facts, "cpu", caps)
+    assert result.status == status and reason in result.reason, result
+    assert ("stablehlo" in result.checks) == (module is not None and caps is _SHLO)
+
+
+def test_a_push_records_the_newest_stablehlo_version_and_static_audits_read_it(registry):
+    from jaxport.audit import capabilities
+
+    ref = registry.push(_exp(jnp.sin), "shlo")
+    declared = {m.stablehlo_version for m in jaxport.inspect(registry.pull_bytes("shlo")).modules}
+    assert ref.variants[0].stablehlo_version == max(declared, key=_key) and declared != {""}
+    caps = capabilities()
+    assert caps.stablehlo_range is not None
+    (finding,) = registry.audit("shlo", level="static")
+    assert finding.checks["stablehlo"].startswith(ref.variants[0].stablehlo_version)
+
+
+def _key(version):
+    return tuple(int(p) for p in version.split("."))
+
+
 def test_a_static_verdict_is_not_run_where_a_full_audit_would_be():
     facts = Facts(3, 9, ("cpu",), (), "function", "0.10.2", True, 8)
     assert static_verdict(facts, "cpu", _CAPS, devices=2).status == "not-run"
@@ -160,7 +198,8 @@ def test_a_static_verdict_is_not_run_where_a_full_audit_would_be():
 
 
 def test_capabilities_round_trip_through_json():
-    assert Capabilities.from_json(json.loads(json.dumps(_CAPS.to_json()))) == _CAPS
+    for caps in (_CAPS, _SHLO):
+        assert Capabilities.from_json(json.loads(json.dumps(caps.to_json()))) == caps
 
 
 def test_static_audit_parses_and_compiles_nothing(registry, monkeypatch):

@@ -71,6 +71,7 @@ def test_revision_1_database_with_data_upgrades_intact(db_url, tmp_path):
     ref = reg.list("m")[0]
     assert (ref.name, ref.version, ref.digests) == ("m", 1, ("a" * 64,))
     assert ref.variants[0].kind == "function"  # revision 0004's default for older rows
+    assert ref.variants[0].stablehlo_version is None  # revision 0017: not recorded before
     assert reg.aliases("m") == {"prod": 1}
     assert reg.resolve("m@prod", platform="cpu").chosen.digest == "a" * 64
     assert [v.digest for v in reg.search(name="m")] == ["a" * 64]  # revision 0012's model_id

@@ -23,6 +23,7 @@ from jaxport._cli.common import (
 )
 from jaxport._cli.output import json_option
 from jaxport._errors import NotFoundError, UnsupportedFeatureError
+from jaxport._window import release_key
 
 __all__ = ["diff", "log_cmd", "ls", "pull", "search", "show"]
 
@@ -297,7 +298,7 @@ def _unloadable_variants(reg: Any, ref: Any) -> dict[str, str]:
         for v in ref.variants
         if installed is not None
         and v.jax_version != "unknown"
-        and _release_key(v.jax_version) > _release_key(installed)
+        and release_key(v.jax_version) > release_key(installed)
     ]
     if not newer:
         return {}
@@ -320,12 +321,6 @@ def _installed_jax() -> str | None:
         return version("jax")
     except PackageNotFoundError:
         return None
-
-
-def _release_key(release: str) -> tuple[int, ...]:
-    """``jaxport.export._internal.release_key`` (a sort key of dotted releases, non-numeric parts
-    first), here because the module that defines it imports jax."""
-    return tuple(int(p) if p.isdigit() else -1 for p in release.split("."))
 
 
 @click.command()
