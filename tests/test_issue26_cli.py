@@ -8,6 +8,7 @@ jax releases", "Fleet rescue", "Retention").
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import jax
 import jax.export
 import jax.numpy as jnp
@@ -249,3 +251,127 @@ def test_the_same_through_a_server(tmp_path):
         gone = _run(remote, "show", "vision-encoder:2", code=1).stderr
         _one_line(gone, "NotFoundError: vision-encoder has no version 2: a retention run")
         assert "`jaxport restore vision-encoder:2`" in gone
+
+
+# -- the issue's own example, word for word ----------------------------------------------------
+
+
+def _keys(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh EC key pair as PEM files: release.pem (private), release.pub (public)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "release.pem", tmp_path / "release.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))  # fmt: skip
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    return private, public
+
+
+def _store_ok(db_url: str, blobs: str, digest: str) -> list[int]:
+    """``ok`` findings for cuda and tpu under 0.11.2 and 0.12.0.1, stored as audits on those
+    machines would have stored them (the gates read stored findings only: nothing here runs)."""
+    import time
+
+    from sqlalchemy import insert
+
+    from jaxport.registry._models import AuditRow
+
+    ids = []
+    with jaxport.Registry(db_url, blobs=blobs) as reg, reg._backend.engine.begin() as conn:  # type: ignore[attr-defined]
+        for platform in ("cuda", "tpu"):
+            for release in ("0.11.2", "0.12.0.1"):
+                row = {"digest": digest, "jax_version": release, "jaxlib_version": release,
+                       "platform": platform, "status": "ok", "reason": "", "details_json": "{}",
+                       "seconds": 0.1, "created_at": time.time(), "level": "full", "devices": 1,
+                       "examples_digest": None}  # fmt: skip
+                ids.append(
+                    int(conn.execute(insert(AuditRow).values(**row)).inserted_primary_key[0])
+                )
+    return ids
+
+
+@pytest.mark.parametrize("through", ["database", "server"])
+def test_the_issues_protect_example_word_for_word(db_url, tmp_path, through):
+    """Issue 26 §1's command as written (``--require-signature KEY --require-audit ok --jax
+    0.11.2,0.12.0.1 --platforms cuda,tpu --require-goldens``), the installed ``jaxport`` at 80
+    columns, on each backend, directly and through a server: a move failing any gate is exit 1
+    with every failed gate (409 underneath), ``--override --reason`` moves it and is recorded,
+    and a version that passes moves with the findings and signatures named in its event."""
+    env = _env(db_url, tmp_path)
+    blobs = env["JAXPORT_BLOBS"]
+    private, public = _keys(tmp_path)
+    spec = jax.ShapeDtypeStruct((3,), jnp.float32)
+
+    def archive(fun, stem: str) -> str:
+        exp = jax.export.export(jax.jit(fun), platforms=("cuda", "tpu"))(spec)
+        jaxport.save(exp, tmp_path / f"{stem}.jaxport")
+        return str(tmp_path / f"{stem}.jaxport")
+
+    _run(env, "push", archive(jnp.tanh, "v1"), "--name", "vision-encoder", "--alias", "prod")
+    _run(env, "push", archive(jnp.sin, "v2"), "--name", "vision-encoder")
+    admin = admin_token(db_url, blobs)
+    with contextlib.ExitStack() as stack:
+        url = db_url
+        if through == "server":
+            server = stack.enter_context(serving(db_url, blobs, tmp_path / "server.log"))
+            url = server.url
+            env = {**env, "JAXPORT_REGISTRY": url, "JAXPORT_TOKEN": admin}
+
+        said = _run(env, "alias", "protect", "vision-encoder", "prod", "--require-signature",
+                    str(public), "--require-audit", "ok", "--jax", "0.11.2,0.12.0.1",
+                    "--platforms", "cuda,tpu", "--require-goldens").stdout  # fmt: skip
+        assert _fits(said).startswith("protected vision-encoder@prod: "), said
+        assert "no version yet" not in said
+
+        refused = _run(env, "alias", "vision-encoder", "prod", "2", code=1).stderr
+        _one_line(refused, "GateError: vision-encoder@prod is protected: ")  # as every error
+        for words in ("signature gate", "cuda@0.11.2", "cuda@0.12.0.1", "tpu@0.11.2",
+                      "tpu@0.12.0.1", "goldens gate"):  # fmt: skip
+            assert words in refused, refused
+        failures = json.loads(_run(env, "alias", "vision-encoder", "prod", "2", "--json",
+                                   code=1).stderr)["error"]["failures"]  # fmt: skip
+        assert [f["gate"] for f in failures] == ["signature"] + ["audit"] * 4 + ["goldens"]
+        if through == "server":
+            raw = httpx.put(f"{url}/api/v1/aliases/vision-encoder/prod", json={"version": 2},
+                            headers={"Authorization": f"Bearer {admin}"})  # fmt: skip
+            assert raw.status_code == 409 and raw.json()["error"]["type"] == "GateError"
+        shown = _fits(_run(env, "show", "vision-encoder").stdout)
+        assert "@prod -> 1  FAILS" in shown, shown
+
+        _usage(_run(env, "alias", "vision-encoder", "prod", "2", "--override", code=2).stderr,
+               "--reason")  # fmt: skip
+        moved = _run(env, "alias", "vision-encoder", "prod", "2", "--override", "--reason",
+                     "incident 42: roll back").stdout  # fmt: skip
+        assert moved.endswith(" -> 2 (gates overridden)\n"), moved
+        with jaxport.Registry(url, token=admin if through == "server" else None,
+                              blobs=None if through == "server" else blobs) as reg:  # fmt: skip
+            event = reg.events(name="vision-encoder", limit=1)[0]
+            assert event.kind == "alias", event
+            assert event.detail["override"]["reason"] == "incident 42: roll back"
+            assert [f[0] for f in event.detail["override"]["failures"]] == (
+                ["signature"] + ["audit"] * 4 + ["goldens"]
+            )
+            x = jnp.ones(3, jnp.float32)
+            cos = jax.export.export(jax.jit(jnp.cos), platforms=("cuda", "tpu"))(spec)
+            golden = jaxport.Example((x,), {}, jnp.cos(x))
+            v3 = reg.push(cos, "vision-encoder", examples=[golden])
+        # `jaxport sign` writes to a database (a server stores no private key's work): sign there
+        direct = {**env, "JAXPORT_REGISTRY": db_url, "JAXPORT_BLOBS": blobs}
+        _run(direct, "sign", f"vision-encoder:{v3.version}", "--key", str(private))
+        ids = _store_ok(db_url, blobs, v3.variants[0].digest)
+        passed = _run(env, "alias", "vision-encoder", "prod", str(v3.version)).stdout
+        assert "overridden" not in passed and "unused" not in passed, passed
+        with jaxport.Registry(url, token=admin if through == "server" else None,
+                              blobs=None if through == "server" else blobs) as reg:  # fmt: skip
+            assert reg.aliases("vision-encoder")["prod"] == v3.version
+            event = reg.events(name="vision-encoder", limit=1)[0]
+            assert event.kind == "alias", event
+            assert event.detail["passed"] is True and "override" not in event.detail
+            assert sorted(a["id"] for a in event.detail["audits"]) == sorted(ids)
+            (signature,) = event.detail["signatures"]
+            assert signature["digest"] == v3.variants[0].digest
+        _fits(_run(env, "show", "vision-encoder").stdout)
