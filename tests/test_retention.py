@@ -155,6 +155,38 @@ def test_an_ok_finding_counts_only_inside_the_variants_jax_window(registry):
     assert list(_decisions(registry.retain(dry_run=True))[0]) == [1]
 
 
+def test_each_target_platform_device_count_and_release_keeps_its_own_newest_ok(registry):
+    """The newest ``ok`` is per (platform, device count, jax release): an older version stays
+    while it is the newest ok for a target no newer version is ok for."""
+    assert _push(registry, "tgt", 6) == [1, 2, 3, 4, 5, 6]
+    now, older = jax.__version__, "0.10.0"
+    digests = {v: registry.get(f"tgt:{v}").digests[0] for v in range(1, 7)}
+    with registry._backend.engine.begin() as conn:  # as if version 3 were a 2-device export
+        conn.execute(
+            sa.update(VariantRow).where(VariantRow.digest == digests[3]).values(nr_devices=2)
+        )
+        for version, platform, release in [(1, "cpu", now), (2, "cpu", older), (3, "cpu", now),
+                                           (4, "tpu", now), (5, "cpu", now)]:  # fmt: skip
+            conn.execute(
+                sa.insert(AuditRow),
+                {"digest": digests[version], "jax_version": release, "jaxlib_version": release,
+                 "platform": platform, "status": "ok", "reason": "", "details_json": "{}",
+                 "seconds": 0.1, "created_at": time.time(), "level": "full", "devices": 1},
+            )  # fmt: skip
+    registry.set_retention_policy("tgt", keep_last=1)
+    deleted, kept = _decisions(registry.retain(dry_run=True))
+    assert list(deleted) == [1]  # cpu x1 under this jax: 5 is newer
+    assert kept == {
+        2: (f"newest ok: cpu x1 jax {older}",),  # another release
+        3: (f"newest ok: cpu x2 jax {now}",),  # another device count
+        4: (f"newest ok: tpu x1 jax {now}",),  # another platform
+        5: (f"newest ok: cpu x1 jax {now}",),
+        6: ("last 1",),
+    }
+    assert [d.version for d in registry.retain().deleted] == [1]
+    assert _versions(registry, "tgt") == [2, 3, 4, 5, 6]
+
+
 # -- soft deletion, restore, gc --------------------------------------------------------------
 
 
