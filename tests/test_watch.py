@@ -539,6 +539,28 @@ def test_watch_enqueues_full_audits_for_real_workers(pg_env, index):
     assert {tuple(r["runs_on"]) for r in rows} == {(release,)}
 
 
+def test_watch_enqueues_one_full_audit_per_platform(pg_env, index):
+    """A variant for cpu and tpu: one job per platform, each on its platform's queue, in the
+    new release's environment (a tpu worker elsewhere takes its job)."""
+    exp = jax.export.export(jax.jit(jnp.sin), platforms=("cpu", "tpu"))
+    with jaxport.Registry(pg_env["JAXPORT_REGISTRY"], blobs=pg_env["JAXPORT_BLOBS"]) as reg:
+        digest = reg.push(exp(jax.ShapeDtypeStruct((3,), jnp.float32)), "multi").digests[0]
+    index.announce("jax", "0.12.1", "2026-11-20T10:00:00Z")
+    report = json.loads(_cli(pg_env, "watch", "--index-url", index.url, "--json").stdout)
+    (summary,) = report["releases"]
+    assert (summary["ok"], summary["enqueued"]) == (1, 2), summary
+    engine = sa.create_engine(pg_env["JAXPORT_REGISTRY"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT queue_name, args FROM procrastinate_jobs")).all()
+    finally:
+        engine.dispose()
+    assert sorted((q, a["digest"], a["platform"], a["jax"]) for q, a in rows) == [
+        ("audit-cpu", digest, "cpu", "0.12.1"),
+        ("audit-tpu", digest, "tpu", "0.12.1"),
+    ]
+
+
 def test_a_worker_watches_periodically(pg_env, index):
     index.announce("jax", "0.12.1", "2026-11-20T10:00:00Z")
     env = {**pg_env, "JAXPORT_WATCH_CRON": "* * * * * */2", "PIP_INDEX_URL": index.url}
