@@ -28,6 +28,8 @@
 - Time: httpx's ``timeout`` bounds each read of the socket; a JSON answer must also come
   whole within ``timeout`` seconds, and a blob at ``MIN_RATE`` bytes a second or faster
   over each window of ``timeout`` seconds (``registry/_oci_pace.py``: a slow drip).
+- Bodies and documents: ``registry/_oci_bodies.py`` (blob bytes checked, answers bounded)
+  and ``registry/_oci_documents.py`` (manifests, referrer descriptors, tag pages).
 - Errors: 401 ``AuthenticationError``; 403 ``PermissionDeniedError``; 404 ``NotFoundError``;
   502, 503, 504 and unreachable ``ServerUnavailableError`` (reads are tried ``ATTEMPTS``
   times); any other non-2xx an ``OciError`` naming the registry's error code. The registry's
@@ -58,11 +60,25 @@ from jaxport import (
 from jaxport.registry._oci_auth import (
     IDENTITY,
     OciAuth,
-    check_identity,
     find_credentials,
     tls_context,
 )
-from jaxport.registry._oci_hash import BackgroundSha256
+from jaxport.registry._oci_bodies import (
+    ChunkedBody,
+    check_hash,
+    gather_blob,
+    read_limited,
+    rechunk,
+    sha256_digest,
+    verified_chunks,
+)
+from jaxport.registry._oci_documents import (
+    index_descriptors,
+    manifest_document,
+    next_link,
+    referrer_descriptor,
+    tag_page,
+)
 from jaxport.registry._oci_limits import (
     ATTEMPTS,
     CHUNK_SIZE,
@@ -71,11 +87,9 @@ from jaxport.registry._oci_limits import (
     MAX_TAGS,
     MEDIA_TYPES,
     MONOLITHIC_LIMIT,
-    READ_CHUNK,
     REDIRECTS,
     TAG_PAGES,
 )
-from jaxport.registry._oci_pace import paced, within
 from jaxport.registry._oci_transport import large_read_transport
 from jaxport.registry._oci_url import OciUrl, is_loopback, parse_oci_url
 
@@ -85,11 +99,6 @@ INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 _RETRY_STATUS = frozenset({502, 503, 504})
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _OCTETS = {"Content-Type": "application/octet-stream"}
-
-
-def sha256_digest(data: bytes) -> str:
-    """``"sha256:" + hex`` of ``data``."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def referrers_tag(digest: str) -> str:
@@ -214,7 +223,7 @@ class OciRepository:
         location = self._location(response)
         try:
             if size <= MONOLITHIC_LIMIT:
-                data = _gather(chunks, size, digest)
+                data = gather_blob(chunks, size, digest)
                 location = self._put_blob(location, digest, data)
             else:
                 location = self._patch_chunks(location, digest, size, chunks)
@@ -227,7 +236,7 @@ class OciRepository:
         self, location: httpx.URL, digest: str, size: int, chunks: Iterable[bytes]
     ) -> httpx.URL:
         hasher, offset = hashlib.sha256(), 0
-        for piece in _rechunk(chunks, CHUNK_SIZE):
+        for piece in rechunk(chunks, CHUNK_SIZE):
             if offset + len(piece) > size:
                 raise IntegrityError(
                     f"blob {digest[:19]}: more than its {size} bytes", expected=digest
@@ -239,7 +248,7 @@ class OciRepository:
             self.bytes_sent += len(piece)
             offset += len(piece)
             location = self._location(response)
-        _check_hash(digest, size, offset, "sha256:" + hasher.hexdigest())
+        check_hash(digest, size, offset, "sha256:" + hasher.hexdigest())
         return location
 
     def _put_blob(self, location: httpx.URL, digest: str, data: bytes) -> httpx.URL:
@@ -255,7 +264,7 @@ class OciRepository:
         """``data`` sent in 1 MiB pieces with its length declared, then let go of: httpx's
         response and request refer to each other, so without ``release`` every chunk sent
         would stay in memory until the garbage collector's next cycle."""
-        body = _Body(data)
+        body = ChunkedBody(data)
         try:
             headers = {**headers, "Content-Length": str(len(data))}
             return self._send(method, url, content=body, headers=headers)
@@ -287,7 +296,7 @@ class OciRepository:
         except BaseException:
             response.close()
             raise
-        return _verified(response, digest, size, self._timeout)
+        return verified_chunks(response, digest, size, self._timeout)
 
     # -- manifests --------------------------------------------------------------------------
 
@@ -302,7 +311,7 @@ class OciRepository:
                 not in ``MEDIA_TYPES``; or the registry refused it.
             IntegrityError: the registry names another digest than the body's.
         """
-        document = _manifest_document(body, media_type, "the manifest to push")
+        document = manifest_document(body, media_type, "the manifest to push")
         digest = sha256_digest(body)
         response = self._send(
             "PUT",
@@ -321,7 +330,9 @@ class OciRepository:
             )
         subject = document.get("subject")
         if isinstance(subject, dict) and "OCI-Subject" not in response.headers:
-            self._add_referrer(subject, _descriptor(document, media_type, digest, len(body)))
+            self._add_referrer(
+                subject, referrer_descriptor(document, media_type, digest, len(body))
+            )
         return digest
 
     def fetch_manifest(self, reference: str) -> tuple[str, bytes]:
@@ -342,7 +353,7 @@ class OciRepository:
         )
         body = self._answer(response, f"manifest {reference[:19]}")
         media_type = response.headers.get("Content-Type", "").partition(";")[0].strip()
-        document = _manifest_document(body, media_type or None, f"manifest {reference[:19]}")
+        document = manifest_document(body, media_type or None, f"manifest {reference[:19]}")
         media_type = media_type or str(document.get("mediaType", ""))
         digest = sha256_digest(body)
         expected = reference if by_digest else response.headers.get("Docker-Content-Digest")
@@ -369,7 +380,7 @@ class OciRepository:
             response.close()
             return self._fallback_referrers(digest, artifact_type)
         body = self._answer(response, f"referrers of {digest[:19]}")
-        found = _descriptors(_manifest_document(body, None, f"referrers of {digest[:19]}"))
+        found = index_descriptors(manifest_document(body, None, f"referrers of {digest[:19]}"))
         return [d for d in found if artifact_type is None or d.get("artifactType") == artifact_type]
 
     def _fallback_referrers(self, digest: str, artifact_type: str | None) -> list[dict[str, Any]]:
@@ -377,7 +388,7 @@ class OciRepository:
             _, body = self.fetch_manifest(referrers_tag(digest))
         except NotFoundError:
             return []
-        found = _descriptors(json.loads(body))
+        found = index_descriptors(json.loads(body))
         return [d for d in found if artifact_type is None or d.get("artifactType") == artifact_type]
 
     def _add_referrer(self, subject: dict[str, Any], descriptor: dict[str, Any]) -> None:
@@ -390,7 +401,7 @@ class OciRepository:
             index = json.loads(body)
         except NotFoundError:
             index = {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
-        manifests = _descriptors(index)
+        manifests = index_descriptors(index)
         if any(d.get("digest") == descriptor["digest"] for d in manifests):
             return
         index["manifests"] = [*manifests, descriptor]
@@ -416,10 +427,10 @@ class OciRepository:
                 return found
             body = self._answer(response, "tag list")
             read.add(response.request.url)
-            found += _tag_page(body)
+            found += tag_page(body)
             if len(found) > MAX_TAGS:
                 raise OciError(f"the tag list has more than {MAX_TAGS} tags")
-            link = _next_link(response.headers.get("Link"))
+            link = next_link(response.headers.get("Link"))
             if link is None:
                 return found
             url, params = self._same_origin(response.request.url.join(link), "tag list"), None
@@ -491,7 +502,7 @@ class OciRepository:
             if response.status_code not in _REDIRECT_STATUS or "Location" not in response.headers:
                 if stream:
                     return response
-                body = _read_limited(response, 1 << 16, "an answer", self._timeout, cut=True)
+                body = read_limited(response, 1 << 16, "an answer", self._timeout, cut=True)
                 headers = [
                     (k, v) for k, v in response.headers.multi_items() if k != "content-encoding"
                 ]  # the raw bytes kept: httpx would decode them again, without a limit
@@ -524,7 +535,7 @@ class OciRepository:
         """A streamed answer's body, at most ``MANIFEST_LIMIT`` bytes; the response closed."""
         try:
             self._raise_for(response, what)
-            return _read_limited(response, MANIFEST_LIMIT, what, self._timeout)
+            return read_limited(response, MANIFEST_LIMIT, what, self._timeout)
         finally:
             response.close()
 
@@ -535,7 +546,7 @@ class OciRepository:
         body = (
             response.content
             if response.is_stream_consumed
-            else _read_limited(response, 1 << 16, what, self._timeout, cut=True)
+            else read_limited(response, 1 << 16, what, self._timeout, cut=True)
         )
         where, detail = f"{what} in {self.url}", self._error_text(body)
         if status == 401:
@@ -563,183 +574,3 @@ class OciRepository:
             text = text.replace(secret, "***")
         text = "".join(c if c.isprintable() else "?" for c in text)[:ERROR_TEXT]
         return f": {text}" if text else ""
-
-
-def _gather(chunks: Iterable[bytes], size: int, digest: str) -> bytes:
-    parts, total = [], 0
-    for chunk in chunks:
-        total += len(chunk)
-        if total > size:
-            raise IntegrityError(f"blob {digest[:19]}: more than its {size} bytes", expected=digest)
-        parts.append(chunk)
-    data = b"".join(parts)
-    _check_hash(digest, size, len(data), sha256_digest(data))
-    return data
-
-
-def _check_hash(digest: str, size: int, count: int, found: str) -> None:
-    if count != size:
-        raise IntegrityError(
-            f"blob {digest[:19]}: {count} bytes, not {size}", expected=digest, found=found
-        )
-    if found != digest:
-        raise IntegrityError(
-            f"blob {digest[:19]}: the bytes are {found[:19]}", expected=digest, found=found
-        )
-
-
-def _rechunk(chunks: Iterable[bytes], size: int) -> Iterator[bytes]:
-    """``chunks`` regrouped into pieces of ``size`` bytes (the last shorter): each byte
-    copied once."""
-    parts: list[bytes | memoryview] = []
-    held = 0
-    for chunk in chunks:
-        view = memoryview(chunk)
-        while held + len(view) >= size:
-            cut = size - held
-            parts.append(view[:cut])
-            yield b"".join(parts)
-            parts, held, view = [], 0, view[cut:]
-        if len(view):
-            parts.append(view)
-            held += len(view)
-    if held:
-        yield b"".join(parts)
-
-
-class _Body:
-    """A request body sent in pieces of ``READ_CHUNK`` bytes (httpcore copies what a
-    ``send`` left over, so one large piece would be copied over and over); iterable again,
-    so an auth flow can send it twice."""
-
-    def __init__(self, data: bytes):
-        self._data: bytes | None = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        view = memoryview(self._data or b"")
-        for start in range(0, len(view), READ_CHUNK):
-            yield bytes(view[start : start + READ_CHUNK])
-
-    def release(self) -> None:
-        """Drops the bytes (once the request is answered)."""
-        self._data = None
-
-
-def _verified(response: httpx.Response, digest: str, size: int, seconds: float) -> Iterator[bytes]:
-    """The body's chunks, one held back until the size and digest are checked (the hash
-    computed on another thread as the chunks arrive), at least ``MIN_RATE`` bytes a second
-    over each window of ``seconds``."""
-    hasher, count, held = BackgroundSha256(), 0, b""
-    try:
-        for chunk in paced(response.iter_raw(), seconds):  # as stored: never decoded
-            count += len(chunk)
-            if count > size:
-                raise IntegrityError(
-                    f"blob {digest[:19]}: more than its {size} bytes", expected=digest
-                )
-            hasher.update(chunk)
-            if held:
-                yield held
-            held = chunk
-        response.close()
-        _check_hash(digest, size, count, "sha256:" + hasher.hexdigest())
-    except httpx.HTTPError as e:
-        raise IntegrityError(
-            f"blob {digest[:19]}: the read broke off after {count} bytes ({type(e).__name__})",
-            expected=digest,
-        ) from None
-    finally:  # also when the caller stops early
-        response.close()
-        hasher.close()
-    if held:
-        yield held
-
-
-def _read_limited(
-    response: httpx.Response, limit: int, what: str, seconds: float, *, cut: bool = False
-) -> bytes:
-    """The body, at most ``limit`` bytes (more: an ``OciError``, or cut with ``cut``), whole
-    within ``seconds``; the response closed."""
-    announced = response.headers.get("Content-Length", "")
-    if announced.isdigit() and int(announced) > limit and not cut:
-        raise OciError(f"{what}: {announced} bytes, over the {limit}-byte limit")
-    if not cut:
-        check_identity(response, what)
-    body = bytearray()
-    try:
-        for chunk in within(response.iter_raw(), seconds):
-            body += chunk
-            if len(body) > limit:
-                if cut:
-                    break
-                raise OciError(f"{what}: over the {limit}-byte limit")
-    except httpx.HTTPError as e:
-        raise OciError(f"{what}: the read broke off ({type(e).__name__})") from None
-    finally:
-        response.close()
-    return bytes(body[:limit])
-
-
-def _manifest_document(body: bytes, media_type: str | None, what: str) -> dict[str, Any]:
-    if len(body) > MANIFEST_LIMIT:
-        raise OciError(f"{what}: {len(body)} bytes, over the {MANIFEST_LIMIT}-byte limit")
-    if media_type is not None and media_type not in MEDIA_TYPES:
-        raise OciError(
-            f"{what}: media type {media_type[:80]!r} is not a manifest or index jaxport reads"
-        )
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):  # nested deeper than the recursion limit
-        raise OciError(f"{what}: not valid JSON") from None
-    if not isinstance(document, dict) or document.get("schemaVersion") != 2:
-        raise OciError(f"{what}: not a manifest (a JSON object with schemaVersion 2)")
-    declared = document.get("mediaType")
-    if media_type is not None and declared is not None and declared != media_type:
-        raise OciError(f"{what}: its mediaType {str(declared)[:80]!r} is not {media_type!r}")
-    return document
-
-
-def _descriptor(
-    document: dict[str, Any], media_type: str, digest: str, size: int
-) -> dict[str, Any]:
-    """The descriptor of a referrer in the fallback index (``artifactType``: the manifest's,
-    else its config's media type, as the spec says)."""
-    descriptor: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": size}
-    config = document.get("config")
-    artifact = document.get("artifactType") or (
-        config.get("mediaType") if isinstance(config, dict) else None
-    )
-    if isinstance(artifact, str):
-        descriptor["artifactType"] = artifact
-    if isinstance(document.get("annotations"), dict):
-        descriptor["annotations"] = document["annotations"]
-    return descriptor
-
-
-def _descriptors(index: Any) -> list[dict[str, Any]]:
-    manifests = index.get("manifests") if isinstance(index, dict) else None
-    if not isinstance(manifests, list) or not all(isinstance(d, dict) for d in manifests):
-        raise OciError("a referrers index holds no list of descriptors")
-    return manifests
-
-
-def _tag_page(body: bytes) -> list[str]:
-    try:
-        tags = json.loads(body).get("tags")
-    except (ValueError, AttributeError, RecursionError):
-        raise OciError("the tag list is not a JSON object") from None
-    if tags is None:
-        return []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise OciError("the tag list's tags are not a list of strings")
-    return tags
-
-
-def _next_link(header: str | None) -> str | None:
-    if not header:
-        return None
-    for part in header.split(","):
-        target, _, rest = part.partition(";")
-        if 'rel="next"' in rest.replace(" ", "") or "rel=next" in rest.replace(" ", ""):
-            return target.strip().strip("<>")
-    return None
