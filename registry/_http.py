@@ -27,7 +27,7 @@ import httpx
 
 from jaxport import JaxportError, RegistryError, ServerUnavailableError, _errors
 from jaxport.registry._config import safe_url
-from jaxport.registry._oci_pace import within
+from jaxport.registry._deadline import within
 
 __all__ = ["ATTEMPTS", "MAX_ANSWER_BYTES", "RETRY_STATUS", "Http", "backoff", "error_from"]
 

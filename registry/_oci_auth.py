@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from jaxport import AuthenticationError, OciError
-from jaxport.registry._oci_pace import within
+from jaxport.registry._deadline import within
 from jaxport.registry._oci_transport import large_read_transport
 from jaxport.registry._oci_url import is_loopback
 

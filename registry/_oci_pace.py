@@ -1,10 +1,10 @@
 """Bounds on the time of a read from an OCI registry beyond httpx's timeout, which applies to
 each read of the socket and so never fires for a server that sends a byte every few seconds
 (a slow drip): an answer of bounded size (JSON) must arrive whole within ``seconds``
-(``within``); a blob, whose size may be large, must bring at least ``MIN_RATE`` bytes a
-second over each window of ``seconds`` (``paced``), so that its read ends within about
-``seconds + size / MIN_RATE`` seconds. Either is broken off with ``httpx.ReadTimeout``, which
-the client reports as any other read that timed out.
+(``within``, in ``registry/_deadline.py``); a blob, whose size may be large, must bring at
+least ``MIN_RATE`` bytes a second over each window of ``seconds`` (``paced``), so that its
+read ends within about ``seconds + size / MIN_RATE`` seconds. Either is broken off with
+``httpx.ReadTimeout``, which the client reports as any other read that timed out.
 """
 
 from __future__ import annotations
@@ -16,20 +16,7 @@ import httpx
 
 from jaxport.registry._oci_limits import MIN_RATE
 
-__all__ = ["paced", "within"]
-
-
-def within(chunks: Iterable[bytes], seconds: float) -> Iterator[bytes]:
-    """``chunks``, broken off when they take more than ``seconds`` in all.
-
-    Raises:
-        httpx.ReadTimeout: a chunk arrived after the deadline.
-    """
-    deadline = time.monotonic() + seconds
-    for chunk in chunks:
-        if time.monotonic() > deadline:
-            raise httpx.ReadTimeout(f"the answer took more than {seconds:g} s")
-        yield chunk
+__all__ = ["paced"]
 
 
 def paced(chunks: Iterable[bytes], seconds: float) -> Iterator[bytes]:
