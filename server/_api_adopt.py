@@ -29,20 +29,17 @@ from pydantic import BaseModel, Field
 
 from jaxport import SignatureError
 from jaxport._signing import MAX_BUNDLE_BYTES
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import MAX_FINDINGS, acting_as, sql_backend, to_wire
 from jaxport.server._auth import check_name, scope
 from jaxport.server._errors import RESPONSES, error_body, public_message
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parsed in threads
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class SignatureBody(BaseModel):
@@ -69,7 +66,7 @@ def adopt_signature(request: Request, p: Writer, name: str, body: SignatureBody)
     bundle = body.bundle.encode("utf-8")
     try:
         with acting_as(p.name):
-            stored = sql_backend(_reg(request)).adopt_signature(
+            stored = sql_backend(registry_of(request)).adopt_signature(
                 name, body.digest, bundle, body.signer, body.kind
             )
     except SignatureError as e:  # the request's bundle: a bad request, not a refused pull
@@ -84,4 +81,4 @@ def adopt_findings(request: Request, p: Writer, name: str, body: FindingsBody) -
     """Stores findings measured elsewhere (see the module's doc); answers how many were new."""
     check_name(p, name)
     with acting_as(p.name):
-        return {"stored": sql_backend(_reg(request)).adopt_findings(name, body.findings)}
+        return {"stored": sql_backend(registry_of(request)).adopt_findings(name, body.findings)}

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from jaxport import NotFoundError, SignatureError
-from jaxport.registry import CompiledSet, Registry, TokenInfo
+from jaxport.registry import CompiledSet, TokenInfo
 from jaxport.registry._internal import (
     check_set_files,
     from_wire,
@@ -37,16 +37,13 @@ from jaxport.registry._internal import (
 from jaxport.server._auth import check_name, scope
 from jaxport.server._errors import RESPONSES, error_body, public_message
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parsed in threads
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class SetBody(BaseModel):
@@ -62,7 +59,7 @@ def store(request: Request, p: Writer, name: str, body: SetBody) -> Any:
     """Stores a compiled set (see the module's doc); answers it as stored."""
     check_name(p, name)
     made = check_set_files(from_wire(CompiledSet, body.set, source="a compiled set"))
-    backend = sql_backend(_reg(request))
+    backend = sql_backend(registry_of(request))
     blobs = {body.manifest_digest, body.bundle_digest, *(f.sha256 for f in made.files)}
     if backend.reach.reachable(p, blobs) != blobs:
         raise NotFoundError("a blob of the compiled set was not uploaded")
@@ -78,12 +75,12 @@ def store(request: Request, p: Writer, name: str, body: SetBody) -> Any:
 def sets(request: Request, p: Reader, name: str, digest: str) -> Any:
     """The sets of an archive of ``name``, as their rows say (not verified)."""
     check_name(p, name)
-    return sets_on_wire(sql_backend(_reg(request)), name, digest)
+    return sets_on_wire(sql_backend(registry_of(request)), name, digest)
 
 
 @router.get("/compiled/{name}/{digest}/blobs/{blob}")
 def blob(request: Request, p: Reader, name: str, digest: str, blob: str) -> Response:
     """One manifest, bundle or file of a set of an archive of ``name``."""
     check_name(p, name)
-    data = read_set_blob(sql_backend(_reg(request)), name, digest, blob)
+    data = read_set_blob(sql_backend(registry_of(request)), name, digest, blob)
     return Response(data, media_type="application/octet-stream")

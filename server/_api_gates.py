@@ -22,21 +22,18 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from jaxport import PermissionDeniedError
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, to_wire
 from jaxport.server._auth import check_name, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["check_gate_admin", "router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class GatesBody(BaseModel):
@@ -70,7 +67,7 @@ def check_gate_admin(principal: TokenInfo, what: str) -> None:
 def gates(request: Request, p: Reader, name: str) -> Any:
     """``Registry.gates``: each protected alias, its gates, their state now."""
     check_name(p, name)
-    return to_wire(_reg(request).gates(name))
+    return to_wire(registry_of(request).gates(name))
 
 
 @router.get("/gates/{name}/{alias}")
@@ -79,7 +76,7 @@ def check_gates(
 ) -> Any:
     """``Registry.check_gates``: the alias's gates for ``version`` (null: not protected)."""
     check_name(p, name)
-    return to_wire(_reg(request).check_gates(name, alias, version))
+    return to_wire(registry_of(request).check_gates(name, alias, version))
 
 
 @router.put("/gates/{name}/{alias}")
@@ -87,7 +84,7 @@ def protect(request: Request, p: Admin, name: str, alias: str, body: GatesBody) 
     """``Registry.protect`` (an admin without name prefixes)."""
     check_gate_admin(p, "protecting an alias")
     with acting_as(p.name):
-        found = _reg(request).protect(
+        found = registry_of(request).protect(
             name, alias, require_signature=body.require_signature,
             require_audit=body.require_audit, jax=body.jax_releases, platforms=body.platforms,
             require_goldens=body.require_goldens,
@@ -100,4 +97,4 @@ def unprotect(request: Request, p: Admin, name: str, alias: str) -> None:
     """``Registry.unprotect`` (an admin without name prefixes)."""
     check_gate_admin(p, "unprotecting an alias")
     with acting_as(p.name):
-        _reg(request).unprotect(name, alias)
+        registry_of(request).unprotect(name, alias)

@@ -26,11 +26,12 @@ from fastapi.responses import Response
 
 from jaxport import NotFoundError
 from jaxport.export._internal import module_of
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import sql_backend
 from jaxport.server._auth import scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import MemoryBudget
+from jaxport.server._state import registry_of
 
 __all__ = ["MODULE_SHA256", "router"]
 
@@ -54,7 +55,7 @@ def module(
 ) -> Response:
     """Module ``index`` of the function archive ``digest`` (0: the primal, k: the VJP of
     order k), decompressed and checked as ``jaxport.loads`` checks it (see the module's doc)."""
-    reg: Registry = request.app.state.registry
+    reg = registry_of(request)
     stream = reg.blob_stream(digest)
     if p.prefixes and not any(map(p.allows_name, sql_backend(reg).queries.names_holding(digest))):
         raise NotFoundError(f"no blob or archive {digest}")

@@ -14,12 +14,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from jaxport import NotFoundError
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import sql_backend, to_wire, visible
 from jaxport.server._auth import check_name, check_reached, check_reference, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._event_view import visible_events
 from jaxport.server._ranges import byte_range
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
@@ -27,14 +28,10 @@ router = APIRouter(responses=RESPONSES)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 
 
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
-
-
 @router.get("/names")
 def names(request: Request, p: Reader) -> dict[str, Any]:
     """Every name the token may see, sorted."""
-    return {"names": [n for n in _reg(request).names() if p.allows_name(n)]}
+    return {"names": [n for n in registry_of(request).names() if p.allows_name(n)]}
 
 
 @router.get("/versions")
@@ -49,15 +46,15 @@ def versions(
     after: Any = None  # both, or neither: Registry.list refuses half a pair
     if after_name is not None or after_version is not None:
         after = (after_name, after_version)
-    refs = _reg(request).list(name, limit=limit, after=after)
+    refs = registry_of(request).list(name, limit=limit, after=after)
     return to_wire([r for r in refs if p.allows_name(r.name)])
 
 
 @router.get("/ref")
 def get(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.get``: one version, model variants with their methods and tensors."""
-    reference = check_reference(_reg(request), p, reference)
-    ref = _reg(request).get(reference)
+    reference = check_reference(registry_of(request), p, reference)
+    ref = registry_of(request).get(reference)
     check_reached(p, reference, ref.name)
     return to_wire(ref)
 
@@ -69,8 +66,8 @@ def resolve(
 ) -> Any:  # fmt: skip
     """``Registry.resolve``: the variant a pull would choose and why the others were not
     (``platform`` absent: any platform)."""
-    reference = check_reference(_reg(request), p, reference)
-    resolution = _reg(request).resolve(reference, platform=platform, nr_devices=nr_devices)
+    reference = check_reference(registry_of(request), p, reference)
+    resolution = registry_of(request).resolve(reference, platform=platform, nr_devices=nr_devices)
     check_reached(p, reference, resolution.name)
     return to_wire(resolution)
 
@@ -85,7 +82,7 @@ def search(
     """``Registry.search``: variants matching every filter, one page."""
     if name is not None:
         check_name(p, name)
-    found = _reg(request).search(
+    found = registry_of(request).search(
         name=name, platform=platform, nr_devices=nr_devices, jax_version=jax_version,
         calling_convention_version=calling_convention_version, fun_name=fun_name,
         shape_polymorphic=shape_polymorphic, limit=limit, after=after,
@@ -98,8 +95,8 @@ def lineage(request: Request, p: Reader, reference: str, depth: int | None = Non
     """``Registry.lineage``: a version's sources, the versions derived from it and its
     provenance; for a prefix-limited token, a source outside its names is hidden (no name)
     and descendants outside them are left out."""
-    reference = check_reference(_reg(request), p, reference)
-    found = _reg(request).lineage(reference, depth=depth)
+    reference = check_reference(registry_of(request), p, reference)
+    found = registry_of(request).lineage(reference, depth=depth)
     check_reached(p, reference, found.name)
     return to_wire(visible(found, p.allows_name) if p.prefixes else found)
 
@@ -108,14 +105,14 @@ def lineage(request: Request, p: Reader, reference: str, depth: int | None = Non
 def aliases(request: Request, p: Reader, name: str) -> Any:
     """``Registry.aliases``: the name's aliases and their versions."""
     check_name(p, name)
-    return _reg(request).aliases(name)
+    return registry_of(request).aliases(name)
 
 
 @router.get("/aliases/{name}/history")
 def alias_history(request: Request, p: Reader, name: str, alias: str | None = None) -> Any:
     """``Registry.alias_history``: every move, oldest first."""
     check_name(p, name)
-    return to_wire(_reg(request).alias_history(name, alias))
+    return to_wire(registry_of(request).alias_history(name, alias))
 
 
 @router.get("/findings")
@@ -126,7 +123,7 @@ def findings(
     """``Registry.audit_results``: stored findings, newest first."""
     if name is not None:
         check_name(p, name)
-    found = _reg(request).audit_results(
+    found = registry_of(request).audit_results(
         name=name, jax_version=jax_version, platform=platform, limit=limit
     )
     return to_wire([f for f in found if p.allows_name(f.name)])
@@ -135,16 +132,16 @@ def findings(
 @router.get("/diff")
 def diff(request: Request, p: Reader, a: str, b: str) -> Any:
     """``Registry.diff``: the changes from version ``a`` to ``b``, breaking or compatible."""
-    a = check_reference(_reg(request), p, a)
-    b = check_reference(_reg(request), p, b)
-    return to_wire(_reg(request).diff(a, b))
+    a = check_reference(registry_of(request), p, a)
+    b = check_reference(registry_of(request), p, b)
+    return to_wire(registry_of(request).diff(a, b))
 
 
 @router.get("/signatures")
 def signatures(request: Request, p: Reader, reference: str) -> Any:
     """``Registry.signatures``: the signatures stored for a version's variants."""
-    reference = check_reference(_reg(request), p, reference)
-    return to_wire(_reg(request).signatures(reference))
+    reference = check_reference(registry_of(request), p, reference)
+    return to_wire(registry_of(request).signatures(reference))
 
 
 @router.get("/events")
@@ -156,7 +153,7 @@ def events(
     events of its names only, and no other name in them: ``server/_event_view.py``)."""
     if name is not None:
         check_name(p, name)
-    found = _reg(request).events(name=name, limit=limit, before=before)
+    found = registry_of(request).events(name=name, limit=limit, before=before)
     return to_wire(visible_events(found, p))
 
 
@@ -175,7 +172,7 @@ def blob(request: Request, p: Reader, digest: str) -> Response:
     bytes=START-END`` gives part of it (206). A whole read is verified as it is sent: a
     corrupt blob's answer ends early, and the client refuses it. A prefix-limited token reads
     the archives of its names' versions only."""
-    reg = _reg(request)
+    reg = registry_of(request)
     stream = reg.blob_stream(digest)
     if p.prefixes and not any(map(p.allows_name, sql_backend(reg).queries.names_holding(digest))):
         raise NotFoundError(f"no blob or archive {digest}")

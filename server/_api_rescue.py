@@ -20,21 +20,18 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from jaxport import NotFoundError
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, sql_backend, to_wire
 from jaxport.server._auth import check_name, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class RescueEventBody(BaseModel):
@@ -49,7 +46,7 @@ class RescueEventBody(BaseModel):
 def examples(request: Request, p: Reader, name: str, version: int) -> dict[str, Any]:
     """The digest of ``name:version``'s golden examples, or null."""
     check_name(p, name)
-    reg = _reg(request)
+    reg = registry_of(request)
     reg.get(f"{name}:{version}")  # NotFoundError: 404
     return {"digest": sql_backend(reg).queries.examples_digest(name, version)}
 
@@ -58,7 +55,7 @@ def examples(request: Request, p: Reader, name: str, version: int) -> dict[str, 
 def examples_blob(request: Request, p: Reader, name: str, version: int) -> Response:
     """The bytes of ``name:version``'s golden examples (at most ``MAX_EXAMPLES_BYTES``)."""
     check_name(p, name)
-    reg = _reg(request)
+    reg = registry_of(request)
     reg.get(f"{name}:{version}")  # NotFoundError: 404
     data = sql_backend(reg).examples_of(name, version)
     if data is None:
@@ -70,7 +67,7 @@ def examples_blob(request: Request, p: Reader, name: str, version: int) -> Respo
 def rescue_event(request: Request, p: Writer, body: RescueEventBody) -> Any:
     """Appends the ``rescue`` event of a version the token may write."""
     check_name(p, body.name)
-    reg = _reg(request)
+    reg = registry_of(request)
     reg.get(f"{body.name}:{body.version}")  # NotFoundError: 404
     with acting_as(p.name):
         event = sql_backend(reg).record_event("rescue", body.name, body.version, body.detail)

@@ -20,20 +20,17 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, to_wire
 from jaxport.server._auth import check_name, check_store_wide, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class PolicyBody(BaseModel):
@@ -58,7 +55,7 @@ class RestoreBody(BaseModel):
 @router.get("/retention/policies")
 def policies(request: Request, p: Admin) -> Any:
     """The policies whose prefix is within the token's (all, without prefixes)."""
-    found = _reg(request).retention_policies()
+    found = registry_of(request).retention_policies()
     return to_wire([x for x in found if p.allows_name(x.prefix)])
 
 
@@ -67,7 +64,7 @@ def set_policy(request: Request, p: Admin, prefix: str, body: PolicyBody) -> Any
     """Sets the policy of ``prefix`` (within the token's prefixes)."""
     check_name(p, prefix)
     with acting_as(p.name):
-        return to_wire(_reg(request).set_retention_policy(prefix, **body.model_dump()))
+        return to_wire(registry_of(request).set_retention_policy(prefix, **body.model_dump()))
 
 
 @router.delete("/retention/policies/{prefix}")
@@ -75,7 +72,7 @@ def remove_policy(request: Request, p: Admin, prefix: str) -> Any:
     """Removes the policy of ``prefix`` (within the token's prefixes)."""
     check_name(p, prefix)
     with acting_as(p.name):
-        return to_wire(_reg(request).remove_retention_policy(prefix))
+        return to_wire(registry_of(request).remove_retention_policy(prefix))
 
 
 @router.post("/retention/runs")
@@ -86,7 +83,7 @@ async def run(request: Request, p: Admin, body: RunBody) -> Any:
         check_store_wide(p)
     else:
         check_name(p, body.prefix)
-    reg = _reg(request)
+    reg = registry_of(request)
 
     def work() -> Any:
         with acting_as(p.name):
@@ -100,4 +97,4 @@ def restore(request: Request, p: Admin, body: RestoreBody) -> Any:
     """Restores ``name:version`` (a name within the token's prefixes)."""
     check_name(p, body.name)
     with acting_as(p.name):
-        return to_wire(_reg(request).restore(body.name, body.version))
+        return to_wire(registry_of(request).restore(body.name, body.version))

@@ -17,21 +17,18 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, to_wire
 from jaxport.server._auth import check_reference, check_store_wide, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
 Reader = Annotated[TokenInfo, Depends(scope("read"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class WatchBody(BaseModel):
@@ -51,7 +48,7 @@ async def watch(request: Request, p: Admin, body: WatchBody) -> Any:
 
     def run() -> Any:
         with acting_as(p.name):
-            return _reg(request).watch_jax(
+            return registry_of(request).watch_jax(
                 dry_run=body.dry_run, prereleases=body.prereleases, enqueue=body.enqueue,
                 timeout=body.timeout,
             )  # fmt: skip
@@ -64,6 +61,6 @@ async def watch(request: Request, p: Admin, body: WatchBody) -> Any:
 def forecast(request: Request, p: Reader, reference: str | None = None) -> Any:
     """``Registry.forecast``: one version, a name's, or every version the token sees."""
     if reference is not None:
-        reference = check_reference(_reg(request), p, reference)
-    rows = _reg(request).forecast(reference)
+        reference = check_reference(registry_of(request), p, reference)
+    rows = registry_of(request).forecast(reference)
     return to_wire([r for r in rows if p.allows_name(r.name)])

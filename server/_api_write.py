@@ -37,6 +37,7 @@ from jaxport.server._limits import (
     MAX_METADATA_KEYS,
     OffLoopJSON,
 )
+from jaxport.server._state import registry_of
 
 __all__ = ["router"]
 
@@ -44,10 +45,6 @@ router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parse
 T = TypeVar("T")
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
-
-
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
 
 
 class Digests(BaseModel):
@@ -137,7 +134,7 @@ def missing(request: Request, p: Writer, body: Digests) -> dict[str, list[str]]:
     holds another team's blob is never said; the bytes sent are checked and stored once)."""
     if "name" in body.model_fields_set:
         _check_push_name(p, body.name)
-    reg = _reg(request)
+    reg = registry_of(request)
     lacking = set(reg.missing_blobs(body.digests))  # InvalidNameError: a malformed digest
     reached = sql_backend(reg).reach.reachable(p, body.digests)
     wanted = [d for d in body.digests if d in lacking or d not in reached]
@@ -173,12 +170,14 @@ async def upload(
 
     def receive() -> int:
         chunks: Iterator[bytes] = iterate_body(request)
-        return _reg(request).receive_blob(digest, chunks, max_size=request.app.state.max_upload)
+        return registry_of(request).receive_blob(
+            digest, chunks, max_size=request.app.state.max_upload
+        )
 
     size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
     if p.prefixes:
         await anyio.to_thread.run_sync(
-            sql_backend(_reg(request)).reach.record_upload, p.name, digest
+            sql_backend(registry_of(request)).reach.record_upload, p.name, digest
         )
     return {"digest": digest, "size": size}
 
@@ -201,7 +200,7 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
     provenance the client reports; its event names the token."""
     _check_push_name(p, body.name)
     if body.derived_from is not None:
-        check_reference(_reg(request), p, body.derived_from)
+        check_reference(registry_of(request), p, body.derived_from)
     provenance = check_provenance(body.provenance.model_dump())
 
     def push() -> Any:
@@ -210,15 +209,15 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
                         for a in body.archives]  # fmt: skip
         except CorruptArchiveError as e:  # the request is malformed, not an archive
             raise InvalidNameError(str(e)) from None
-        _check_reached_parts(_reg(request), p, archives, body.examples)
+        _check_reached_parts(registry_of(request), p, archives, body.examples)
         need = _commit_memory(request, archives)
-        examples = _examples(_reg(request), body.examples)
+        examples = _examples(registry_of(request), body.examples)
         with (
             request.app.state.memory.reserve(need, "this commit"),
             acting_as(p.name),
             reported_provenance(provenance),
         ):
-            result = _reg(request).push_parts(
+            result = registry_of(request).push_parts(
                 archives, body.name, aliases=body.aliases, metadata=body.metadata,
                 allow_custom_calls=tuple(body.allow_custom_calls), vjp_order=body.vjp_order,
                 examples=examples, derived_from=body.derived_from, derivation=body.derivation,
@@ -249,7 +248,7 @@ def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
         raise InvalidNameError(
             f"a commit's archives are at most {limit:,} bytes together, these {declared:,}"
         )
-    return sum(plan_parts(sql_backend(_reg(request)).blobs, a) for a in archives)
+    return sum(plan_parts(sql_backend(registry_of(request)).blobs, a) for a in archives)
 
 
 def _check_reached_parts(
@@ -307,7 +306,9 @@ def move_alias(request: Request, p: Writer, name: str, alias: str, body: AliasMo
     if body.override:
         check_gate_admin(p, "overriding an alias's gates")
     with acting_as(p.name):
-        _reg(request).alias(name, alias, body.version, override=body.override, reason=body.reason)
+        registry_of(request).alias(
+            name, alias, body.version, override=body.override, reason=body.reason
+        )
 
 
 @router.post("/audits")
@@ -318,7 +319,7 @@ async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
 
     def run() -> Any:
         if body.reference is None and p.prefixes:
-            names = [n for n in _reg(request).names() if p.allows_name(n)]
+            names = [n for n in registry_of(request).names() if p.allows_name(n)]
             found: list[Any] = []
             for n in names:
                 found += _audit(request, p, n, body)
@@ -330,9 +331,9 @@ async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
     if reference is not None:
-        reference = check_reference(_reg(request), p, reference)
+        reference = check_reference(registry_of(request), p, reference)
     with acting_as(p.name):
-        return _reg(request).audit(
+        return registry_of(request).audit(
             reference, platform=body.platform, force=body.force, level=body.level,
             timeout=body.timeout,
         )  # fmt: skip
@@ -345,7 +346,7 @@ def delete(
     """Deletes a version (or the whole name); blobs stay until gc."""
     check_name(p, name)
     with acting_as(p.name):
-        _reg(request).delete(name, version, force=force)
+        registry_of(request).delete(name, version, force=force)
 
 
 @router.post("/gc")
@@ -355,7 +356,7 @@ async def gc(request: Request, p: Admin, body: GcBody) -> Any:
 
     def collect() -> Any:
         with acting_as(p.name):
-            return _reg(request).gc(
+            return registry_of(request).gc(
                 dry_run=body.dry_run, min_age=body.min_age, temp_age=body.temp_age
             )
 
@@ -367,7 +368,7 @@ async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
     """``Registry.verify``: every blob's digest (``deep``: every archive read in full); an
     admin token without name prefixes."""
     check_store_wide(p)
-    reg = _reg(request)
+    reg = registry_of(request)
     return to_wire(await _heavy(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
 
 
@@ -375,7 +376,7 @@ async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
 def tokens(request: Request, p: Admin) -> Any:
     """The tokens within the caller's (``TokenInfo.covers``: all, for an admin without
     prefixes), without secrets."""
-    return to_wire(sql_backend(_reg(request)).tokens.list(within=p))
+    return to_wire(sql_backend(registry_of(request)).tokens.list(within=p))
 
 
 @router.post("/tokens", status_code=201)
@@ -383,7 +384,7 @@ def create_token(request: Request, p: Admin, body: TokenBody) -> Any:
     """Makes a token within the caller's (403 otherwise: a scope no larger, each prefix
     starting with one of the caller's); the answer holds its secret, this once."""
     with acting_as(p.name):
-        new = sql_backend(_reg(request)).tokens.create(
+        new = sql_backend(registry_of(request)).tokens.create(
             body.name, body.scope, prefixes=body.prefixes, expires_in=body.expires_in, within=p
         )
     return {"info": to_wire(new.info), "secret": new.secret}
@@ -394,4 +395,4 @@ def revoke_token(request: Request, p: Admin, name: str) -> Any:
     """Revokes a token within the caller's (its requests get 401 from now on); any other is
     as if it did not exist (404)."""
     with acting_as(p.name):
-        return to_wire(sql_backend(_reg(request)).tokens.revoke(name, within=p))
+        return to_wire(sql_backend(registry_of(request)).tokens.revoke(name, within=p))

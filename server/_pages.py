@@ -43,7 +43,7 @@ from starlette.requests import ClientDisconnect
 
 from jaxport import AuthenticationError, JaxportError
 from jaxport.audit import STATUSES
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import sql_backend
 from jaxport.server import _errors
 from jaxport.server import _views as v
@@ -52,6 +52,7 @@ from jaxport.server._compare import compare
 from jaxport.server._errors import public_message, status_of
 from jaxport.server._find import Query, find
 from jaxport.server._lineage_view import lineage_tree
+from jaxport.server._state import registry_of
 from jaxport.server._usage import snippets
 
 __all__ = ["PageRoute", "http_error_handler", "router"]
@@ -142,10 +143,6 @@ Reader = Annotated[TokenInfo, Depends(scope("read"))]
 Page = Annotated[int, Param(ge=1, le=1_000_000)]
 
 
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
-
-
 def _who(p: TokenInfo) -> str | None:
     """The token name the pages' header shows (None: an anonymous read)."""
     return None if p is ANONYMOUS else p.name
@@ -160,9 +157,9 @@ def site_css() -> Response:
 @router.get("/")
 def index(request: Request, p: Reader, page: Page = 1) -> Response:
     """Every name the token may see, sorted, a page at a time."""
-    names = [n for n in _reg(request).names() if p.allows_name(n)]
+    names = [n for n in registry_of(request).names() if p.allows_name(n)]
     start = (page - 1) * NAMES_PER_PAGE
-    rows = v.name_rows(_reg(request), names[start : start + NAMES_PER_PAGE])
+    rows = v.name_rows(registry_of(request), names[start : start + NAMES_PER_PAGE])
     more = len(names) > start + NAMES_PER_PAGE
     return v.render("index.html", rows=rows, page=page, more=more, who=_who(p))
 
@@ -180,7 +177,7 @@ def name_page(request: Request, p: Reader, name: str, page: Page = 1) -> Respons
     their variants, a form to compare two, its aliases (their gates, pass or fail at the
     version each points at) and moves."""
     check_name(p, name)
-    reg = _reg(request)
+    reg = registry_of(request)
     rows, total = v.version_rows(reg, name, page=page, per_page=VERSIONS_PER_PAGE)
     newest = reg.get(name) if total else None  # its description heads the page
     return v.render(
@@ -197,7 +194,7 @@ Version = Annotated[int, Param(ge=1, le=2**31 - 1)]
 def compare_page(request: Request, p: Reader, name: str, a: Version, b: Version) -> Response:
     """Versions ``a`` and ``b`` of ``name`` side by side, and what changed from ``a`` to ``b``."""
     check_name(p, name)
-    comparison = compare(_reg(request), name, a, b)
+    comparison = compare(registry_of(request), name, a, b)
     return v.render("compare.html", name=name, c=comparison, who=_who(p))
 
 
@@ -206,7 +203,7 @@ def version_page(request: Request, p: Reader, name: str, version: int) -> Respon
     """One version: its description, how to pull it, each variant's facts, a model's methods
     and tensors, metadata, findings, its lineage and provenance."""
     check_name(p, name)
-    reg = _reg(request)
+    reg = registry_of(request)
     ref = reg.get(f"{name}:{version}")
     findings = v.version_findings(reg, name, version)
     usage = snippets(ref, str(request.base_url).rstrip("/"))
@@ -228,7 +225,7 @@ def search(
 ) -> Response:
     """Versions by name, metadata, platform and jax release (``server/_find.py``)."""
     query = Query.parse(q, meta, platform, jax)
-    results, more = ([], False) if query.empty else find(_reg(request), p, query)
+    results, more = ([], False) if query.empty else find(registry_of(request), p, query)
     return v.render("search.html", query=query, results=results, more=more, who=_who(p))
 
 
@@ -239,7 +236,7 @@ def matrix(request: Request, p: Reader) -> Response:
 
 
 def _matrix(request: Request, p: Reader, name: str | None) -> Response:
-    findings = _reg(request).audit_results(name=name, limit=1_000_000)
+    findings = registry_of(request).audit_results(name=name, limit=1_000_000)
     releases, rows = v.matrix_rows(findings, p)
     legend = [*STATUSES, "not audited"]
     return v.render(
@@ -252,7 +249,7 @@ def events(
     request: Request, p: Reader, before: Annotated[int | None, Param(ge=1)] = None
 ) -> Response:
     """The event log, newest first; ``before``: the id of the last event of the page before."""
-    reg = _reg(request)
+    reg = registry_of(request)
     found = reg.events(limit=EVENTS_PER_PAGE, before=before)
     older = found[-1].id if len(found) == EVENTS_PER_PAGE else None
     shown = v.event_rows(reg, v.visible_events(found, p))
@@ -316,7 +313,9 @@ async def login(request: Request) -> Response:
     if not secret:
         return v.render("login.html", 401, error="no token given", open_read=open_read, who=None)
     try:
-        principal = await run_in_threadpool(sql_backend(_reg(request)).tokens.authenticate, secret)
+        principal = await run_in_threadpool(
+            sql_backend(registry_of(request)).tokens.authenticate, secret
+        )
         principal.check("read")
     except AuthenticationError as error:
         return v.render("login.html", 401, error=str(error), open_read=open_read, who=None)

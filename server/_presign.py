@@ -61,11 +61,12 @@ from jaxport import (
     PermissionDeniedError,
     UnsupportedFeatureError,
 )
-from jaxport.registry import Registry, TokenInfo
+from jaxport.registry import TokenInfo
 from jaxport.registry._internal import sql_backend
 from jaxport.server._auth import check_name, check_store_wide, scope
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import MAX_DIGESTS, OffLoopJSON
+from jaxport.server._state import registry_of
 
 __all__ = [
     "DEFAULT_EXPIRES",
@@ -201,15 +202,11 @@ def upload_tag(token_name: str) -> str:
     return hashlib.sha256(token_name.encode("utf-8")).hexdigest()[:8]
 
 
-def _reg(request: Request) -> Registry:
-    return request.app.state.registry  # type: ignore[no-any-return]
-
-
 def _urls(request: Request) -> Any:
     """The store's ``StoreUrls``, or None (it cannot sign, or URLs are off)."""
     if expires(request) == 0:
         return None
-    return getattr(sql_backend(_reg(request)).blobs, "urls", None)
+    return getattr(sql_backend(registry_of(request)).blobs, "urls", None)
 
 
 class PartSize(BaseModel):
@@ -250,7 +247,7 @@ def start_upload(request: Request, p: Writer, body: UploadBody) -> dict[str, Any
     """The parts to send, and a presigned PUT URL for each the store takes straight (see the
     module's doc)."""
     _check_push_name(p, body.name)
-    backend = sql_backend(_reg(request))
+    backend = sql_backend(registry_of(request))
     digests = [part.digest for part in body.parts]
     lacking = set(backend.missing_blobs(digests))
     reached = backend.reach.reachable(p, digests)
@@ -273,10 +270,10 @@ def complete_upload(request: Request, p: Writer, body: CompleteBody) -> dict[str
     _check_push_name(p, body.name)
     if not body.upload.startswith(upload_tag(p.name)):
         raise PermissionDeniedError(f"upload {body.upload} is not one of token {p.name!r}")
-    urls = getattr(sql_backend(_reg(request)).blobs, "urls", None)
+    urls = getattr(sql_backend(registry_of(request)).blobs, "urls", None)
     if urls is None:
         raise UnsupportedFeatureError("this server's blob store takes no direct uploads")
-    backend = sql_backend(_reg(request))
+    backend = sql_backend(registry_of(request))
     digests = list(dict.fromkeys(body.digests))
     with ThreadPoolExecutor(PARALLEL_TAKES) as pool:  # server-side copies, in the store
         taken = list(pool.map(lambda d: urls.take(body.upload, d), digests))
@@ -291,7 +288,7 @@ def complete_upload(request: Request, p: Writer, body: CompleteBody) -> dict[str
 def locations(request: Request, p: Reader, digest: str) -> dict[str, Any]:
     """A blob's or a model archive's parts, each with a presigned GET URL (see the module's
     doc); a prefix-limited token reads the archives of its names' versions only."""
-    backend = sql_backend(_reg(request))
+    backend = sql_backend(registry_of(request))
     stream = backend.blob_stream(digest)
     if p.prefixes and not any(map(p.allows_name, backend.queries.names_holding(digest))):
         raise NotFoundError(f"no blob or archive {digest}")
@@ -316,7 +313,7 @@ def transfer(request: Request, p: Admin) -> dict[str, int]:
     for a local store, whose bytes all go through HTTP bodies anyway)."""
     check_store_wide(p)
     counted: Transfer = request.app.state.transfer
-    blobs = sql_backend(_reg(request)).blobs
+    blobs = sql_backend(registry_of(request)).blobs
     return {
         "http_received": counted.received, "http_sent": counted.sent,
         "store_read": int(getattr(blobs, "bytes_read", 0)),
