@@ -226,9 +226,11 @@ class Registry(
         ``method`` names one method of a model variant: its ``Exported``, which takes the
         parameter tree as its first argument (``method(params, *args)``), as
         ``pull_model(...).exported[method]`` gives it: only the model's skeleton is read, no
-        tensor. A function archive is read whole (its modules share one section, checked
-        before any is read); its VJPs' modules are decompressed and vetted when ``.vjp()``
-        asks.
+        tensor. A function archive from a direct registry is read whole (its modules share
+        one section, checked before any is read), its VJPs' modules decompressed and vetted
+        when ``.vjp()`` asks; through a registry server its header and primal module are
+        fetched now and each VJP module, checked against its sha256, when ``.vjp()`` asks
+        (an archive whose primal module is most of it, or an older server, is fetched whole).
 
         ``use_compiled`` (True, or a ``CompiledPolicy``; None: the registry's ``compiled``
         policy if any; False: never) first writes the variant's compiled executables that a
