@@ -28,6 +28,7 @@ from jaxport import (
     RegistryError,
     UnsupportedFeatureError,
 )
+from jaxport.registry._store_requests import StoreRequests
 
 if TYPE_CHECKING:
     from jaxport.registry._http import Http
@@ -86,7 +87,7 @@ def send_parts(
 
     if urls:
         timeout = httpx.Timeout(api.timeout, connect=CONNECT_TIMEOUT)
-        with httpx.Client(timeout=timeout) as store, ThreadPoolExecutor(PARALLEL) as pool:
+        with StoreRequests(timeout) as store, ThreadPoolExecutor(PARALLEL) as pool:
             stored = dict(zip(urls, pool.map(direct, urls), strict=True))
         sent += [len(data[d]) for d, ok in stored.items() if ok]
         through += [d for d, ok in stored.items() if not ok]
@@ -96,11 +97,17 @@ def send_parts(
         sent.append(len(data[digest]))
 
 
-def _put(store: httpx.Client, url: Mapping[str, Any], data: bytes | memoryview) -> bool:
+def _put(store: StoreRequests, url: Mapping[str, Any], data: bytes | memoryview) -> bool:
     """Whether the store took ``data`` at the presigned ``url`` (a refusal, or a store this
     process cannot reach, is False: the part goes through the server)."""
     try:
-        response = store.put(str(url["url"]), content=bytes(data), headers=dict(url["headers"]))
+        response = store.send(
+            "PUT", str(url["url"]), content=bytes(data), headers=dict(url["headers"])
+        )
+        try:
+            response.read()
+        finally:
+            response.close()
     except httpx.HTTPError:
         return False
     return response.status_code in (200, 201, 204)

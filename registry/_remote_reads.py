@@ -46,6 +46,7 @@ from jaxport import (
     UnsupportedFeatureError,
 )
 from jaxport.registry._download import connection_to, direct_ok
+from jaxport.registry._store_requests import StoreRequests
 
 if TYPE_CHECKING:
     import os
@@ -91,7 +92,7 @@ class RemoteArchive:
         self._http, self.digest, self.size = http, digest, size
         self.bytes_fetched = 0
         self._lock = threading.Lock()  # guards bytes_fetched
-        self._store: httpx.Client | None = None
+        self._store: StoreRequests | None = None
 
     def __repr__(self) -> str:
         return f"RemoteArchive({self.digest[:12]}, {self.size:,} bytes, {self._http.url!r})"
@@ -255,7 +256,7 @@ class RemoteArchive:
         """The open answer of a presigned GET, or None where it failed (see ``part_chunks``)."""
         store = self._store_client()
         try:
-            response = store.send(store.build_request("GET", url), stream=True)
+            response = store.send("GET", url)
         except httpx.HTTPError:
             return None
         if response.status_code != 200:
@@ -263,11 +264,11 @@ class RemoteArchive:
             return None
         return response
 
-    def _store_client(self) -> httpx.Client:
+    def _store_client(self) -> StoreRequests:
         with self._lock:
             if self._store is None:
                 timeout = httpx.Timeout(self._http.timeout, connect=CONNECT_TIMEOUT)
-                self._store = httpx.Client(timeout=timeout)
+                self._store = StoreRequests(timeout)
                 weakref.finalize(self, self._store.close)
             return self._store
 

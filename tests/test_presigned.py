@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import time
@@ -233,3 +234,26 @@ def test_serve_refuses_a_bad_presign_expires_before_it_starts(tmp_path, value):
     flag = subprocess.run([JAXPORT, "serve", "--presign-expires", "604801"], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert flag.returncode == 2 and "Traceback" not in flag.stderr
+
+
+def test_no_presigned_url_query_reaches_a_log_line(s3_served, caplog, tmp_path):
+    """A presigned URL's query is its signature: a secret. httpx logs every request's URL at
+    INFO, so the client sends the store's requests without httpx's client logging; nothing
+    jaxport or httpx/httpcore logs at DEBUG during a presigned push and pull (lazy and whole)
+    names a query of the store's URLs, nor does the server's log."""
+    reg = jaxport.Registry(s3_served.url, token=s3_served.admin)
+    model = _model(3)
+    before = _moved(s3_served)
+    with caplog.at_level(logging.DEBUG):
+        reg.push(model, "quiet")
+        lazy = reg.pull_model("quiet", platform="cpu")
+        for name, value in model.params.items():
+            np.testing.assert_array_equal(lazy.params[name], value)
+        assert reg.pull_bytes("quiet", platform="cpu") == model.dumps()
+    assert _moved(s3_served) - before < 0.05 * 2 * _payload()  # the bytes went to the store
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("HTTP Request" in line for line in lines)  # httpx's INFO lines were captured
+    server_log = (tmp_path / "serve.log").read_text(errors="replace")
+    for text in [*lines, server_log]:
+        assert "X-Amz-Signature" not in text, "a presigned URL's query in a log line"
+        assert "X-Amz-Credential" not in text, "a presigned URL's query in a log line"
