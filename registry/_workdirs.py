@@ -65,9 +65,12 @@ def commit_dir(blobs: BlobStore) -> Iterator[Path]:
         RegistryError: see ``_own_root``.
     """
     path = Path(tempfile.mkdtemp(prefix=COMMIT_PREFIX, dir=_own_root(blobs)))
-    fd = os.open(path / _LOCK, os.O_CREAT | os.O_WRONLY, 0o600)
+    # The lock file gets its name only once it is locked: a sweep sees a young directory
+    # without one (left alone) or a held lock, never a free lock in a live commit's directory.
+    fd, making = tempfile.mkstemp(prefix=_LOCK + "-", dir=path)
     try:
         _lock(fd, wait=True)
+        os.replace(making, path / _LOCK)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
