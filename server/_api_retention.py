@@ -89,7 +89,7 @@ async def run(request: Request, p: Admin, body: RunBody) -> Any:
         with acting_as(p.name):
             return to_wire(reg.retain(body.prefix, dry_run=body.dry_run))
 
-    return await anyio.to_thread.run_sync(work, limiter=request.app.state.heavy)
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.long)
 
 
 @router.post("/retention/restore")

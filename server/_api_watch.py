@@ -42,8 +42,8 @@ class WatchBody(BaseModel):
 
 @router.post("/watch")
 async def watch(request: Request, p: Admin, body: WatchBody) -> Any:
-    """``Registry.watch_jax`` (an admin token without name prefixes), in a worker thread of
-    the long writes."""
+    """``Registry.watch_jax`` (an admin token without name prefixes), in a thread of the work
+    that may last hours (``server/_bridge.LONG``)."""
     check_store_wide(p)
 
     def run() -> Any:
@@ -53,7 +53,7 @@ async def watch(request: Request, p: Admin, body: WatchBody) -> Any:
                 timeout=body.timeout,
             )  # fmt: skip
 
-    report = await anyio.to_thread.run_sync(run, limiter=request.app.state.heavy)
+    report = await anyio.to_thread.run_sync(run, limiter=request.app.state.long)
     return to_wire(report)
 
 

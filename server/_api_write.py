@@ -183,10 +183,16 @@ async def upload(
 
 
 async def _heavy(request: Request, work: Callable[[], T]) -> T:
-    """``work()`` in the threads of long writes (commits, audits, verify, gc): at most
-    ``HEAVY`` at once per server process, the others waiting without a thread, so that
-    however many a client starts, reads keep their threads."""
+    """``work()`` in the threads of commits and gc: at most ``HEAVY`` at once per server
+    process, the others waiting without a thread, so that however many a client starts,
+    reads keep their threads."""
     return await anyio.to_thread.run_sync(work, limiter=request.app.state.heavy)
+
+
+async def _long(request: Request, work: Callable[[], T]) -> T:
+    """``work()`` in the threads of work that may last hours (audits, verify): at most
+    ``LONG`` at once per server process, never in a commit's slot."""
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.long)
 
 
 @router.post("/versions", status_code=201)
@@ -326,7 +332,7 @@ async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
             return to_wire(found)
         return to_wire(_audit(request, p, body.reference, body))
 
-    return await _heavy(request, run)
+    return await _long(request, run)
 
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
@@ -369,7 +375,7 @@ async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
     admin token without name prefixes."""
     check_store_wide(p)
     reg = registry_of(request)
-    return to_wire(await _heavy(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
+    return to_wire(await _long(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
 
 
 @router.get("/tokens")

@@ -4,10 +4,10 @@ The app holds one ``jaxport.Registry`` (a SQL engine and a blob store) and no ot
 server processes over one PostgreSQL database and one blob store serve the same registry.
 Routes are plain (sync) functions, run in the server's thread pool, so a slow push or audit
 never blocks the event loop; module validation runs in the registry's sandbox workers, never
-in the process that handles requests. Three kinds do not take those threads: a part upload
-runs in the uploads' own threads, long writes (commits, audits, verify, gc) in theirs
-(``server/_bridge.py``), and the sign-in form is read without one; so slow or many uploads and
-audits never hold up reads. Every request passes ``server/_guard.py`` first.
+in the process that handles requests. Four kinds do not take those threads: a part upload
+runs in the uploads' own threads, commits and gc in theirs, audits, verify, retention runs and
+the watcher in others (``server/_bridge.py``), and the sign-in form is read without one; so
+slow or many uploads and audits never hold up reads, and audits never hold up commits. Every request passes ``server/_guard.py`` first.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from jaxport.server import (
     _pages,
     _presign,
 )
-from jaxport.server._bridge import HEAVY, UPLOADS
+from jaxport.server._bridge import HEAVY, LONG, UPLOADS
 from jaxport.server._docs import docs_router
 from jaxport.server._guard import Guard
 from jaxport.server._headers import SecurityHeaders
@@ -100,6 +100,7 @@ def create_app(
     app.state.max_upload = int(max_upload)
     app.state.uploads = anyio.CapacityLimiter(UPLOADS)
     app.state.heavy = anyio.CapacityLimiter(HEAVY)
+    app.state.long = anyio.CapacityLimiter(LONG)
     app.state.memory = MemoryBudget(memory_budget)
     app.state.webhooks = hooks
     if hooks is not None:

@@ -6,7 +6,9 @@ second on average once ``BODY_IDLE`` seconds have passed (a byte now and then), 
 ends the read with a typed error, so a stalled body holds its thread for a bounded time. The
 routes that read a body this way run in threads of their own (at most ``UPLOADS`` at once):
 a client that sends slowly, however many there are, never takes the threads that other
-requests are answered in. Long writes have theirs too (``HEAVY``).
+requests are answered in. Commits and gc have theirs too (``HEAVY``), and work that may last
+hours (audits, verify, retention runs, the watcher) its own (``LONG``), so that however long
+an audit token's requests run, every team's pushes still get a thread.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from starlette.requests import ClientDisconnect
 
 from jaxport import InvalidNameError
 
-__all__ = ["BODY_IDLE", "HEAVY", "MIN_RATE", "UPLOADS", "iterate_body"]
+__all__ = ["BODY_IDLE", "HEAVY", "LONG", "MIN_RATE", "UPLOADS", "iterate_body"]
 
 #: Seconds a request body may send nothing before its read ends (``InvalidNameError``).
 BODY_IDLE = 60.0
@@ -30,9 +32,12 @@ BODY_IDLE = 60.0
 MIN_RATE = 16 << 10
 #: Uploads read at once by one server process; more wait (asynchronously) for a slot.
 UPLOADS = 16
-#: Long writes (commits, audits, verify, gc) run at once by one server process; more wait
-#: (asynchronously) for a slot, so that however many a client starts, reads keep their threads.
+#: Commits and gc run at once by one server process; more wait (asynchronously) for a slot,
+#: so that however many a client starts, reads keep their threads.
 HEAVY = 4
+#: Audits, verify, retention runs and the watcher run at once by one server process (up to a
+#: day each): in slots of their own, never the commits'.
+LONG = 2
 
 
 def iterate_body(request: Request) -> Iterator[bytes]:
