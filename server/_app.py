@@ -7,7 +7,8 @@ never blocks the event loop; module validation runs in the registry's sandbox wo
 in the process that handles requests. Four kinds do not take those threads: a part upload
 runs in the uploads' own threads, commits and gc in theirs, audits, verify, retention runs and
 the watcher in others (``server/_bridge.py``), and the sign-in form is read without one; so
-slow or many uploads and audits never hold up reads, and audits never hold up commits. Every request passes ``server/_guard.py`` first.
+slow or many uploads and audits never hold up reads, and audits never hold up commits. Every
+request passes ``server/_guard.py`` first.
 """
 
 from __future__ import annotations
