@@ -5,6 +5,7 @@ event log names the token."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -12,7 +13,13 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from jaxport import CorruptArchiveError, IntegrityError, InvalidNameError, PermissionDeniedError
+from jaxport import (
+    CorruptArchiveError,
+    IntegrityError,
+    InvalidNameError,
+    PermissionDeniedError,
+    ServerUnavailableError,
+)
 from jaxport.registry import Registry, TokenInfo
 from jaxport.registry._internal import (
     LIMITS,
@@ -29,7 +36,7 @@ from jaxport.registry._internal import (
 )
 from jaxport.server._api_gates import check_gate_admin
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
-from jaxport.server._bridge import iterate_body
+from jaxport.server._bridge import UPLOADS_PER_TOKEN, iterate_body
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import (
     MAX_COMMIT_PARTS,
@@ -174,12 +181,37 @@ async def upload(
             digest, chunks, max_size=request.app.state.max_upload
         )
 
-    size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
+    with _upload_of(request, p):
+        size = await anyio.to_thread.run_sync(receive, limiter=request.app.state.uploads)
     if p.prefixes:
         await anyio.to_thread.run_sync(
             sql_backend(registry_of(request)).reach.record_upload, p.name, digest
         )
     return {"digest": digest, "size": size}
+
+
+@contextlib.contextmanager
+def _upload_of(request: Request, p: TokenInfo) -> Iterator[None]:
+    """Counts an upload of token ``p`` while the block runs (on the event loop: no other
+    request's count changes between the check and the increment).
+
+    Raises:
+        ServerUnavailableError: the token has ``UPLOADS_PER_TOKEN`` uploads in progress (503,
+            ``Retry-After``).
+    """
+    held: dict[str, int] = request.app.state.token_uploads
+    if held.get(p.name, 0) >= UPLOADS_PER_TOKEN:
+        raise ServerUnavailableError(
+            f"token {p.name!r} has {UPLOADS_PER_TOKEN} uploads in progress on this server: "
+            "retry when one ends"
+        )
+    held[p.name] = held.get(p.name, 0) + 1
+    try:
+        yield
+    finally:
+        held[p.name] -= 1
+        if not held[p.name]:
+            del held[p.name]
 
 
 async def _heavy(request: Request, work: Callable[[], T]) -> T:

@@ -100,6 +100,7 @@ def create_app(
     app.state.open_read = bool(open_read)
     app.state.max_upload = int(max_upload)
     app.state.uploads = anyio.CapacityLimiter(UPLOADS)
+    app.state.token_uploads = {}  # token name -> uploads in progress (``_api_write.upload``)
     app.state.heavy = anyio.CapacityLimiter(HEAVY)
     app.state.long = anyio.CapacityLimiter(LONG)
     app.state.memory = MemoryBudget(memory_budget)

@@ -23,7 +23,9 @@ from starlette.requests import ClientDisconnect
 
 from jaxport import InvalidNameError
 
-__all__ = ["BODY_IDLE", "HEAVY", "LONG", "MIN_RATE", "UPLOADS", "iterate_body"]
+__all__ = [
+    "BODY_IDLE", "HEAVY", "LONG", "MIN_RATE", "UPLOADS", "UPLOADS_PER_TOKEN", "iterate_body",
+]  # fmt: skip
 
 #: Seconds a request body may send nothing before its read ends (``InvalidNameError``).
 BODY_IDLE = 60.0
@@ -32,6 +34,10 @@ BODY_IDLE = 60.0
 MIN_RATE = 16 << 10
 #: Uploads read at once by one server process; more wait (asynchronously) for a slot.
 UPLOADS = 16
+#: Uploads one token may have in progress at once in one server process; more are answered
+#: 503 with ``Retry-After`` (the client retries), so that one token trickling bytes cannot hold
+#: every upload slot: another token's upload still starts.
+UPLOADS_PER_TOKEN = UPLOADS // 2
 #: Commits and gc run at once by one server process; more wait (asynchronously) for a slot,
 #: so that however many a client starts, reads keep their threads.
 HEAVY = 4
