@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, to_wire
 from jaxport.server._auth import check_name, check_store_wide, scope
+from jaxport.server._bridge import run_long
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
 from jaxport.server._state import registry_of
@@ -89,7 +89,7 @@ async def run(request: Request, p: Admin, body: RunBody) -> Any:
         with acting_as(p.name):
             return to_wire(reg.retain(body.prefix, dry_run=body.dry_run))
 
-    return await anyio.to_thread.run_sync(work, limiter=request.app.state.long)
+    return await run_long(request, work)
 
 
 @router.post("/retention/restore")

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from jaxport.registry import TokenInfo
 from jaxport.registry._internal import acting_as, to_wire
 from jaxport.server._auth import check_reference, check_store_wide, scope
+from jaxport.server._bridge import run_long
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import OffLoopJSON
 from jaxport.server._state import registry_of
@@ -53,7 +53,7 @@ async def watch(request: Request, p: Admin, body: WatchBody) -> Any:
                 timeout=body.timeout,
             )  # fmt: skip
 
-    report = await anyio.to_thread.run_sync(run, limiter=request.app.state.long)
+    report = await run_long(request, run)
     return to_wire(report)
 
 

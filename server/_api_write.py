@@ -6,8 +6,8 @@ event log names the token."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
@@ -36,7 +36,7 @@ from jaxport.registry._internal import (
 )
 from jaxport.server._api_gates import check_gate_admin
 from jaxport.server._auth import check_name, check_reference, check_store_wide, scope
-from jaxport.server._bridge import UPLOADS_PER_TOKEN, iterate_body
+from jaxport.server._bridge import UPLOADS_PER_TOKEN, iterate_body, run_heavy, run_long
 from jaxport.server._errors import RESPONSES
 from jaxport.server._limits import (
     MAX_COMMIT_PARTS,
@@ -49,7 +49,6 @@ from jaxport.server._state import registry_of
 __all__ = ["router"]
 
 router = APIRouter(responses=RESPONSES, route_class=OffLoopJSON)  # bodies parsed in threads
-T = TypeVar("T")
 Writer = Annotated[TokenInfo, Depends(scope("write"))]
 Admin = Annotated[TokenInfo, Depends(scope("admin"))]
 
@@ -214,19 +213,6 @@ def _upload_of(request: Request, p: TokenInfo) -> Iterator[None]:
             del held[p.name]
 
 
-async def _heavy(request: Request, work: Callable[[], T]) -> T:
-    """``work()`` in the threads of commits and gc: at most ``HEAVY`` at once per server
-    process, the others waiting without a thread, so that however many a client starts,
-    reads keep their threads."""
-    return await anyio.to_thread.run_sync(work, limiter=request.app.state.heavy)
-
-
-async def _long(request: Request, work: Callable[[], T]) -> T:
-    """``work()`` in the threads of work that may last hours (audits, verify): at most
-    ``LONG`` at once per server process, never in a commit's slot."""
-    return await anyio.to_thread.run_sync(work, limiter=request.app.state.long)
-
-
 @router.post("/versions", status_code=201)
 async def commit(request: Request, p: Writer, body: Commit) -> Any:
     """Pushes a version from stored parts (``Registry.push_parts``): every part and archive
@@ -262,7 +248,7 @@ async def commit(request: Request, p: Writer, body: Commit) -> Any:
             )  # fmt: skip
         return to_wire(result)
 
-    return await _heavy(request, push)
+    return await run_heavy(request, push)
 
 
 def _commit_memory(request: Request, archives: list[ArchiveParts]) -> int:
@@ -364,7 +350,7 @@ async def audit(request: Request, p: Writer, body: AuditBody) -> Any:
             return to_wire(found)
         return to_wire(_audit(request, p, body.reference, body))
 
-    return await _long(request, run)
+    return await run_long(request, run)
 
 
 def _audit(request: Request, p: TokenInfo, reference: str | None, body: AuditBody) -> list[Any]:
@@ -398,7 +384,7 @@ async def gc(request: Request, p: Admin, body: GcBody) -> Any:
                 dry_run=body.dry_run, min_age=body.min_age, temp_age=body.temp_age
             )
 
-    return to_wire(await _heavy(request, collect))
+    return to_wire(await run_heavy(request, collect))
 
 
 @router.post("/verify")
@@ -407,7 +393,9 @@ async def verify(request: Request, p: Admin, body: VerifyBody) -> Any:
     admin token without name prefixes."""
     check_store_wide(p)
     reg = registry_of(request)
-    return to_wire(await _long(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout)))
+    return to_wire(
+        await run_long(request, lambda: reg.verify(deep=body.deep, timeout=body.timeout))
+    )
 
 
 @router.get("/tokens")

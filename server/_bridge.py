@@ -14,10 +14,12 @@ an audit token's requests run, every team's pushes still get a thread.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TypeVar
 
 import anyio
 import anyio.from_thread
+import anyio.to_thread
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
@@ -25,7 +27,10 @@ from jaxport import InvalidNameError
 
 __all__ = [
     "BODY_IDLE", "HEAVY", "LONG", "MIN_RATE", "UPLOADS", "UPLOADS_PER_TOKEN", "iterate_body",
+    "run_heavy", "run_long",
 ]  # fmt: skip
+
+T = TypeVar("T")
 
 #: Seconds a request body may send nothing before its read ends (``InvalidNameError``).
 BODY_IDLE = 60.0
@@ -78,3 +83,16 @@ def iterate_body(request: Request) -> Iterator[bytes]:
             )
         if chunk:
             yield chunk
+
+
+async def run_heavy(request: Request, work: Callable[[], T]) -> T:
+    """``work()`` in the threads of commits and gc: at most ``HEAVY`` at once per server
+    process, the others waiting without a thread, so that however many a client starts,
+    reads keep their threads."""
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.heavy)
+
+
+async def run_long(request: Request, work: Callable[[], T]) -> T:
+    """``work()`` in the threads of work that may last hours (audits, verify, retention runs,
+    the watcher): at most ``LONG`` at once per server process, never in a commit's slot."""
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.long)
