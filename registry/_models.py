@@ -43,6 +43,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "JAX_VERSION",
+    "STABLEHLO_VERSION_CHARS",
     "AliasGateRow",
     "AliasMoveRow",
     "AliasRow",
@@ -162,6 +163,10 @@ class PendingBlobRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+#: The longest StableHLO version ``variants.stablehlo_version`` holds (revision 0017).
+STABLEHLO_VERSION_CHARS = 40
+
+
 class VariantRow(Base):
     """One archive of a version, with what ``resolve`` and ``search`` filter on."""
 
@@ -207,7 +212,9 @@ class VariantRow(Base):
     kind: Mapped[str] = mapped_column(String(20), server_default="function")  # or "model"
     #: The newest StableHLO version among the variant's modules (their bytecode's producer
     #: string); None: pushed before revision 0017, or no module declares one.
-    stablehlo_version: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    stablehlo_version: Mapped[str | None] = mapped_column(
+        String(STABLEHLO_VERSION_CHARS), nullable=True
+    )
 
 
 class VariantPartRow(Base):

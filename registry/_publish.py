@@ -78,6 +78,7 @@ from jaxport.registry._lineage import LineageInput
 from jaxport.registry._lineage_store import lineage_columns
 from jaxport.registry._model_parts import FUNCTION, MODEL
 from jaxport.registry._models import (
+    STABLEHLO_VERSION_CHARS,
     BlobRow,
     ExamplesRow,
     NameRow,
@@ -544,10 +545,10 @@ def variant_row(
 
 def newest_stablehlo(info: ArchiveInfo) -> str | None:
     """The newest StableHLO version any module of ``info`` declares (None: none does, or the
-    newest is longer than the column's 40 characters)."""
+    newest is longer than the ``variants.stablehlo_version`` column holds)."""
     versions = [m.stablehlo_version for m in info.modules if m.stablehlo_version]
     newest = max(versions, key=release_key, default=None)
-    return newest if newest is not None and len(newest) <= 40 else None
+    return newest if newest is not None and len(newest) <= STABLEHLO_VERSION_CHARS else None
 
 
 def _signature(avals: Any) -> str:
